@@ -1,0 +1,67 @@
+# Dependencies, all from Debian packages (scripts/install-deps.sh installs them).
+#
+# abseil is linked statically so that binaries built here run on machines without it (the GPU
+# machine has none). Debian's CMake targets name the shared libraries; every absl target we
+# reach is re-pointed at the static archive that sits beside its .so.
+find_package(absl CONFIG REQUIRED)
+find_package(OpenMP REQUIRED)
+find_package(Threads REQUIRED)
+
+set(LAZYFUSE_ABSL absl::strings absl::str_format absl::hash absl::flat_hash_map
+    absl::flat_hash_set)
+
+function(lazyfuse_absl_to_static target)
+  get_property(done GLOBAL PROPERTY "lazyfuse_static_${target}")
+  if(done OR NOT TARGET ${target})
+    return()
+  endif()
+  set_property(GLOBAL PROPERTY "lazyfuse_static_${target}" TRUE)
+  get_target_property(type ${target} TYPE)
+  if(NOT type STREQUAL "INTERFACE_LIBRARY")
+    foreach(config NONE RELEASE RELWITHDEBINFO DEBUG "")
+      if(config STREQUAL "")
+        set(prop IMPORTED_LOCATION)
+      else()
+        set(prop IMPORTED_LOCATION_${config})
+      endif()
+      get_target_property(location ${target} ${prop})
+      if(location AND location MATCHES "\\.so")
+        string(REGEX REPLACE "\\.so.*$" ".a" archive "${location}")
+        if(EXISTS "${archive}")
+          set_target_properties(${target} PROPERTIES ${prop} "${archive}")
+        endif()
+      endif()
+    endforeach()
+  endif()
+  get_target_property(deps ${target} INTERFACE_LINK_LIBRARIES)
+  if(deps)
+    foreach(dep IN LISTS deps)
+      if(dep MATCHES "^absl::")
+        lazyfuse_absl_to_static(${dep})
+      endif()
+    endforeach()
+  endif()
+endfunction()
+foreach(target IN LISTS LAZYFUSE_ABSL)
+  lazyfuse_absl_to_static(${target})
+endforeach()
+
+# OpenBLAS: Debian ships the static archive; link it so nothing needs installing elsewhere.
+find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread
+          REQUIRED)
+find_library(OPENBLAS_STATIC NAMES libopenblas.a
+             PATHS /usr/lib/x86_64-linux-gnu/openblas-pthread /usr/lib/aarch64-linux-gnu/openblas-pthread
+             REQUIRED)
+
+# SLEEF: Debian ships only the shared library. It is copied into build/lib, and binaries look
+# for it there first ($ORIGIN/../lib), so a build tree carried to another machine runs.
+find_path(SLEEF_INCLUDE_DIR sleef.h PATH_SUFFIXES x86_64-linux-gnu aarch64-linux-gnu REQUIRED)
+find_library(SLEEF_LIBRARY sleef REQUIRED)
+get_filename_component(SLEEF_REAL "${SLEEF_LIBRARY}" REALPATH)
+file(MAKE_DIRECTORY ${PROJECT_BINARY_DIR}/lib)
+file(COPY_FILE "${SLEEF_REAL}" "${PROJECT_BINARY_DIR}/lib/libsleef.so.3" ONLY_IF_DIFFERENT)
+set(CMAKE_BUILD_RPATH "$ORIGIN/../lib")
+set(CMAKE_INSTALL_RPATH "$ORIGIN/../lib")
+
+# CUDA toolkit headers and NVRTC, when present (the CUDA path); a CPU-only build otherwise.
+find_package(CUDAToolkit QUIET)

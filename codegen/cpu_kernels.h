@@ -1,0 +1,34 @@
+// The CPU's elementwise kernels: one function per (op, compute dtype), generated from the
+// expressions in ir/ops.def. Built twice, for AVX2 (SLEEF vector math) and for the x86-64
+// baseline; the table for the CPU at hand is chosen once at run time.
+#pragma once
+
+#include <cstdint>
+
+#include "codegen/dtype_dispatch.h"
+#include "ir/op.h"
+
+namespace lazyfuse {
+
+// Operand registers in, result register out, n elements. Registers hold at least n rounded up
+// to kCpuVectorPad elements, so vector loops need no scalar tail.
+using CpuApplyFn = void (*)(const void* const* in, void* out, int64_t n);
+using CpuConvertFn = void (*)(const void* in, void* out, int64_t n);
+inline constexpr int kCpuVectorPad = 8;
+
+struct CpuKernelTable {
+  const char* isa;
+  CpuApplyFn apply[kNumOps][kNumComputeSlots];  // null where the op does not take the dtype
+  CpuConvertFn convert[kNumComputeSlots][kNumComputeSlots];
+};
+
+const CpuKernelTable& cpu_kernel_table();
+
+namespace cpu_avx2 {
+const CpuKernelTable& kernel_table();
+}
+namespace cpu_baseline {
+const CpuKernelTable& kernel_table();
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,334 @@
+// Compiling an elementwise step into a CPU program, and running it over blocks.
+#include "codegen/cpu_program.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "codegen/philox.h"
+#include "ir/errors.h"
+
+namespace lazyfuse {
+
+CpuOperand make_cpu_operand(const void* data, DType dtype, const Shape& shape,
+                            const Strides& strides, const Shape& space) {
+  Strides full = broadcast_strides(shape, strides, space);
+  CpuOperand operand{data, dtype, {}, {}};
+  for (size_t d = 0; d < space.size(); ++d) {
+    if (space[d] == 1) continue;
+    // Merge with the previous dim when this one continues it in memory.
+    if (!operand.shape.empty() && operand.strides.back() == full[d] * space[d]) {
+      operand.shape.back() *= space[d];
+      operand.strides.back() = full[d];
+    } else {
+      operand.shape.push_back(space[d]);
+      operand.strides.push_back(full[d]);
+    }
+  }
+  return operand;
+}
+
+namespace {
+
+template <typename S, typename R>
+void gather(const CpuOperand& operand, int64_t start, int64_t n, R* out) {
+  const S* base = static_cast<const S*>(operand.data);
+  const int rank = static_cast<int>(operand.shape.size());
+  if (rank == 0 || (rank == 1 && operand.strides[0] == 0)) {
+    std::fill(out, out + n, convert_value<R>(base[0]));
+    return;
+  }
+  if (rank == 1 && operand.strides[0] == 1) {
+    for (int64_t i = 0; i < n; ++i) out[i] = convert_value<R>(base[start + i]);
+    return;
+  }
+  int64_t index[16];
+  int64_t offset = 0;
+  int64_t rest = start;
+  for (int d = rank - 1; d >= 0; --d) {
+    index[d] = rest % operand.shape[d];
+    rest /= operand.shape[d];
+    offset += index[d] * operand.strides[d];
+  }
+  const int inner = rank - 1;
+  const int64_t inner_size = operand.shape[inner];
+  const int64_t inner_stride = operand.strides[inner];
+  for (int64_t i = 0; i < n;) {
+    int64_t run = std::min(n - i, inner_size - index[inner]);
+    for (int64_t j = 0; j < run; ++j)
+      out[i + j] = convert_value<R>(base[offset + j * inner_stride]);
+    i += run;
+    offset += run * inner_stride;
+    index[inner] += run;
+    for (int d = inner; d > 0 && index[d] == operand.shape[d]; --d) {
+      offset += operand.strides[d - 1] - operand.shape[d] * operand.strides[d];
+      index[d] = 0;
+      ++index[d - 1];
+    }
+  }
+}
+
+template <typename R, typename F>
+void generate(int64_t start, int64_t n, R* out, F&& value_at) {
+  for (int64_t i = 0; i < n; ++i) out[i] = convert_value<R>(value_at(start + i));
+}
+
+}  // namespace
+
+void cpu_gather(const CpuOperand& operand, DType to, int64_t start, int64_t n, void* out) {
+  dispatch_storage(operand.dtype, [&]<typename S>() {
+    dispatch_storage(to,
+                     [&]<typename R>() { gather<S, R>(operand, start, n, static_cast<R*>(out)); });
+  });
+}
+
+CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
+  const CpuKernelTable& table = cpu_kernel_table();
+  CpuProgram program;
+  program.numel_ = lazyfuse::numel(step.shape);
+  std::vector<DType> vtype;  // compute dtype of each virtual register
+  auto new_vreg = [&](DType dtype) {
+    vtype.push_back(dtype);
+    return static_cast<int>(vtype.size() - 1);
+  };
+  absl::flat_hash_map<ValueId, int> reg_of;
+  std::vector<Instr>& code = program.code_;
+
+  auto convert_to = [&](int src, DType dtype) {
+    if (vtype[src] == dtype) return src;
+    Instr instr{Kind::Convert};
+    instr.src[0] = src;
+    instr.from = vtype[src];
+    instr.dtype = dtype;
+    instr.dst = new_vreg(dtype);
+    instr.convert = table.convert[compute_slot(instr.from)][compute_slot(dtype)];
+    instr.text = absl::StrCat("convert ", dtype_ir_name(instr.from), " -> ", dtype_ir_name(dtype));
+    code.push_back(instr);
+    return instr.dst;
+  };
+  auto round_if_half = [&](int reg, DType dtype) {
+    if (dtype != DType::Float16 && dtype != DType::BFloat16) return;
+    Instr instr{Kind::Round};
+    instr.src[0] = reg;
+    instr.dst = reg;
+    instr.dtype = dtype;
+    instr.text = absl::StrCat("round to ", dtype_ir_name(dtype));
+    code.push_back(instr);
+  };
+
+  for (size_t k = 0; k < step.inputs.size(); ++k) {
+    const Node& input = graph.nodes[step.inputs[k]];
+    Instr instr{Kind::Load};
+    instr.slot = static_cast<int>(k);
+    instr.from = input.dtype;
+    instr.dtype = compute_dtype(input.dtype);
+    instr.dst = new_vreg(instr.dtype);
+    instr.text = absl::StrCat("load %", step.inputs[k], " ", dtype_ir_name(input.dtype));
+    code.push_back(instr);
+    reg_of[step.inputs[k]] = instr.dst;
+  }
+  for (ValueId v : step.nodes) {
+    const Node& node = graph.nodes[v];
+    DType dtype = compute_dtype(node.dtype);
+    int result = -1;
+    switch (node.op) {
+      case Op::Const:
+      case Op::Arange:
+      case Op::Rand:
+      case Op::Randn: {
+        Instr instr{node.op == Op::Const    ? Kind::Const
+                    : node.op == Op::Arange ? Kind::Arange
+                    : node.op == Op::Rand   ? Kind::Rand
+                                            : Kind::Randn};
+        instr.dtype = dtype;
+        if (node.op == Op::Const) {
+          instr.value = node.attrs.get_float("value");
+          if (const auto* i = std::get_if<int64_t>(&node.attrs.get("value")))
+            instr.int_value = *i;
+          else
+            instr.int_value = static_cast<int64_t>(instr.value);
+        } else if (node.op == Op::Arange) {
+          instr.value = node.attrs.get_float("start");
+          instr.step = node.attrs.get_float("step");
+        } else {
+          instr.seed = static_cast<uint64_t>(node.attrs.get_int("seed"));
+          instr.offset = static_cast<uint64_t>(node.attrs.get_int("offset"));
+        }
+        instr.dst = result = new_vreg(dtype);
+        instr.text = absl::StrCat(op_name(node.op), " ", dtype_ir_name(dtype));
+        code.push_back(instr);
+        round_if_half(result, node.dtype);
+        break;
+      }
+      case Op::Copy:
+        result = reg_of.at(node.inputs[0]);
+        break;
+      case Op::Cast: {
+        result = convert_to(reg_of.at(node.inputs[0]), dtype);
+        if (graph.nodes[node.inputs[0]].dtype != node.dtype) round_if_half(result, node.dtype);
+        break;
+      }
+      default: {
+        std::vector<DType> input_dtypes;
+        for (ValueId in : node.inputs) input_dtypes.push_back(graph.nodes[in].dtype);
+        DType operand_dtype = op_input_compute_dtype(node.op, input_dtypes, node.dtype);
+        Instr instr{Kind::Apply};
+        for (size_t k = 0; k < node.inputs.size(); ++k)
+          instr.src[k] = convert_to(reg_of.at(node.inputs[k]), operand_dtype);
+        instr.apply = table.apply[static_cast<int>(node.op)][compute_slot(operand_dtype)];
+        if (instr.apply == nullptr)
+          throw DTypeError(absl::StrCat(op_name(node.op), " has no CPU kernel for ",
+                                        dtype_torch_name(operand_dtype)));
+        instr.dtype = op_dtype_rule(node.op) == DTypeRule::Compare ? DType::Bool : operand_dtype;
+        instr.dst = result = new_vreg(instr.dtype);
+        instr.text = absl::StrCat(op_name(node.op), " ", dtype_ir_name(operand_dtype));
+        code.push_back(instr);
+        result = convert_to(result, dtype);
+        round_if_half(result, node.dtype);
+        break;
+      }
+    }
+    reg_of[v] = result;
+    auto out = std::find(step.outputs.begin(), step.outputs.end(), v);
+    if (out != step.outputs.end()) {
+      Instr instr{Kind::Store};
+      instr.src[0] = result;
+      instr.slot = static_cast<int>(out - step.outputs.begin());
+      instr.from = vtype[result];
+      instr.dtype = node.dtype;
+      instr.text = absl::StrCat("store %", v, " ", dtype_ir_name(node.dtype));
+      code.push_back(instr);
+    }
+  }
+
+  // Map virtual registers to as few physical ones as their lifetimes allow.
+  std::vector<int> last_use(vtype.size(), -1);
+  for (size_t i = 0; i < code.size(); ++i) {
+    for (int s : code[i].src)
+      if (s >= 0) last_use[s] = static_cast<int>(i);
+    if (code[i].dst >= 0)
+      last_use[code[i].dst] = std::max(last_use[code[i].dst], static_cast<int>(i));
+  }
+  std::vector<int> physical(vtype.size(), -1);
+  std::vector<int> free_list;
+  for (size_t i = 0; i < code.size(); ++i) {
+    Instr& instr = code[i];
+    const int virtual_dst = instr.dst;
+    int virtual_src[3] = {instr.src[0], instr.src[1], instr.src[2]};
+    for (int& s : instr.src)
+      if (s >= 0) s = physical[s];
+    // The result takes a register before the operands give theirs back: a conversion between
+    // types of different widths cannot run in place.
+    if (virtual_dst >= 0) {
+      if (physical[virtual_dst] < 0) {
+        if (free_list.empty()) {
+          physical[virtual_dst] = program.num_registers_++;
+        } else {
+          physical[virtual_dst] = free_list.back();
+          free_list.pop_back();
+        }
+      }
+      instr.dst = physical[virtual_dst];
+    }
+    for (int k = 0; k < 3; ++k) {
+      int v = virtual_src[k];
+      bool repeated = (k > 0 && virtual_src[0] == v) || (k > 1 && virtual_src[1] == v);
+      if (v >= 0 && v != virtual_dst && !repeated && last_use[v] == static_cast<int>(i))
+        free_list.push_back(physical[v]);
+    }
+    if (virtual_dst >= 0 && last_use[virtual_dst] == static_cast<int>(i))
+      free_list.push_back(physical[virtual_dst]);
+  }
+  return program;
+}
+
+void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuResult> results,
+                     int64_t begin, int64_t end, std::byte* scratch) const {
+  auto reg = [&](int r) { return scratch + static_cast<size_t>(r) * kRegisterBytes; };
+  for (int64_t start = begin; start < end; start += kCpuBlock) {
+    const int64_t n = std::min(kCpuBlock, end - start);
+    const int64_t padded = (n + kCpuVectorPad - 1) / kCpuVectorPad * kCpuVectorPad;
+    for (const Instr& instr : code_) {
+      switch (instr.kind) {
+        case Kind::Load:
+          dispatch_storage(instr.from, [&]<typename S>() {
+            dispatch_compute(instr.dtype, [&]<typename R>() {
+              gather<S, R>(operands[instr.slot], start, n, reinterpret_cast<R*>(reg(instr.dst)));
+            });
+          });
+          break;
+        case Kind::Const:
+          dispatch_compute(instr.dtype, [&]<typename R>() {
+            R value = std::is_integral_v<R> && !std::is_same_v<R, bool>
+                          ? static_cast<R>(instr.int_value)
+                          : convert_value<R>(instr.value);
+            std::fill_n(reinterpret_cast<R*>(reg(instr.dst)), n, value);
+          });
+          break;
+        case Kind::Arange:
+          dispatch_compute(instr.dtype, [&]<typename R>() {
+            generate(start, n, reinterpret_cast<R*>(reg(instr.dst)),
+                     [&](int64_t i) { return instr.value + static_cast<double>(i) * instr.step; });
+          });
+          break;
+        case Kind::Rand:
+          dispatch_compute(instr.dtype, [&]<typename R>() {
+            generate(start, n, reinterpret_cast<R*>(reg(instr.dst)), [&](int64_t i) {
+              return philox_uniform(instr.offset + static_cast<uint64_t>(i), instr.seed);
+            });
+          });
+          break;
+        case Kind::Randn:
+          dispatch_compute(instr.dtype, [&]<typename R>() {
+            generate(start, n, reinterpret_cast<R*>(reg(instr.dst)), [&](int64_t i) {
+              return philox_normal(instr.offset + static_cast<uint64_t>(i), instr.seed);
+            });
+          });
+          break;
+        case Kind::Apply: {
+          const void* in[3] = {reg(instr.src[0]), instr.src[1] >= 0 ? reg(instr.src[1]) : nullptr,
+                               instr.src[2] >= 0 ? reg(instr.src[2]) : nullptr};
+          instr.apply(in, reg(instr.dst), padded);
+          break;
+        }
+        case Kind::Convert:
+          instr.convert(reg(instr.src[0]), reg(instr.dst), n);
+          break;
+        case Kind::Round: {
+          float* values = reinterpret_cast<float*>(reg(instr.dst));
+          if (instr.dtype == DType::Float16) {
+            for (int64_t i = 0; i < n; ++i) values[i] = round_to_half(values[i]);
+          } else {
+            for (int64_t i = 0; i < n; ++i) values[i] = round_to_bfloat16(values[i]);
+          }
+          break;
+        }
+        case Kind::Store:
+          dispatch_storage(instr.dtype, [&]<typename S>() {
+            dispatch_compute(instr.from, [&]<typename R>() {
+              const R* src = reinterpret_cast<const R*>(reg(instr.src[0]));
+              S* dst = static_cast<S*>(results[instr.slot].data) + start;
+              for (int64_t i = 0; i < n; ++i) dst[i] = convert_value<S>(src[i]);
+            });
+          });
+          break;
+      }
+    }
+  }
+}
+
+std::string CpuProgram::listing() const {
+  std::string out;
+  for (const Instr& instr : code_) {
+    std::vector<std::string> srcs;
+    for (int s : instr.src)
+      if (s >= 0) srcs.push_back(absl::StrCat("r", s));
+    absl::StrAppend(&out, instr.dst >= 0 ? absl::StrCat("r", instr.dst, " = ") : "", instr.text,
+                    srcs.empty() ? "" : " ", absl::StrJoin(srcs, ", "), "\n");
+  }
+  return out;
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,79 @@
+// A fused elementwise step compiled for the CPU: a straight-line program over blocks of
+// elements (numexpr's idea). Each instruction runs a vector loop over one block held in
+// registers of kCpuBlock elements, so a chain of ops makes one pass over memory and never a
+// full-size temporary; the runtime runs blocks on all cores.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "codegen/cpu_kernels.h"
+#include "ir/graph.h"
+#include "ir/schedule.h"
+
+namespace lazyfuse {
+
+// Elements per register: 1024 doubles are 8 KiB, so a program's live registers stay in L1/L2.
+inline constexpr int64_t kCpuBlock = 1024;
+
+// An operand as the program reads it: strides over the step's iteration space (0 where it
+// broadcasts), with dims the operand traverses in order merged.
+struct CpuOperand {
+  const void* data = nullptr;  // the element at index 0
+  DType dtype = DType::Float32;
+  Shape shape;
+  Strides strides;
+};
+// Prepares `data` (a tensor of `shape` and `strides`) to be read over `space`.
+CpuOperand make_cpu_operand(const void* data, DType dtype, const Shape& shape,
+                            const Strides& strides, const Shape& space);
+
+// Reads elements [start, start + n) of `operand` in row-major order into `out`, converted to
+// `to` (any dtype): contiguous copies, and the staging of library calls.
+void cpu_gather(const CpuOperand& operand, DType to, int64_t start, int64_t n, void* out);
+
+struct CpuResult {
+  void* data = nullptr;  // contiguous, step.shape
+  DType dtype = DType::Float32;
+};
+
+class CpuProgram {
+ public:
+  // Compiles an elementwise step; throws DTypeError if an op has no kernel for its dtype.
+  static CpuProgram compile(const Graph& graph, const Step& step);
+
+  int64_t numel() const { return numel_; }
+  size_t scratch_bytes() const { return static_cast<size_t>(num_registers_) * kRegisterBytes; }
+  // Computes elements [begin, end) of every result. `scratch` holds scratch_bytes(), 64-byte
+  // aligned; each thread brings its own.
+  void run(std::span<const CpuOperand> operands, std::span<const CpuResult> results, int64_t begin,
+           int64_t end, std::byte* scratch) const;
+  // A listing of the program, one instruction a line (LAZYFUSE_DUMP=cpu).
+  std::string listing() const;
+
+ private:
+  static constexpr size_t kRegisterBytes = kCpuBlock * 8;
+  enum class Kind : uint8_t { Load, Const, Arange, Rand, Randn, Apply, Convert, Round, Store };
+  struct Instr {
+    Kind kind;
+    int dst = -1;
+    int src[3] = {-1, -1, -1};
+    int slot = -1;                 // operand or result index for Load and Store
+    DType dtype = DType::Float32;  // the register's compute dtype, or what Round rounds to
+    DType from = DType::Float32;
+    CpuApplyFn apply = nullptr;
+    CpuConvertFn convert = nullptr;
+    double value = 0, step = 0;  // Const value; Arange start and step
+    int64_t int_value = 0;       // Const value of integer dtypes
+    uint64_t seed = 0, offset = 0;
+    std::string text;  // the listing's line
+  };
+  std::vector<Instr> code_;
+  int num_registers_ = 0;
+  int64_t numel_ = 0;
+};
+
+}  // namespace lazyfuse

@@ -1,0 +1,92 @@
+// The C++ type behind each dtype, and conversions between storage and compute types, shared by
+// the CPU kernels and the runtime's CPU library steps.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "codegen/half.h"
+#include "ir/dtype.h"
+
+namespace lazyfuse {
+
+// Calls f.template operator()<T>() with T the storage type of `dtype`.
+template <typename F>
+decltype(auto) dispatch_storage(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::Bool:
+      return f.template operator()<bool>();
+    case DType::Int32:
+      return f.template operator()<int32_t>();
+    case DType::Int64:
+      return f.template operator()<int64_t>();
+    case DType::Float16:
+      return f.template operator()<Half>();
+    case DType::BFloat16:
+      return f.template operator()<BFloat16>();
+    case DType::Float32:
+      return f.template operator()<float>();
+    case DType::Float64:
+      break;
+  }
+  return f.template operator()<double>();
+}
+
+// Compute dtypes (what values are in registers): bool, int32, int64, float32, float64.
+inline constexpr int kNumComputeSlots = 5;
+inline int compute_slot(DType compute) {
+  switch (compute) {
+    case DType::Bool:
+      return 0;
+    case DType::Int32:
+      return 1;
+    case DType::Int64:
+      return 2;
+    case DType::Float64:
+      return 4;
+    default:
+      return 3;
+  }
+}
+
+template <typename F>
+decltype(auto) dispatch_compute(DType dtype, F&& f) {
+  switch (compute_slot(compute_dtype(dtype))) {
+    case 0:
+      return f.template operator()<bool>();
+    case 1:
+      return f.template operator()<int32_t>();
+    case 2:
+      return f.template operator()<int64_t>();
+    case 3:
+      return f.template operator()<float>();
+    default:
+      break;
+  }
+  return f.template operator()<double>();
+}
+
+// The compute type of a storage type: half types compute in float.
+template <typename S>
+using ComputeOf =
+    std::conditional_t<std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>, float, S>;
+
+template <typename To, typename From>
+inline To convert_value(From x) {
+  if constexpr (std::is_same_v<From, Half>) {
+    return convert_value<To>(half_to_float(x));
+  } else if constexpr (std::is_same_v<From, BFloat16>) {
+    return convert_value<To>(bfloat16_to_float(x));
+  } else if constexpr (std::is_same_v<To, Half>) {
+    return float_to_half(static_cast<float>(x));
+  } else if constexpr (std::is_same_v<To, BFloat16>) {
+    return float_to_bfloat16(static_cast<float>(x));
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return x != From(0);
+  } else {
+    return static_cast<To>(x);
+  }
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,47 @@
+// Philox 4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11): a
+// counter-based generator, so element i of a random tensor depends only on (seed, offset + i)
+// and every device produces the same numbers without sharing state.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace lazyfuse {
+
+struct Philox4x32 {
+  uint32_t v[4];
+};
+
+inline Philox4x32 philox4x32_10(uint64_t counter, uint64_t seed) {
+  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
+  uint32_t c2 = 0, c3 = 0;
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
+    uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
+    uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
+    uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+    c1 = static_cast<uint32_t>(p1);
+    c3 = static_cast<uint32_t>(p0);
+    c0 = n0;
+    c2 = n2;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// Uniform in [0, 1) with 24 random bits: exactly representable in float32.
+inline double philox_uniform(uint64_t index, uint64_t seed) {
+  return (philox4x32_10(index, seed).v[0] >> 8) * (1.0 / 16777216.0);
+}
+
+// Standard normal by Box-Muller over two uniforms of the same counter; (0, 1] keeps log finite.
+inline double philox_normal(uint64_t index, uint64_t seed) {
+  Philox4x32 r = philox4x32_10(index, seed);
+  double u1 = ((r.v[0] >> 8) + 1) * (1.0 / 16777216.0);
+  double u2 = (r.v[1] >> 8) * (1.0 / 16777216.0);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+}  // namespace lazyfuse

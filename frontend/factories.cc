@@ -1,0 +1,162 @@
+// Factories: tensors from data (computed at once, on the CPU, then moved) and generators
+// (pending nodes, computed where they are used).
+#include <cmath>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/cpu_program.h"
+#include "frontend/op_builder.h"
+#include "frontend/tensor.h"
+#include "ir/errors.h"
+#include "runtime/devices.h"
+
+namespace lazyfuse {
+namespace {
+
+// The global generator: a seed, and the Philox counter the next random tensor starts at.
+struct Generator {
+  std::mutex mutex;
+  uint64_t seed = 67280421310721ull;
+  uint64_t offset = 0;
+};
+Generator& generator() {
+  static Generator g;
+  return g;
+}
+
+// Generators are made on the device they are asked for: nothing is computed, let alone moved.
+Device target_device(const TensorOptions& options, const Loc& where) {
+  try {
+    return resolve_device(options.device());
+  } catch (const Error&) {
+    detail::rethrow_at(where);
+  }
+}
+
+Tensor random(Op op, Shape shape, const TensorOptions& options, const Loc& where) {
+  if (!is_floating(options.dtype()))
+    throw DTypeError(absl::StrCat(
+        op == Op::Rand ? "rand" : "randn", ": expected a floating dtype, got ",
+        dtype_torch_name(options.dtype()), " (at ", SourceLoc::from(where).str(), ")"));
+  Attrs attrs;
+  {
+    Generator& g = generator();
+    std::lock_guard lock(g.mutex);
+    attrs.set("seed", static_cast<int64_t>(g.seed));
+    attrs.set("offset", static_cast<int64_t>(g.offset));
+    g.offset += static_cast<uint64_t>(numel(shape));
+  }
+  return detail::make_op(op, {}, std::move(attrs), where, std::move(shape), options.dtype(),
+                         target_device(options, where));
+}
+
+}  // namespace
+
+void manual_seed(uint64_t seed) {
+  Generator& g = generator();
+  std::lock_guard lock(g.mutex);
+  g.seed = seed;
+  g.offset = 0;
+}
+
+Tensor from_vector(const std::vector<double>& values, Shape shape, TensorOptions options,
+                   Loc where) {
+  if (static_cast<int64_t>(values.size()) != numel(shape))
+    throw ShapeError(absl::StrCat("from_vector: ", values.size(), " values do not fill shape ",
+                                  shape_str(shape), " (at ", SourceLoc::from(where).str(), ")"));
+  BufferView buffer = allocate_buffer(Device::cpu(), options.dtype(), shape);
+  CpuOperand source =
+      make_cpu_operand(values.data(), DType::Float64, {static_cast<int64_t>(values.size())}, {1},
+                       {static_cast<int64_t>(values.size())});
+  cpu_gather(source, options.dtype(), 0, static_cast<int64_t>(values.size()), buffer.data());
+  Tensor t(make_leaf(std::move(buffer), SourceLoc::from(where)));
+  return t.to(options.device(), where);
+}
+
+Tensor tensor(std::initializer_list<double> values, TensorOptions options, Loc where) {
+  return from_vector(std::vector<double>(values), {static_cast<int64_t>(values.size())}, options,
+                     where);
+}
+
+Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions options,
+              Loc where) {
+  std::vector<double> values;
+  int64_t cols = rows.size() ? static_cast<int64_t>(rows.begin()->size()) : 0;
+  for (const auto& row : rows) {
+    if (static_cast<int64_t>(row.size()) != cols)
+      throw ShapeError(absl::StrCat("tensor: expected sequence of length ", cols, " at dim 1 (got ",
+                                    row.size(), ") (at ", SourceLoc::from(where).str(), ")"));
+    values.insert(values.end(), row.begin(), row.end());
+  }
+  return from_vector(values, {static_cast<int64_t>(rows.size()), cols}, options, where);
+}
+
+Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<double>>> blocks,
+              TensorOptions options, Loc where) {
+  std::vector<double> values;
+  int64_t rows = blocks.size() ? static_cast<int64_t>(blocks.begin()->size()) : 0;
+  int64_t cols = rows ? static_cast<int64_t>(blocks.begin()->begin()->size()) : 0;
+  for (const auto& block : blocks) {
+    if (static_cast<int64_t>(block.size()) != rows)
+      throw ShapeError(absl::StrCat("tensor: expected sequence of length ", rows, " at dim 1 (at ",
+                                    SourceLoc::from(where).str(), ")"));
+    for (const auto& row : block) {
+      if (static_cast<int64_t>(row.size()) != cols)
+        throw ShapeError(absl::StrCat("tensor: expected sequence of length ", cols,
+                                      " at dim 2 (at ", SourceLoc::from(where).str(), ")"));
+      values.insert(values.end(), row.begin(), row.end());
+    }
+  }
+  return from_vector(values, {static_cast<int64_t>(blocks.size()), rows, cols}, options, where);
+}
+
+Tensor scalar_tensor(Scalar value, TensorOptions options, Loc where) {
+  return full({}, value, options, where);
+}
+
+Tensor full(Shape shape, Scalar value, TensorOptions options, Loc where) {
+  for (int64_t s : shape)
+    if (s < 0)
+      throw ShapeError(
+          absl::StrCat("full: negative dimension ", s, " (at ", SourceLoc::from(where).str(), ")"));
+  return detail::constant(value, options.dtype(), std::move(shape), target_device(options, where),
+                          where);
+}
+Tensor zeros(Shape shape, TensorOptions options, Loc where) {
+  return full(std::move(shape), 0, options, where);
+}
+Tensor ones(Shape shape, TensorOptions options, Loc where) {
+  return full(std::move(shape), 1, options, where);
+}
+
+Tensor arange(Scalar end, TensorOptions options, Loc where) {
+  return arange(0, end, 1, options, where);
+}
+
+Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions options, Loc where) {
+  double s = start.to_double(), e = end.to_double(), d = step.to_double();
+  if (d == 0 || (d > 0 && e < s) || (d < 0 && e > s))
+    throw ShapeError(
+        absl::StrCat("arange: upper bound and larger bound inconsistent with step sign (at ",
+                     SourceLoc::from(where).str(), ")"));
+  int64_t count = static_cast<int64_t>(std::ceil((e - s) / d));
+  // PyTorch: integer arguments give int64, any float argument the default float dtype.
+  bool any_float = start.kind() == ScalarKind::Floating || end.kind() == ScalarKind::Floating ||
+                   step.kind() == ScalarKind::Floating;
+  DType dtype = options.dtype();
+  if (!options.has_dtype() && !any_float) dtype = DType::Int64;
+  Attrs attrs;
+  attrs.set("start", s);
+  attrs.set("step", d);
+  return detail::make_op(Op::Arange, {}, std::move(attrs), where, {count}, dtype,
+                         target_device(options, where));
+}
+
+Tensor rand(Shape shape, TensorOptions options, Loc where) {
+  return random(Op::Rand, std::move(shape), options, where);
+}
+Tensor randn(Shape shape, TensorOptions options, Loc where) {
+  return random(Op::Randn, std::move(shape), options, where);
+}
+
+}  // namespace lazyfuse

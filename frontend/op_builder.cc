@@ -1,0 +1,94 @@
+// Building pending nodes.
+#include "frontend/op_builder.h"
+
+#include "absl/strings/str_cat.h"
+#include "ir/errors.h"
+#include "ir/infer.h"
+#include "runtime/env.h"
+
+namespace lazyfuse::detail {
+
+void rethrow_at(const Loc& where) {
+  std::string at = absl::StrCat(" (at ", SourceLoc::from(where).str(), ")");
+  try {
+    throw;
+  } catch (const ShapeError& e) {
+    throw ShapeError(e.what() + at);
+  } catch (const DTypeError& e) {
+    throw DTypeError(e.what() + at);
+  } catch (const DeviceIndexError& e) {
+    throw DeviceIndexError(e.what() + at);
+  } catch (const DeviceStringError& e) {
+    throw DeviceStringError(e.what() + at);
+  }
+}
+
+Tensor make_op(Op op, const std::vector<Tensor>& operands, Attrs attrs, const Loc& where,
+               Shape given, DType explicit_dtype, Device device) {
+  std::vector<LazyRef> inputs;
+  std::vector<DType> dtypes;
+  std::vector<Shape> shapes;
+  for (const Tensor& operand : operands) {
+    inputs.push_back(operand.value());  // throws for an undefined tensor
+    dtypes.push_back(operand.dtype());
+    shapes.push_back(operand.sizes());
+  }
+  Node node;
+  node.op = op;
+  node.where = SourceLoc::from(where);
+  node.device = operands.empty() ? device : operands[0].device();
+  Strides strides;
+  try {
+    node.dtype = infer_result_dtype(op, dtypes, explicit_dtype);
+    node.shape = infer_shape(op, shapes, attrs, given);
+    const Strides& in = operands.empty() ? Strides() : inputs[0]->strides;
+    switch (op) {
+      case Op::Reshape:
+        if (!view_strides(shapes[0], in, node.shape, &strides))
+          throw ShapeError(
+              "view size is not compatible with input tensor's size and stride (at least one "
+              "dimension spans across two contiguous subspaces). Use .reshape(...) instead.");
+        break;
+      case Op::Permute: {
+        const std::vector<int64_t>& dims = attrs.get_ints("dims");
+        for (int64_t d : dims)
+          strides.push_back(in[normalize_dim(d, static_cast<int64_t>(in.size()), "permute")]);
+        break;
+      }
+      case Op::Expand:
+        strides = broadcast_strides(shapes[0], in, node.shape);
+        break;
+      case Op::Narrow:
+        strides = in;
+        break;
+      default:
+        strides = contiguous_strides(node.shape);
+    }
+  } catch (const Error&) {
+    rethrow_at(where);
+  }
+  node.attrs = std::move(attrs);
+  LazyRef value = make_pending(std::move(node), std::move(inputs), std::move(strides));
+  // ArrayFire's rule: a pending graph past a bound is evaluated now, so graphs stay small
+  // enough to compile and the memory they hold stays bounded.
+  if (value->pending_nodes > env_config().max_pending) evaluate(std::span(&value, 1));
+  return Tensor(std::move(value));
+}
+
+Tensor constant(const Scalar& value, DType dtype, Shape shape, Device device, const Loc& where) {
+  Attrs attrs;
+  if (dtype == DType::Bool) {
+    attrs.set("value", value.to_double() != 0);
+  } else if (is_integral(dtype)) {
+    attrs.set("value", value.to_int());
+  } else {
+    attrs.set("value", value.to_double());
+  }
+  return make_op(Op::Const, {}, std::move(attrs), where, std::move(shape), dtype, device);
+}
+
+Tensor scalar_operand(const Scalar& value, const Tensor& like, const Loc& where) {
+  return constant(value, promote_with_scalar(like.dtype(), value.kind()), {}, like.device(), where);
+}
+
+}  // namespace lazyfuse::detail

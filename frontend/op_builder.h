@@ -1,0 +1,27 @@
+// How the frontend turns a call into a pending node: operand checks, the dtype and shape rules
+// of ir/, the layout of views, and the bound on pending work. Shared by tensor.cc, factories.cc
+// and nn.cc.
+#pragma once
+
+#include <vector>
+
+#include "frontend/tensor.h"
+#include "ir/graph.h"
+
+namespace lazyfuse::detail {
+
+// A node of `op` over `operands`. The device is the first operand's; dtype and shape follow
+// the op's rules (`given` supplies what the attributes do not: generator and view shapes).
+// Errors carry the file:line of `where`.
+Tensor make_op(Op op, const std::vector<Tensor>& operands, Attrs attrs, const Loc& where,
+               Shape given = {}, DType explicit_dtype = DType::Float32,
+               Device device = Device::cpu());
+
+// A scalar operand for `like`: a constant of the dtype PyTorch gives the scalar next to it.
+Tensor scalar_operand(const Scalar& value, const Tensor& like, const Loc& where);
+Tensor constant(const Scalar& value, DType dtype, Shape shape, Device device, const Loc& where);
+
+// Rethrows the current lazyfuse error with " (at FILE:LINE)" appended, keeping its type.
+[[noreturn]] void rethrow_at(const Loc& where);
+
+}  // namespace lazyfuse::detail

@@ -1,0 +1,424 @@
+// Tensor's methods and operators: each adds a pending node (op_builder.cc) and returns.
+#include "frontend/tensor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/cpu_program.h"
+#include "frontend/op_builder.h"
+#include "frontend/tensor_format.h"
+#include "ir/errors.h"
+#include "runtime/devices.h"
+
+namespace lazyfuse {
+
+using detail::make_op;
+using detail::scalar_operand;
+
+const LazyRef& Tensor::value() const {
+  if (!value_) throw Error("use of an undefined Tensor (default-constructed or moved from)");
+  return value_;
+}
+
+DType Tensor::dtype() const { return value()->node.dtype; }
+Device Tensor::device() const { return value()->node.device; }
+const Shape& Tensor::sizes() const { return value()->node.shape; }
+int64_t Tensor::dim() const { return static_cast<int64_t>(sizes().size()); }
+int64_t Tensor::numel() const { return lazyfuse::numel(sizes()); }
+int64_t Tensor::size(int64_t d) const { return sizes()[normalize_dim(d, dim(), "size")]; }
+bool Tensor::is_computed() const { return value()->computed(); }
+
+bool Tensor::shares_storage_with(const Tensor& other) const {
+  eval({*this, other});
+  return value()->buffer->storage == other.value()->buffer->storage;
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  const Strides& strides = value()->strides;
+  for (size_t i = sizes().size(); i-- > 0;) {
+    if (sizes()[i] != 1 && strides[i] != expected) return false;
+    expected *= sizes()[i];
+  }
+  return true;
+}
+
+Tensor Tensor::to(Device device, Loc where) const {
+  Device target = device;
+  try {
+    target = resolve_device(device);
+  } catch (const Error&) {
+    detail::rethrow_at(where);
+  }
+  if (target == this->device()) return *this;
+  return make_op(Op::To, {*this}, {}, where, {}, DType::Float32, target);
+}
+
+Tensor Tensor::to(DType dtype, Loc where) const {
+  if (dtype == this->dtype()) return *this;
+  return make_op(Op::Cast, {*this}, {}, where, {}, dtype);
+}
+
+Tensor Tensor::neg(Loc where) const { return make_op(Op::Neg, {*this}, {}, where); }
+Tensor Tensor::abs(Loc where) const { return make_op(Op::Abs, {*this}, {}, where); }
+Tensor Tensor::exp(Loc where) const { return make_op(Op::Exp, {*this}, {}, where); }
+Tensor Tensor::log(Loc where) const { return make_op(Op::Log, {*this}, {}, where); }
+Tensor Tensor::sqrt(Loc where) const { return make_op(Op::Sqrt, {*this}, {}, where); }
+Tensor Tensor::rsqrt(Loc where) const { return make_op(Op::Rsqrt, {*this}, {}, where); }
+Tensor Tensor::sin(Loc where) const { return make_op(Op::Sin, {*this}, {}, where); }
+Tensor Tensor::cos(Loc where) const { return make_op(Op::Cos, {*this}, {}, where); }
+Tensor Tensor::tanh(Loc where) const { return make_op(Op::Tanh, {*this}, {}, where); }
+Tensor Tensor::sigmoid(Loc where) const { return make_op(Op::Sigmoid, {*this}, {}, where); }
+Tensor Tensor::relu(Loc where) const { return make_op(Op::Relu, {*this}, {}, where); }
+Tensor Tensor::pow(const Tensor& exponent, Loc where) const {
+  return make_op(Op::Pow, {*this, exponent}, {}, where);
+}
+Tensor Tensor::pow(Scalar exponent, Loc where) const {
+  return make_op(Op::Pow, {*this, scalar_operand(exponent, *this, where)}, {}, where);
+}
+Tensor Tensor::clamp(Scalar min, Scalar max, Loc where) const {
+  return make_op(Op::Clamp,
+                 {*this, scalar_operand(min, *this, where), scalar_operand(max, *this, where)}, {},
+                 where);
+}
+Tensor Tensor::clamp_min(Scalar min, Loc where) const {
+  return make_op(Op::Maximum, {*this, scalar_operand(min, *this, where)}, {}, where);
+}
+Tensor Tensor::clamp_max(Scalar max, Loc where) const {
+  return make_op(Op::Minimum, {*this, scalar_operand(max, *this, where)}, {}, where);
+}
+
+namespace {
+Tensor reduce(Op op, const Tensor& t, std::vector<int64_t> dims, bool keepdim, const Loc& where) {
+  Attrs attrs;
+  attrs.set("dims", std::move(dims));
+  attrs.set("keepdim", keepdim);
+  return make_op(op, {t}, std::move(attrs), where);
+}
+}  // namespace
+
+Tensor Tensor::sum(Loc where) const { return reduce(Op::Sum, *this, {}, false, where); }
+Tensor Tensor::sum(std::vector<int64_t> dims, bool keepdim, Loc where) const {
+  return reduce(Op::Sum, *this, std::move(dims), keepdim, where);
+}
+Tensor Tensor::mean(Loc where) const { return reduce(Op::Mean, *this, {}, false, where); }
+Tensor Tensor::mean(std::vector<int64_t> dims, bool keepdim, Loc where) const {
+  return reduce(Op::Mean, *this, std::move(dims), keepdim, where);
+}
+Tensor Tensor::max(Loc where) const { return reduce(Op::Max, *this, {}, false, where); }
+Tensor Tensor::max(int64_t dim, bool keepdim, Loc where) const {
+  return reduce(Op::Max, *this, {dim}, keepdim, where);
+}
+Tensor Tensor::min(Loc where) const { return reduce(Op::Min, *this, {}, false, where); }
+Tensor Tensor::min(int64_t dim, bool keepdim, Loc where) const {
+  return reduce(Op::Min, *this, {dim}, keepdim, where);
+}
+
+Tensor Tensor::matmul(const Tensor& other, Loc where) const {
+  return make_op(Op::Matmul, {*this, other}, {}, where);
+}
+
+namespace {
+// Resolves one -1 in a requested shape, as PyTorch's infer_size.
+Shape infer_size(Shape shape, int64_t total, const Loc& where) {
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      if (infer >= 0)
+        throw ShapeError(absl::StrCat("only one dimension can be inferred (at ",
+                                      SourceLoc::from(where).str(), ")"));
+      infer = static_cast<int>(i);
+    } else if (shape[i] < 0) {
+      throw ShapeError(absl::StrCat("invalid shape dimension ", shape[i], " (at ",
+                                    SourceLoc::from(where).str(), ")"));
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || total % known != 0)
+      throw ShapeError(absl::StrCat("shape '", shape_str(shape), "' is invalid for input of size ",
+                                    total, " (at ", SourceLoc::from(where).str(), ")"));
+    shape[infer] = total / known;
+  }
+  return shape;
+}
+}  // namespace
+
+Tensor Tensor::view(Shape shape, Loc where) const {
+  return make_op(Op::Reshape, {*this}, {}, where, infer_size(std::move(shape), numel(), where));
+}
+
+Tensor Tensor::reshape(Shape shape, Loc where) const {
+  shape = infer_size(std::move(shape), numel(), where);
+  Strides strides;
+  if (shape == sizes()) return *this;
+  if (!view_strides(sizes(), value()->strides, shape, &strides)) {
+    return make_op(Op::Reshape, {contiguous(where)}, {}, where, std::move(shape));
+  }
+  return make_op(Op::Reshape, {*this}, {}, where, std::move(shape));
+}
+
+Tensor Tensor::contiguous(Loc where) const {
+  if (is_contiguous()) return *this;
+  return make_op(Op::Copy, {*this}, {}, where);
+}
+
+Tensor Tensor::permute(std::vector<int64_t> dims, Loc where) const {
+  Attrs attrs;
+  attrs.set("dims", std::move(dims));
+  return make_op(Op::Permute, {*this}, std::move(attrs), where);
+}
+
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1, Loc where) const {
+  std::vector<int64_t> dims(std::max<int64_t>(dim(), 1));
+  for (size_t i = 0; i < dims.size(); ++i) dims[i] = static_cast<int64_t>(i);
+  if (dim() == 0) return *this;
+  try {
+    std::swap(dims[normalize_dim(dim0, dim(), "transpose")],
+              dims[normalize_dim(dim1, dim(), "transpose")]);
+  } catch (const Error&) {
+    detail::rethrow_at(where);
+  }
+  return permute(std::move(dims), where);
+}
+
+Tensor Tensor::t(Loc where) const {
+  if (dim() > 2)
+    throw ShapeError(absl::StrCat("t() expects a tensor with <= 2 dimensions, but self is ", dim(),
+                                  "D (at ", SourceLoc::from(where).str(), ")"));
+  return dim() < 2 ? *this : transpose(0, 1, where);
+}
+
+Tensor Tensor::unsqueeze(int64_t d, Loc where) const {
+  Shape shape = sizes();
+  try {
+    d = normalize_dim(d, dim() + 1, "unsqueeze");
+  } catch (const Error&) {
+    detail::rethrow_at(where);
+  }
+  shape.insert(shape.begin() + d, 1);
+  return make_op(Op::Reshape, {*this}, {}, where, std::move(shape));
+}
+
+Tensor Tensor::squeeze(Loc where) const {
+  Shape shape;
+  for (int64_t s : sizes())
+    if (s != 1) shape.push_back(s);
+  if (shape == sizes()) return *this;
+  return make_op(Op::Reshape, {*this}, {}, where, std::move(shape));
+}
+
+Tensor Tensor::squeeze(int64_t d, Loc where) const {
+  try {
+    d = normalize_dim(d, dim(), "squeeze");
+  } catch (const Error&) {
+    detail::rethrow_at(where);
+  }
+  if (dim() == 0 || sizes()[d] != 1) return *this;
+  Shape shape = sizes();
+  shape.erase(shape.begin() + d);
+  return make_op(Op::Reshape, {*this}, {}, where, std::move(shape));
+}
+
+Tensor Tensor::expand(Shape shape, Loc where) const {
+  // -1 keeps the existing size, as in PyTorch.
+  size_t offset = shape.size() >= sizes().size() ? shape.size() - sizes().size() : 0;
+  for (size_t i = offset; i < shape.size(); ++i)
+    if (shape[i] == -1) shape[i] = sizes()[i - offset];
+  if (shape == sizes()) return *this;
+  return make_op(Op::Expand, {*this}, {}, where, std::move(shape));
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length, Loc where) const {
+  Shape shape = sizes();
+  try {
+    d = normalize_dim(d, dim(), "narrow");
+    if (start < 0) start += shape[d];
+  } catch (const Error&) {
+    detail::rethrow_at(where);
+  }
+  if (length >= 0 && length <= shape[d]) shape[d] = length;
+  Attrs attrs;
+  attrs.set("dim", d);
+  attrs.set("start", start);
+  if (length < 0 || length > sizes()[d]) shape[d] = length;  // the shape rule reports it
+  return make_op(Op::Narrow, {*this}, std::move(attrs), where, std::move(shape));
+}
+
+namespace {
+
+// The value's elements on the host, contiguous, converted to `as`.
+std::vector<std::byte> host_values(const Tensor& t, DType as) {
+  eval(t);
+  const BufferView& buffer = *t.value()->buffer;
+  if (!buffer.storage->device().is_cpu())
+    throw UnsupportedError("reading a CUDA tensor needs the CUDA runtime, which this build lacks");
+  std::vector<std::byte> out(t.numel() * dtype_size(as));
+  CpuOperand operand =
+      make_cpu_operand(buffer.data(), buffer.dtype, buffer.shape, buffer.strides, buffer.shape);
+  cpu_gather(operand, as, 0, t.numel(), out.data());
+  return out;
+}
+
+template <typename T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, bool>)
+    return DType::Bool;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DType::Int32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DType::Int64;
+  else if constexpr (std::is_same_v<T, float>)
+    return DType::Float32;
+  else
+    return DType::Float64;
+}
+
+}  // namespace
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  std::vector<std::byte> bytes = host_values(*this, dtype_of<T>());
+  std::vector<T> out(numel());
+  for (int64_t i = 0; i < numel(); ++i)
+    std::memcpy(&out[i], bytes.data() + i * sizeof(T), sizeof(T));
+  return out;
+}
+
+template <typename T>
+T Tensor::item() const {
+  if (numel() != 1)
+    throw ShapeError(
+        absl::StrCat("a Tensor with ", numel(), " elements cannot be converted to Scalar"));
+  return to_vector<T>()[0];
+}
+
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template <>
+std::vector<bool> Tensor::to_vector<bool>() const {
+  std::vector<std::byte> bytes = host_values(*this, DType::Bool);
+  std::vector<bool> out(numel());
+  for (int64_t i = 0; i < numel(); ++i) out[i] = bytes[i] != std::byte{0};
+  return out;
+}
+template float Tensor::item<float>() const;
+template double Tensor::item<double>() const;
+template int32_t Tensor::item<int32_t>() const;
+template int64_t Tensor::item<int64_t>() const;
+template bool Tensor::item<bool>() const;
+
+std::string Tensor::str() const {
+  FormatInput in;
+  in.shape = sizes();
+  in.is_floating = is_floating(dtype());
+  in.is_bool = dtype() == DType::Bool;
+  if (is_integral(dtype())) {
+    in.int_values = to_vector<int64_t>();
+  } else {
+    in.values = to_vector<double>();
+  }
+  bool default_dtype = dtype() == DType::Float32 ||
+                       (numel() > 0 && (dtype() == DType::Int64 || dtype() == DType::Bool));
+  if (!default_dtype) in.dtype_suffix = absl::StrCat("dtype=", dtype_torch_name(dtype()));
+  if (!device().is_cpu()) in.device_suffix = absl::StrCat("device='", device().str(), "'");
+  return format_tensor(in);
+}
+
+std::string Tensor::ir() const {
+  LazyRef v = value();
+  BuiltGraph built = build_graph(std::span(&v, 1));
+  return print_graph(built.graph);
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& tensor) { return os << tensor.str(); }
+
+// Operators.
+namespace {
+Tensor binary(Op op, const Tensor& a, const Tensor& b, const Loc& where) {
+  return make_op(op, {a, b}, {}, where);
+}
+}  // namespace
+
+#define LF_BINARY_OPERATOR(symbol, op)                                          \
+  Tensor operator symbol(TensorArg a, const Tensor& b) {                        \
+    return binary(op, a.tensor, b, a.where);                                    \
+  }                                                                             \
+  Tensor operator symbol(TensorArg a, Scalar b) {                               \
+    return binary(op, a.tensor, scalar_operand(b, a.tensor, a.where), a.where); \
+  }
+LF_BINARY_OPERATOR(+, Op::Add)
+LF_BINARY_OPERATOR(-, Op::Sub)
+LF_BINARY_OPERATOR(*, Op::Mul)
+LF_BINARY_OPERATOR(/, Op::Div)
+LF_BINARY_OPERATOR(==, Op::Eq)
+LF_BINARY_OPERATOR(!=, Op::Ne)
+LF_BINARY_OPERATOR(<, Op::Lt)
+LF_BINARY_OPERATOR(<=, Op::Le)
+LF_BINARY_OPERATOR(>, Op::Gt)
+LF_BINARY_OPERATOR(>=, Op::Ge)
+#undef LF_BINARY_OPERATOR
+
+#define LF_SCALAR_FIRST_OPERATOR(symbol, op)                                    \
+  Tensor operator symbol(Scalar a, TensorArg b) {                               \
+    return binary(op, scalar_operand(a, b.tensor, b.where), b.tensor, b.where); \
+  }
+LF_SCALAR_FIRST_OPERATOR(+, Op::Add)
+LF_SCALAR_FIRST_OPERATOR(-, Op::Sub)
+LF_SCALAR_FIRST_OPERATOR(*, Op::Mul)
+LF_SCALAR_FIRST_OPERATOR(/, Op::Div)
+#undef LF_SCALAR_FIRST_OPERATOR
+
+Tensor operator-(TensorArg a) { return a.tensor.neg(a.where); }
+
+Tensor exp(const Tensor& t, Loc where) { return t.exp(where); }
+Tensor log(const Tensor& t, Loc where) { return t.log(where); }
+Tensor sqrt(const Tensor& t, Loc where) { return t.sqrt(where); }
+Tensor tanh(const Tensor& t, Loc where) { return t.tanh(where); }
+Tensor sigmoid(const Tensor& t, Loc where) { return t.sigmoid(where); }
+Tensor relu(const Tensor& t, Loc where) { return t.relu(where); }
+Tensor abs(const Tensor& t, Loc where) { return t.abs(where); }
+Tensor sin(const Tensor& t, Loc where) { return t.sin(where); }
+Tensor cos(const Tensor& t, Loc where) { return t.cos(where); }
+Tensor pow(const Tensor& base, const Tensor& exponent, Loc where) {
+  return base.pow(exponent, where);
+}
+Tensor pow(const Tensor& base, Scalar exponent, Loc where) { return base.pow(exponent, where); }
+Tensor maximum(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::Maximum, a, b, where);
+}
+Tensor minimum(const Tensor& a, const Tensor& b, Loc where) {
+  return binary(Op::Minimum, a, b, where);
+}
+Tensor clamp(const Tensor& t, Scalar min, Scalar max, Loc where) {
+  return t.clamp(min, max, where);
+}
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b, Loc where) {
+  return make_op(Op::Where, {condition, a, b}, {}, where);
+}
+Tensor where(const Tensor& condition, const Tensor& a, Scalar b, Loc where) {
+  return make_op(Op::Where, {condition, a, scalar_operand(b, a, where)}, {}, where);
+}
+Tensor where(const Tensor& condition, Scalar a, Scalar b, Loc where) {
+  // Two scalars: the result takes their promoted dtype, as torch.where does.
+  Tensor like =
+      detail::constant(a, promote_with_scalar(promote_with_scalar(DType::Bool, a.kind()), b.kind()),
+                       {}, condition.device(), where);
+  return make_op(Op::Where, {condition, like, scalar_operand(b, like, where)}, {}, where);
+}
+Tensor matmul(const Tensor& a, const Tensor& b, Loc where) { return a.matmul(b, where); }
+
+void eval(const Tensor& t) { eval(std::vector<Tensor>{t}); }
+void eval(std::initializer_list<Tensor> tensors) { eval(std::vector<Tensor>(tensors)); }
+void eval(const std::vector<Tensor>& tensors) {
+  std::vector<LazyRef> values;
+  for (const Tensor& t : tensors) values.push_back(t.value());
+  evaluate(values);
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,257 @@
+// Tensor: a handle to a value that may not be computed yet. Every op adds a node to the pending
+// graph and returns at once; the graph runs when a value is needed (printing, item, to_vector)
+// or when eval() is called. The API follows LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "ir/device.h"
+#include "ir/dtype.h"
+#include "ir/shape.h"
+#include "runtime/lazy.h"
+
+namespace lazyfuse {
+
+inline constexpr DType kBool = DType::Bool;
+inline constexpr DType kInt32 = DType::Int32;
+inline constexpr DType kInt64 = DType::Int64;
+inline constexpr DType kFloat16 = DType::Float16;
+inline constexpr DType kBFloat16 = DType::BFloat16;
+inline constexpr DType kFloat32 = DType::Float32;
+inline constexpr DType kFloat64 = DType::Float64;
+inline constexpr DType kFloat = DType::Float32;
+inline constexpr DType kDouble = DType::Float64;
+inline constexpr DType kHalf = DType::Float16;
+inline constexpr DType kLong = DType::Int64;
+inline constexpr DType kInt = DType::Int32;
+
+// A number as an operand: keeps whether it was written as a bool, an integer or a float, which
+// decides the result dtype as in PyTorch (int tensor + 2 stays int; + 2.5 becomes float).
+class Scalar {
+ public:
+  Scalar(bool v) : kind_(ScalarKind::Bool), value_(v), int_value_(v) {}     // NOLINT
+  Scalar(int v) : kind_(ScalarKind::Integral), value_(v), int_value_(v) {}  // NOLINT
+  Scalar(int64_t v)                                                         // NOLINT
+      : kind_(ScalarKind::Integral), value_(static_cast<double>(v)), int_value_(v) {}
+  Scalar(float v) : kind_(ScalarKind::Floating), value_(v), int_value_(0) {}   // NOLINT
+  Scalar(double v) : kind_(ScalarKind::Floating), value_(v), int_value_(0) {}  // NOLINT
+  ScalarKind kind() const { return kind_; }
+  double to_double() const { return value_; }
+  int64_t to_int() const {
+    return kind_ == ScalarKind::Floating ? static_cast<int64_t>(value_) : int_value_;
+  }
+
+ private:
+  ScalarKind kind_;
+  double value_;
+  int64_t int_value_;
+};
+
+// dtype and device of a new tensor, as LibTorch's TensorOptions: rand({2, 3}, kFloat64),
+// zeros({3}, Device("cuda:1")), ones({2}, TensorOptions().dtype(kInt32).device("cpu")).
+class TensorOptions {
+ public:
+  TensorOptions() = default;
+  TensorOptions(DType dtype) : dtype_(dtype) {}                   // NOLINT
+  TensorOptions(Device device) : device_(device) {}               // NOLINT
+  TensorOptions(const char* device) : device_(Device(device)) {}  // NOLINT
+  TensorOptions dtype(DType dtype) const {
+    TensorOptions o = *this;
+    o.dtype_ = dtype;
+    return o;
+  }
+  TensorOptions device(Device device) const {
+    TensorOptions o = *this;
+    o.device_ = device;
+    return o;
+  }
+  DType dtype() const { return dtype_.value_or(DType::Float32); }
+  bool has_dtype() const { return dtype_.has_value(); }
+  Device device() const { return device_; }
+
+ private:
+  std::optional<DType> dtype_;
+  Device device_ = Device::cpu();
+};
+
+using Loc = std::source_location;
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: every use but defined() throws
+  explicit Tensor(LazyRef value) : value_(std::move(value)) {}
+
+  bool defined() const { return value_ != nullptr; }
+  DType dtype() const;
+  DType scalar_type() const { return dtype(); }
+  Device device() const;
+  const Shape& sizes() const;
+  Shape shape() const { return sizes(); }
+  int64_t size(int64_t dim) const;
+  int64_t dim() const;
+  int64_t numel() const;
+  // Whether the value has been computed (holds a buffer).
+  bool is_computed() const;
+  // The same value, not merely equal: t.to(t.device()).is_same(t).
+  bool is_same(const Tensor& other) const { return value_ == other.value_; }
+  // Whether both share one storage (views of one buffer).
+  bool shares_storage_with(const Tensor& other) const;
+
+  // Devices and dtypes. To the device or dtype the tensor already has, returns this tensor.
+  Tensor to(Device device, Loc where = Loc::current()) const;
+  Tensor to(const char* device, Loc where = Loc::current()) const {
+    return to(Device(device), where);
+  }
+  Tensor to(DType dtype, Loc where = Loc::current()) const;
+  Tensor cpu(Loc where = Loc::current()) const { return to(Device::cpu(), where); }
+
+  // Elementwise.
+  Tensor neg(Loc where = Loc::current()) const;
+  Tensor abs(Loc where = Loc::current()) const;
+  Tensor exp(Loc where = Loc::current()) const;
+  Tensor log(Loc where = Loc::current()) const;
+  Tensor sqrt(Loc where = Loc::current()) const;
+  Tensor rsqrt(Loc where = Loc::current()) const;
+  Tensor sin(Loc where = Loc::current()) const;
+  Tensor cos(Loc where = Loc::current()) const;
+  Tensor tanh(Loc where = Loc::current()) const;
+  Tensor sigmoid(Loc where = Loc::current()) const;
+  Tensor relu(Loc where = Loc::current()) const;
+  Tensor pow(const Tensor& exponent, Loc where = Loc::current()) const;
+  Tensor pow(Scalar exponent, Loc where = Loc::current()) const;
+  Tensor clamp(Scalar min, Scalar max, Loc where = Loc::current()) const;
+  Tensor clamp_min(Scalar min, Loc where = Loc::current()) const;
+  Tensor clamp_max(Scalar max, Loc where = Loc::current()) const;
+
+  // Reductions: over all dims, or the given ones.
+  Tensor sum(Loc where = Loc::current()) const;
+  Tensor sum(std::vector<int64_t> dims, bool keepdim = false, Loc where = Loc::current()) const;
+  Tensor mean(Loc where = Loc::current()) const;
+  Tensor mean(std::vector<int64_t> dims, bool keepdim = false, Loc where = Loc::current()) const;
+  Tensor max(Loc where = Loc::current()) const;
+  Tensor max(int64_t dim, bool keepdim = false, Loc where = Loc::current()) const;
+  Tensor min(Loc where = Loc::current()) const;
+  Tensor min(int64_t dim, bool keepdim = false, Loc where = Loc::current()) const;
+
+  Tensor matmul(const Tensor& other, Loc where = Loc::current()) const;
+
+  // Views: no copy (reshape copies only when no view exists, as in PyTorch).
+  Tensor reshape(Shape shape, Loc where = Loc::current()) const;
+  Tensor view(Shape shape, Loc where = Loc::current()) const;
+  Tensor transpose(int64_t dim0, int64_t dim1, Loc where = Loc::current()) const;
+  Tensor t(Loc where = Loc::current()) const;
+  Tensor permute(std::vector<int64_t> dims, Loc where = Loc::current()) const;
+  Tensor unsqueeze(int64_t dim, Loc where = Loc::current()) const;
+  Tensor squeeze(Loc where = Loc::current()) const;
+  Tensor squeeze(int64_t dim, Loc where = Loc::current()) const;
+  Tensor expand(Shape shape, Loc where = Loc::current()) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length, Loc where = Loc::current()) const;
+  Tensor contiguous(Loc where = Loc::current()) const;
+  bool is_contiguous() const;
+
+  // Reading values computes them, and copies them to the host when they live on a GPU.
+  template <typename T>
+  T item() const;
+  template <typename T>
+  std::vector<T> to_vector() const;
+  // PyTorch's print format: tensor([1., 2., 3.]).
+  std::string str() const;
+  // The text of the pending graph that computes this tensor.
+  std::string ir() const;
+
+  const LazyRef& value() const;
+
+ private:
+  LazyRef value_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
+
+// An operand of an operator together with where the operator was written: operators cannot
+// take a defaulted source_location, but the implicit conversion to this type can.
+struct TensorArg {
+  TensorArg(const Tensor& t, Loc where = Loc::current()) : tensor(t), where(where) {}  // NOLINT
+  const Tensor& tensor;
+  Loc where;
+};
+
+Tensor operator+(TensorArg a, const Tensor& b);
+Tensor operator-(TensorArg a, const Tensor& b);
+Tensor operator*(TensorArg a, const Tensor& b);
+Tensor operator/(TensorArg a, const Tensor& b);
+Tensor operator+(TensorArg a, Scalar b);
+Tensor operator-(TensorArg a, Scalar b);
+Tensor operator*(TensorArg a, Scalar b);
+Tensor operator/(TensorArg a, Scalar b);
+Tensor operator+(Scalar a, TensorArg b);
+Tensor operator-(Scalar a, TensorArg b);
+Tensor operator*(Scalar a, TensorArg b);
+Tensor operator/(Scalar a, TensorArg b);
+Tensor operator-(TensorArg a);
+Tensor operator==(TensorArg a, const Tensor& b);
+Tensor operator!=(TensorArg a, const Tensor& b);
+Tensor operator<(TensorArg a, const Tensor& b);
+Tensor operator<=(TensorArg a, const Tensor& b);
+Tensor operator>(TensorArg a, const Tensor& b);
+Tensor operator>=(TensorArg a, const Tensor& b);
+Tensor operator==(TensorArg a, Scalar b);
+Tensor operator!=(TensorArg a, Scalar b);
+Tensor operator<(TensorArg a, Scalar b);
+Tensor operator<=(TensorArg a, Scalar b);
+Tensor operator>(TensorArg a, Scalar b);
+Tensor operator>=(TensorArg a, Scalar b);
+
+// Free functions, as torch::exp(t) and friends.
+Tensor exp(const Tensor& t, Loc where = Loc::current());
+Tensor log(const Tensor& t, Loc where = Loc::current());
+Tensor sqrt(const Tensor& t, Loc where = Loc::current());
+Tensor tanh(const Tensor& t, Loc where = Loc::current());
+Tensor sigmoid(const Tensor& t, Loc where = Loc::current());
+Tensor relu(const Tensor& t, Loc where = Loc::current());
+Tensor abs(const Tensor& t, Loc where = Loc::current());
+Tensor sin(const Tensor& t, Loc where = Loc::current());
+Tensor cos(const Tensor& t, Loc where = Loc::current());
+Tensor pow(const Tensor& base, const Tensor& exponent, Loc where = Loc::current());
+Tensor pow(const Tensor& base, Scalar exponent, Loc where = Loc::current());
+Tensor maximum(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor minimum(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor clamp(const Tensor& t, Scalar min, Scalar max, Loc where = Loc::current());
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b, Loc where = Loc::current());
+Tensor where(const Tensor& condition, Scalar a, Scalar b, Loc where = Loc::current());
+Tensor where(const Tensor& condition, const Tensor& a, Scalar b, Loc where = Loc::current());
+Tensor matmul(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+
+// Factories. Tensors are created on the CPU as float32 unless the options say otherwise.
+Tensor tensor(std::initializer_list<double> values, TensorOptions options = {},
+              Loc where = Loc::current());
+Tensor tensor(std::initializer_list<std::initializer_list<double>> values,
+              TensorOptions options = {}, Loc where = Loc::current());
+Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<double>>> values,
+              TensorOptions options = {}, Loc where = Loc::current());
+Tensor from_vector(const std::vector<double>& values, Shape shape, TensorOptions options = {},
+                   Loc where = Loc::current());
+Tensor scalar_tensor(Scalar value, TensorOptions options = {}, Loc where = Loc::current());
+Tensor zeros(Shape shape, TensorOptions options = {}, Loc where = Loc::current());
+Tensor ones(Shape shape, TensorOptions options = {}, Loc where = Loc::current());
+Tensor full(Shape shape, Scalar value, TensorOptions options = {}, Loc where = Loc::current());
+Tensor arange(Scalar end, TensorOptions options = {}, Loc where = Loc::current());
+Tensor arange(Scalar start, Scalar end, Scalar step = 1, TensorOptions options = {},
+              Loc where = Loc::current());
+// Uniform in [0, 1) and standard normal, from the global Philox generator.
+Tensor rand(Shape shape, TensorOptions options = {}, Loc where = Loc::current());
+Tensor randn(Shape shape, TensorOptions options = {}, Loc where = Loc::current());
+void manual_seed(uint64_t seed);
+
+// Computes the tensors' values in one evaluation that shares their common work.
+void eval(const Tensor& t);
+void eval(std::initializer_list<Tensor> tensors);
+void eval(const std::vector<Tensor>& tensors);
+
+}  // namespace lazyfuse

@@ -1,0 +1,11 @@
+// lazyfuse: lazy tensors whose elementwise chains run as fused kernels.
+// The one header users include: #include <lazyfuse/lazyfuse.h>
+#pragma once
+
+#include "frontend/nn.h"
+#include "frontend/tensor.h"
+#include "ir/device.h"
+#include "ir/dtype.h"
+#include "ir/errors.h"
+#include "runtime/devices.h"
+#include "runtime/storage.h"

@@ -1,0 +1,57 @@
+// The typed errors of lazyfuse. Every message says what was wrong and where: the op, the values
+// involved, and the file:line of the user's code that made them.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace lazyfuse {
+
+// Base of every error lazyfuse raises on purpose.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Operands of one op live on different devices (raised by the placement pass).
+class DeviceMismatchError : public Error {
+  using Error::Error;
+};
+// Shapes that do not broadcast, bad dims, views that cannot be expressed.
+class ShapeError : public Error {
+  using Error::Error;
+};
+// An op applied to a dtype it does not support.
+class DTypeError : public Error {
+  using Error::Error;
+};
+// A device string that does not parse ("cuda:x", "tpu").
+class DeviceStringError : public Error {
+  using Error::Error;
+};
+// A device that does not exist on this machine ("cuda:1" with one GPU, any CUDA without one).
+class DeviceIndexError : public Error {
+  using Error::Error;
+};
+// IR text that does not parse; the message begins with "LINE:COL: ".
+class ParseError : public Error {
+ public:
+  ParseError(const std::string& message, int line, int column)
+      : Error(message), line_(line), column_(column) {}
+  int line() const { return line_; }
+  int column() const { return column_; }
+
+ private:
+  int line_;
+  int column_;
+};
+// A graph that breaks an IR invariant: a bug in a pass or a hand-written IR file.
+class VerifierError : public Error {
+  using Error::Error;
+};
+// Something valid that this build cannot do (for example a backend it was built without).
+class UnsupportedError : public Error {
+  using Error::Error;
+};
+
+}  // namespace lazyfuse

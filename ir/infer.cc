@@ -1,0 +1,166 @@
+// Shape rules: broadcasting, reductions, matmul and views.
+#include "ir/infer.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "ir/errors.h"
+
+namespace lazyfuse {
+namespace {
+
+Shape broadcast_all(std::span<const Shape> inputs) {
+  Shape result;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Shape next;
+    if (!broadcast_shapes(result, inputs[i], &next)) {
+      // Name the first dim that fails, counted from the end as PyTorch does.
+      const Shape& a = result;
+      const Shape& b = inputs[i];
+      size_t rank = std::max(a.size(), b.size());
+      for (size_t d = 0; d < rank; ++d) {
+        int64_t da = d < rank - a.size() ? 1 : a[d - (rank - a.size())];
+        int64_t db = d < rank - b.size() ? 1 : b[d - (rank - b.size())];
+        if (da != db && da != 1 && db != 1)
+          throw ShapeError(absl::StrCat("The size of tensor a (", da,
+                                        ") must match the size of tensor b (", db,
+                                        ") at non-singleton dimension ", d));
+      }
+    }
+    result = std::move(next);
+  }
+  return result;
+}
+
+Shape matmul_shape(const Shape& a, const Shape& b) {
+  if (a.empty() || b.empty()) throw ShapeError("matmul: both arguments need at least 1 dimension");
+  int64_t k_a = a.back();
+  int64_t k_b = b.size() == 1 ? b[0] : b[b.size() - 2];
+  if (k_a != k_b) {
+    auto dims = [](const Shape& s) {
+      return s.size() == 1 ? absl::StrCat(s[0]) : absl::StrCat(s[s.size() - 2], "x", s.back());
+    };
+    throw ShapeError(absl::StrCat("mat1 and mat2 shapes cannot be multiplied (", dims(a), " and ",
+                                  dims(b), ")"));
+  }
+  Shape batch_a(a.begin(), a.end() - std::min<size_t>(a.size(), 2));
+  Shape batch_b(b.begin(), b.end() - std::min<size_t>(b.size(), 2));
+  Shape batch;
+  if (!broadcast_shapes(batch_a, batch_b, &batch))
+    throw ShapeError(absl::StrCat("matmul: batch dims ", shape_str(batch_a), " and ",
+                                  shape_str(batch_b), " do not broadcast"));
+  Shape result = batch;
+  if (a.size() >= 2) result.push_back(a[a.size() - 2]);
+  if (b.size() >= 2) result.push_back(b.back());
+  return result;
+}
+
+}  // namespace
+
+std::vector<int64_t> reduction_dims(const Attrs& attrs, int64_t rank) {
+  std::vector<int64_t> dims;
+  if (attrs.has("dims")) {
+    for (int64_t d : attrs.get_ints("dims")) dims.push_back(normalize_dim(d, rank, "reduction"));
+  }
+  if (dims.empty()) {
+    for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+  }
+  std::sort(dims.begin(), dims.end());
+  if (std::adjacent_find(dims.begin(), dims.end()) != dims.end())
+    throw ShapeError("reduction: a dim appears more than once in the list of dims");
+  return dims;
+}
+
+Shape infer_shape(Op op, std::span<const Shape> inputs, const Attrs& attrs, const Shape& given) {
+  switch (op_kind(op)) {
+    case OpKind::Source:
+      return given;
+    case OpKind::Elementwise:
+      return broadcast_all(inputs);
+    case OpKind::Transfer:
+      return inputs[0];
+    case OpKind::Matmul:
+      return matmul_shape(inputs[0], inputs[1]);
+    case OpKind::Reduction: {
+      const Shape& in = inputs[0];
+      std::vector<int64_t> dims = reduction_dims(attrs, static_cast<int64_t>(in.size()));
+      bool keepdim = attrs.has("keepdim") && attrs.get_bool("keepdim");
+      Shape result;
+      for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+        bool reduced = std::binary_search(dims.begin(), dims.end(), d);
+        if (reduced && in[d] == 0 && (op == Op::Max || op == Op::Min))
+          throw ShapeError(absl::StrCat(op_name(op), "(): Expected reduction dim ", d,
+                                        " to have non-zero size"));
+        if (!reduced)
+          result.push_back(in[d]);
+        else if (keepdim)
+          result.push_back(1);
+      }
+      return result;
+    }
+    case OpKind::View:
+      break;
+  }
+  const Shape& in = inputs[0];
+  int64_t rank = static_cast<int64_t>(in.size());
+  switch (op) {
+    case Op::Reshape:
+      if (numel(given) != numel(in))
+        throw ShapeError(absl::StrCat("shape '", shape_str(given),
+                                      "' is invalid for input of size ", numel(in)));
+      return given;
+    case Op::Permute: {
+      const std::vector<int64_t>& dims = attrs.get_ints("dims");
+      if (static_cast<int64_t>(dims.size()) != rank)
+        throw ShapeError(
+            absl::StrCat("permute: number of dimensions in the tensor input "
+                         "does not match the length of the desired ordering of "
+                         "dimensions i.e. input.dim() = ",
+                         rank, " is not equal to len(dims) = ", dims.size()));
+      Shape result(rank);
+      std::vector<bool> seen(rank, false);
+      for (int64_t i = 0; i < rank; ++i) {
+        int64_t d = normalize_dim(dims[i], rank, "permute");
+        if (seen[d]) throw ShapeError("permute(): duplicate dims are not allowed.");
+        seen[d] = true;
+        result[i] = in[d];
+      }
+      return result;
+    }
+    case Op::Expand: {
+      if (given.size() < in.size())
+        throw ShapeError(absl::StrCat("expand: the number of sizes provided (", given.size(),
+                                      ") must be greater or equal to the number of dimensions in "
+                                      "the tensor (",
+                                      in.size(), ")"));
+      size_t offset = given.size() - in.size();
+      for (size_t i = 0; i < in.size(); ++i) {
+        if (in[i] != given[offset + i] && in[i] != 1)
+          throw ShapeError(absl::StrCat("The expanded size of the tensor (", given[offset + i],
+                                        ") must match the existing size (", in[i],
+                                        ") at non-singleton dimension ", offset + i,
+                                        ".  Target sizes: ", shape_str(given),
+                                        ".  Tensor sizes: ", shape_str(in)));
+      }
+      return given;
+    }
+    case Op::Narrow: {
+      int64_t dim = normalize_dim(attrs.get_int("dim"), rank, "narrow");
+      int64_t start = attrs.get_int("start");
+      if (given.size() != in.size())
+        throw ShapeError("narrow: the result must keep the operand's rank");
+      int64_t length = given[dim];
+      if (start < 0 || length < 0 || start + length > in[dim])
+        throw ShapeError(absl::StrCat("start (", start, ") + length (", length,
+                                      ") exceeds dimension size (", in[dim], ")."));
+      Shape result = in;
+      result[dim] = length;
+      return result;
+    }
+    default:
+      break;
+  }
+  return given;
+}
+
+}  // namespace lazyfuse

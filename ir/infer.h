@@ -1,0 +1,18 @@
+// The shape rule of every op, written once: the frontend uses it to give a new node its shape,
+// the verifier to check a graph. Each throws ShapeError with PyTorch's wording.
+#pragma once
+
+#include <span>
+
+#include "ir/graph.h"
+
+namespace lazyfuse {
+
+// `given` is the node's own shape, needed where the attributes do not determine the result:
+// generators, reshape, expand and narrow. For those the rule checks `given` against the operand.
+Shape infer_shape(Op op, std::span<const Shape> inputs, const Attrs& attrs, const Shape& given);
+
+// The dims a reduction reduces, normalized and sorted; all dims when the attribute is empty.
+std::vector<int64_t> reduction_dims(const Attrs& attrs, int64_t rank);
+
+}  // namespace lazyfuse

@@ -1,0 +1,64 @@
+// Op, its kind and its dtype rule, generated from the one table in ops.def.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "ir/dtype.h"
+
+namespace lazyfuse {
+
+enum class Op : uint8_t {
+#define LF_OP(Name, mnemonic, kind, arity, dtype_rule) Name,
+#include "ir/ops.def"
+};
+
+inline constexpr int kNumOps = 0
+#define LF_OP(Name, mnemonic, kind, arity, dtype_rule) +1
+#include "ir/ops.def"
+    ;
+
+enum class OpKind : uint8_t { Source, Elementwise, Reduction, Matmul, View, Transfer };
+
+// How an op's result dtype follows from its operands.
+enum class DTypeRule : uint8_t {
+  Explicit,      // given by the node (params, generators, casts)
+  Same,          // the operand's dtype
+  Promote,       // promote_types over the operands
+  FloatPromote,  // promoted, and integers or bool become float32 (true division, exp of ints)
+  Compare,       // bool; operands compared in their promoted dtype
+  Where,         // operand 0 is a bool condition; the result promotes operands 1 and 2
+  SumReduce,     // integers and bool sum to int64
+  MeanReduce,    // floating only
+  SameOperands,  // both operands must have one dtype (matmul)
+};
+
+const char* op_name(Op op);
+std::optional<Op> op_from_name(std::string_view name);
+OpKind op_kind(Op op);
+int op_arity(Op op);
+DTypeRule op_dtype_rule(Op op);
+// Whether an elementwise op accepts bool operands.
+bool op_accepts_bool(Op op);
+
+inline bool is_elementwise(Op op) { return op_kind(op) == OpKind::Elementwise; }
+inline bool is_reduction(Op op) { return op_kind(op) == OpKind::Reduction; }
+inline bool is_view(Op op) { return op_kind(op) == OpKind::View; }
+// Generators compute each element from its index alone: fusable like elementwise ops.
+inline bool is_generator(Op op) {
+  return op == Op::Const || op == Op::Arange || op == Op::Rand || op == Op::Randn;
+}
+// What the fusion pass may put in one elementwise kernel.
+inline bool is_fusable_elementwise(Op op) { return is_elementwise(op) || is_generator(op); }
+
+// The dtype an op's inputs are converted to before it computes (the promoted dtype, in its
+// compute form: half types compute in float32).
+DType op_input_compute_dtype(Op op, std::span<const DType> inputs, DType result);
+
+// The result dtype by the op's rule; throws DTypeError naming the op when the operands are not
+// accepted. `explicit_dtype` is used for DTypeRule::Explicit.
+DType infer_result_dtype(Op op, std::span<const DType> inputs, DType explicit_dtype);
+
+}  // namespace lazyfuse

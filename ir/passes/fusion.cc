@@ -1,0 +1,303 @@
+// Fusion: the graph cut into steps.
+//
+// Note [The fusion algorithm]
+// Nodes are visited in topological order. A fusable node (an elementwise op, cast, copy or
+// generator) joins the groups of those operands that are fusable, of the same shape and on the
+// same device, merging them into one group, when that creates no cycle: no operand outside the
+// merged group, and no outside value that a candidate group reads, may depend on a group being
+// merged (each node carries the set of groups it depends on, `reach`). When the merge would
+// cycle the node tries the first candidate alone, and otherwise starts a group of its own.
+// Every member of a group has the group's shape; a value of another shape that a group reads
+// with broadcasting is read from storage. Scalar constants are not values of their own: each
+// group that uses one computes it in place, so they never cost a load or a store.
+// Reductions, matmul, views and transfers are a step each. (Fusing reductions with their
+// producers and consumers is the CUDA path's job; it reuses this grouping.)
+//
+// Caps, each cutting a group when exceeded: `max_nodes` members (compile time and registers
+// grow with the body), `max_inputs` operands read from storage (kernel parameter space and
+// memory streams per thread), `max_outputs` stored values.
+//
+// Before: a placed graph (run_placement), usually after cse and dce.
+// After: a Schedule whose steps, in an order where each step's inputs are params or outputs of
+// earlier steps, cover every non-param node once (a scalar constant once per user step, or as
+// a step of its own when it is returned or read by a non-elementwise step). The graph itself is
+// unchanged.
+#include <algorithm>
+#include <numeric>
+#include <queue>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
+#include "ir/passes/passes.h"
+
+namespace lazyfuse {
+namespace {
+
+bool is_scalar_const(const Node& node) { return node.op == Op::Const && numel(node.shape) == 1; }
+
+StepKind step_kind(Op op) {
+  switch (op_kind(op)) {
+    case OpKind::Reduction:
+      return StepKind::Reduction;
+    case OpKind::Matmul:
+      return StepKind::Matmul;
+    case OpKind::View:
+      return StepKind::View;
+    case OpKind::Transfer:
+      return StepKind::Transfer;
+    default:
+      return StepKind::Elementwise;
+  }
+}
+
+class UnionFind {
+ public:
+  int make() {
+    parent_.push_back(static_cast<int>(parent_.size()));
+    return parent_.back();
+  }
+  int find(int x) {
+    while (parent_[x] != x) x = parent_[x] = parent_[parent_[x]];
+    return x;
+  }
+  void unite(int into, int from) { parent_[find(from)] = find(into); }
+
+ private:
+  std::vector<int> parent_;
+};
+
+struct Group {
+  std::vector<ValueId> members;
+  absl::flat_hash_set<int> ext_reach;  // groups that the group's outside operands depend on
+  absl::flat_hash_set<ValueId> ext_inputs;
+};
+
+uint64_t kernel_key(const Graph& graph, const Step& step) {
+  // Local numbering: inputs first, then members, so the key does not depend on value ids.
+  absl::flat_hash_map<ValueId, int> local;
+  for (ValueId v : step.inputs) local.emplace(v, static_cast<int>(local.size()));
+  for (ValueId v : step.nodes) local.emplace(v, static_cast<int>(local.size()));
+  uint64_t h = absl::HashOf(static_cast<int>(step.kind), step.shape.size(), step.device);
+  for (ValueId v : step.inputs) {
+    const Node& n = graph.nodes[v];
+    // Which dims broadcast is part of the kernel; the sizes are not.
+    std::vector<bool> broadcast;
+    size_t offset = step.shape.size() - std::min(step.shape.size(), n.shape.size());
+    for (size_t d = 0; d < n.shape.size(); ++d)
+      broadcast.push_back(n.shape[d] == 1 && offset + d < step.shape.size() &&
+                          step.shape[offset + d] != 1);
+    h = absl::HashOf(h, n.dtype, n.shape.size(), broadcast);
+  }
+  for (ValueId v : step.nodes) {
+    const Node& n = graph.nodes[v];
+    std::vector<int> operands;
+    for (ValueId in : n.inputs) operands.push_back(local.at(in));
+    h = absl::HashOf(h, n.op, n.dtype, n.shape.size(), operands, hash_attrs(n.attrs));
+  }
+  for (ValueId v : step.outputs) h = absl::HashOf(h, local.at(v));
+  return h;
+}
+
+}  // namespace
+
+Schedule run_fusion(Graph graph, const FusionOptions& options) {
+  const size_t n = graph.nodes.size();
+  std::vector<std::vector<ValueId>> users = users_of(graph);
+  std::vector<bool> is_output(n, false);
+  for (ValueId v : graph.outputs) is_output[v] = true;
+
+  UnionFind groups_uf;
+  std::vector<Group> groups;
+  std::vector<int> group_of(n, -1);
+  std::vector<absl::flat_hash_set<int>> reach(n);  // groups of the node and its ancestors
+
+  auto canonical = [&](const absl::flat_hash_set<int>& raw) {
+    absl::flat_hash_set<int> out;
+    for (int g : raw) out.insert(groups_uf.find(g));
+    return out;
+  };
+  auto intersects = [&](const absl::flat_hash_set<int>& raw, const absl::flat_hash_set<int>& set) {
+    for (int g : raw) {
+      if (set.contains(groups_uf.find(g))) return true;
+    }
+    return false;
+  };
+
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = graph.nodes[i];
+    ValueId id = static_cast<ValueId>(i);
+    for (ValueId in : node.inputs) reach[i].insert(reach[in].begin(), reach[in].end());
+    if (node.op == Op::Param || is_scalar_const(node)) continue;
+
+    absl::flat_hash_set<int> candidates;
+    bool fusable = options.enabled && is_fusable_elementwise(node.op);
+    if (fusable) {
+      for (ValueId in : node.inputs) {
+        const Node& operand = graph.nodes[in];
+        if (group_of[in] >= 0 && is_fusable_elementwise(operand.op) &&
+            operand.shape == node.shape && operand.device == node.device)
+          candidates.insert(groups_uf.find(group_of[in]));
+      }
+    }
+    auto can_join = [&](const absl::flat_hash_set<int>& merged) {
+      size_t members = 1;
+      absl::flat_hash_set<ValueId> inputs;
+      for (int g : merged) {
+        if (intersects(groups[g].ext_reach, merged)) return false;
+        members += groups[g].members.size();
+        inputs.insert(groups[g].ext_inputs.begin(), groups[g].ext_inputs.end());
+      }
+      for (ValueId in : node.inputs) {
+        if (group_of[in] >= 0 && merged.contains(groups_uf.find(group_of[in]))) continue;
+        if (intersects(reach[in], merged)) return false;
+        if (!is_scalar_const(graph.nodes[in])) inputs.insert(in);
+      }
+      // Operands that become members stop being inputs.
+      for (auto it = inputs.begin(); it != inputs.end();) {
+        auto next = std::next(it);
+        if (group_of[*it] >= 0 && merged.contains(groups_uf.find(group_of[*it]))) inputs.erase(it);
+        it = next;
+      }
+      return static_cast<int>(members) <= options.max_nodes &&
+             static_cast<int>(inputs.size()) <= options.max_inputs;
+    };
+
+    int target = -1;
+    if (!candidates.empty() && can_join(candidates)) {
+      target = *candidates.begin();
+      for (int g : candidates) {
+        if (g == target) continue;
+        Group& from = groups[g];
+        Group& into = groups[target];
+        into.members.insert(into.members.end(), from.members.begin(), from.members.end());
+        into.ext_reach.insert(from.ext_reach.begin(), from.ext_reach.end());
+        into.ext_inputs.insert(from.ext_inputs.begin(), from.ext_inputs.end());
+        groups_uf.unite(target, g);
+        from = Group();
+      }
+      target = groups_uf.find(target);
+    } else {
+      for (ValueId in : node.inputs) {
+        if (group_of[in] < 0) continue;
+        int g = groups_uf.find(group_of[in]);
+        if (candidates.contains(g) && can_join({g})) {
+          target = g;
+          break;
+        }
+      }
+    }
+    if (target < 0) {
+      target = groups_uf.make();
+      groups.emplace_back();
+    }
+    Group& group = groups[target];
+    group.members.push_back(id);
+    group_of[i] = target;
+    for (ValueId in : node.inputs) {
+      if (group_of[in] >= 0 && groups_uf.find(group_of[in]) == target) continue;
+      if (is_scalar_const(graph.nodes[in])) continue;
+      group.ext_inputs.insert(in);
+      group.ext_reach.insert(reach[in].begin(), reach[in].end());
+    }
+    // Members that joined may have been external inputs of the group before.
+    for (auto it = group.ext_inputs.begin(); it != group.ext_inputs.end();) {
+      auto next = std::next(it);
+      if (group_of[*it] >= 0 && groups_uf.find(group_of[*it]) == target) group.ext_inputs.erase(it);
+      it = next;
+    }
+    reach[i].insert(target);
+  }
+
+  // A scalar constant needs a step of its own only when it is returned or a non-elementwise
+  // node reads it.
+  for (size_t i = 0; i < n; ++i) {
+    if (!is_scalar_const(graph.nodes[i])) continue;
+    bool stored = is_output[i];
+    for (ValueId user : users[i]) stored |= !is_fusable_elementwise(graph.nodes[user].op);
+    if (!stored) continue;
+    group_of[i] = groups_uf.make();
+    groups.emplace_back();
+    groups.back().members.push_back(static_cast<ValueId>(i));
+  }
+
+  // Build the steps.
+  std::vector<int> step_of_group(groups.size(), -1);
+  Schedule schedule;
+  std::vector<Step>& steps = schedule.steps;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups_uf.find(static_cast<int>(g)) != static_cast<int>(g) || groups[g].members.empty())
+      continue;
+    std::vector<ValueId> members = groups[g].members;
+    std::sort(members.begin(), members.end());
+    Step step;
+    step.kind = step_kind(graph.nodes[members[0]].op);
+    const Node& last = graph.nodes[members.back()];
+    step.shape = last.shape;
+    step.device = last.device;
+    absl::flat_hash_set<ValueId> member_set(members.begin(), members.end());
+    // Scalar constants used by the members are computed in place.
+    std::vector<ValueId> with_consts;
+    for (ValueId m : members) {
+      for (ValueId in : graph.nodes[m].inputs) {
+        if (step.kind == StepKind::Elementwise && is_scalar_const(graph.nodes[in]) &&
+            !member_set.contains(in)) {
+          member_set.insert(in);
+          with_consts.push_back(in);
+        }
+      }
+      with_consts.push_back(m);
+    }
+    std::sort(with_consts.begin(), with_consts.end());
+    step.nodes = with_consts;
+    absl::flat_hash_set<ValueId> inputs_seen;
+    for (ValueId m : step.nodes) {
+      for (ValueId in : graph.nodes[m].inputs) {
+        if (!member_set.contains(in) && inputs_seen.insert(in).second) step.inputs.push_back(in);
+      }
+      // An inlined constant is recomputed wherever it is used, never stored.
+      if (is_scalar_const(graph.nodes[m]) && group_of[m] != static_cast<int>(g)) continue;
+      bool needed = is_output[m];
+      for (ValueId user : users[m]) needed |= !member_set.contains(user);
+      if (needed) step.outputs.push_back(m);
+    }
+    step_of_group[g] = static_cast<int>(steps.size());
+    steps.push_back(std::move(step));
+  }
+
+  // Order the steps so that producers come first (Kahn's algorithm, smallest first member
+  // first so that the order follows the user's program).
+  std::vector<int> producer_step(n, -1);
+  for (size_t s = 0; s < steps.size(); ++s)
+    for (ValueId v : steps[s].outputs) producer_step[v] = static_cast<int>(s);
+  std::vector<std::vector<int>> consumers(steps.size());
+  std::vector<int> indegree(steps.size(), 0);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    absl::flat_hash_set<int> producers;
+    for (ValueId in : steps[s].inputs) {
+      if (producer_step[in] >= 0) producers.insert(producer_step[in]);
+    }
+    for (int p : producers) {
+      consumers[p].push_back(static_cast<int>(s));
+      ++indegree[s];
+    }
+  }
+  using Entry = std::pair<ValueId, int>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> ready;
+  for (size_t s = 0; s < steps.size(); ++s)
+    if (indegree[s] == 0) ready.push({steps[s].nodes.back(), static_cast<int>(s)});
+  std::vector<Step> ordered;
+  while (!ready.empty()) {
+    int s = ready.top().second;
+    ready.pop();
+    for (int c : consumers[s])
+      if (--indegree[c] == 0) ready.push({steps[c].nodes.back(), c});
+    ordered.push_back(std::move(steps[s]));
+  }
+  steps = std::move(ordered);
+  for (Step& step : steps) step.kernel_key = kernel_key(graph, step);
+  schedule.graph = std::move(graph);
+  return schedule;
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,42 @@
+// The passes over a Graph, one per file, and the pipeline that runs them in order.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/schedule.h"
+
+namespace lazyfuse {
+
+// placement.cc: scalar constants take their user's device; every other node's operands must be
+// on its device (a transfer excepted), else DeviceMismatchError.
+void run_placement(Graph& graph);
+// cse.cc: structurally equal nodes become one.
+void run_cse(Graph& graph);
+// dce.cc: nodes no output depends on are removed (params stay: callers bind them by position).
+void run_dce(Graph& graph);
+// fusion.cc: the graph cut into steps: fused elementwise kernels, reductions, library calls,
+// views and transfers.
+Schedule run_fusion(Graph graph, const FusionOptions& options);
+
+// The pass names, in pipeline order, as --print-after and LAZYFUSE_DUMP name them.
+inline constexpr std::string_view kPassNames[] = {"placement", "cse", "dce", "fusion"};
+
+struct PipelineOptions {
+  FusionOptions fusion;
+  // Passes to run, in pipeline order; empty runs all of them.
+  std::vector<std::string> only;
+  // Called after each pass with its name and the IR text as it stands.
+  std::function<void(std::string_view pass, const std::string& ir)> after_pass;
+  // Called before the first pass with the input IR (LAZYFUSE_DUMP=ir shows it).
+  std::function<void(const std::string& ir)> before_all;
+};
+
+// Runs verify, placement, cse, dce, fusion (verifying between passes in debug builds).
+// Without fusion in `only`, every node becomes a step of its own.
+Schedule run_pipeline(Graph graph, const PipelineOptions& options);
+
+}  // namespace lazyfuse

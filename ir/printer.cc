@@ -1,0 +1,169 @@
+// The IR text printer: SSA, MLIR-like, one node per line. parser.cc reads exactly this back, so
+// every choice here (float spelling, quoting, where a loc goes) has a twin there.
+//
+//   graph @main(%0: f32[3] @cpu, %1: f32[3] @cuda:0) {
+//     %2 = const {value = 2.0} : f32[] @cpu
+//     %3 = add %0, %2 : f32[3] @cpu loc("model.cc":12:7)
+//     return %3
+//   }
+#include <charconv>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace lazyfuse {
+namespace {
+
+// Plain std::string appends rather than absl::StrCat: the installed abseil's StrCat does not
+// take std::string_view (its absl::string_view is a distinct class), and op names and
+// attribute keys are std::string_views.
+void append_value_name(std::string* out, int64_t id) {
+  out->push_back('%');
+  out->append(std::to_string(id));
+}
+
+// The shortest spelling that reads back as the same double, and always one that the parser
+// sees as a float rather than an integer ("2" would come back as int64 2).
+std::string format_double(double value) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  std::string text(buffer, end);
+  // 'n' covers "inf" and "nan"; 'e' the exponent form.
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";
+  return text;
+}
+
+struct AttrValuePrinter {
+  std::string* out;
+  void operator()(int64_t value) const { out->append(std::to_string(value)); }
+  void operator()(double value) const { out->append(format_double(value)); }
+  void operator()(bool value) const { out->append(value ? "true" : "false"); }
+  void operator()(const std::vector<int64_t>& values) const {
+    out->push_back('[');
+    for (size_t k = 0; k < values.size(); ++k) {
+      if (k > 0) out->append(", ");
+      out->append(std::to_string(values[k]));
+    }
+    out->push_back(']');
+  }
+};
+
+// A string literal with the escapes the parser undoes; file names rarely need any, but a
+// Windows path's backslashes must survive the round trip.
+void append_quoted(std::string* out, std::string_view text) {
+  out->push_back('"');
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          constexpr char kHex[] = "0123456789abcdef";
+          out->append("\\x");
+          out->push_back(kHex[(static_cast<unsigned char>(c) >> 4) & 0xf]);
+          out->push_back(kHex[static_cast<unsigned char>(c) & 0xf]);
+        } else {
+          out->push_back(c);
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+bool is_bare_name(std::string_view name) {
+  if (name.empty()) return false;
+  auto is_alpha = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  };
+  if (!is_alpha(name[0])) return false;
+  for (char c : name) {
+    if (!is_alpha(c) && !(c >= '0' && c <= '9') && c != '.' && c != '$') return false;
+  }
+  return true;
+}
+
+void append_type_and_loc(std::string* out, const Node& node, const PrintOptions& options) {
+  out->append(node.type_str());
+  if (options.locations && node.where.known()) {
+    out->append(" loc(");
+    append_quoted(out, node.where.file);
+    out->append(":" + std::to_string(node.where.line) + ":" + std::to_string(node.where.column) +
+                ")");
+  }
+}
+
+}  // namespace
+
+std::string print_node(const Graph& graph, ValueId id, const PrintOptions& options) {
+  const Node& node = graph.nodes[id];
+  std::string out;
+  append_value_name(&out, id);
+  out += " = ";
+  out += op_name(node.op);
+  for (size_t k = 0; k < node.inputs.size(); ++k) {
+    out += k == 0 ? " " : ", ";
+    append_value_name(&out, node.inputs[k]);
+  }
+  if (!node.attrs.empty()) {
+    out += " {";
+    bool first = true;
+    for (const auto& [key, value] : node.attrs.entries()) {
+      if (!first) out += ", ";
+      out += key;
+      out += " = ";
+      std::visit(AttrValuePrinter{&out}, value);
+      first = false;
+    }
+    out += "}";
+  }
+  out += " : ";
+  append_type_and_loc(&out, node, options);
+  return out;
+}
+
+std::string print_graph(const Graph& graph, const PrintOptions& options) {
+  std::string out = "graph @";
+  // Names that are not identifiers are quoted, so that any name reads back.
+  if (is_bare_name(graph.name)) {
+    out += graph.name;
+  } else {
+    append_quoted(&out, graph.name);
+  }
+  out += "(";
+  int num_params = graph.num_params();
+  for (int i = 0; i < num_params; ++i) {
+    if (i > 0) out += ", ";
+    append_value_name(&out, i);
+    out += ": ";
+    append_type_and_loc(&out, graph.nodes[i], options);
+  }
+  out += ") {\n";
+  for (size_t i = num_params; i < graph.nodes.size(); ++i) {
+    out += "  ";
+    out += print_node(graph, static_cast<ValueId>(i), options);
+    out += "\n";
+  }
+  out += "  return";
+  for (size_t k = 0; k < graph.outputs.size(); ++k) {
+    out += k == 0 ? " " : ", ";
+    append_value_name(&out, graph.outputs[k]);
+  }
+  out += "\n}\n";
+  return out;
+}
+
+}  // namespace lazyfuse

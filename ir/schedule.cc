@@ -1,0 +1,47 @@
+// Printing a schedule: the graph with each fused kernel as a region.
+#include "ir/schedule.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace lazyfuse {
+
+std::string Step::kernel_name() const {
+  return absl::StrFormat("k_%08x", static_cast<uint32_t>(kernel_key ^ (kernel_key >> 32)));
+}
+
+int Schedule::num_kernels() const {
+  int count = 0;
+  for (const Step& step : steps) count += step.kind != StepKind::View;
+  return count;
+}
+
+std::string print_schedule(const Schedule& schedule, const PrintOptions& options) {
+  const Graph& graph = schedule.graph;
+  std::string out = absl::StrCat("graph @", graph.name, "(");
+  int num_params = graph.num_params();
+  for (int i = 0; i < num_params; ++i)
+    absl::StrAppend(&out, i ? ", " : "", "%", i, ": ", graph.nodes[i].type_str());
+  absl::StrAppend(&out, ") {\n");
+  auto names = [](const std::vector<ValueId>& ids) {
+    return absl::StrJoin(ids, ", ", [](std::string* s, ValueId v) { absl::StrAppend(s, "%", v); });
+  };
+  for (const Step& step : schedule.steps) {
+    if (step.kind != StepKind::Elementwise) {
+      absl::StrAppend(&out, "  ", print_node(graph, step.nodes[0], options), "\n");
+      continue;
+    }
+    std::vector<std::string> types;
+    for (ValueId v : step.outputs) types.push_back(graph.nodes[v].type_str());
+    absl::StrAppend(&out, "  ", names(step.outputs), " = kernel @", step.kernel_name(), "(",
+                    names(step.inputs), ") : ", absl::StrJoin(types, ", "), " {\n");
+    for (ValueId v : step.nodes) absl::StrAppend(&out, "    ", print_node(graph, v, options), "\n");
+    absl::StrAppend(&out, "  }\n");
+  }
+  absl::StrAppend(&out, "  return", graph.outputs.empty() ? "" : " ", names(graph.outputs),
+                  "\n}\n");
+  return out;
+}
+
+}  // namespace lazyfuse

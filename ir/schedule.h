@@ -1,0 +1,58 @@
+// What the fusion pass makes of a graph: an ordered list of steps, each a kernel or a library
+// call or a view, over the values of the graph.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace lazyfuse {
+
+enum class StepKind : uint8_t {
+  Elementwise,  // one fused kernel over `shape`: generators, elementwise ops, casts, copies
+  Reduction,    // sum/mean/max/min of a stored value
+  Matmul,       // a library call (OpenBLAS, cuBLAS)
+  View,         // no work: new sizes and strides over the operand's storage
+  Transfer,     // a copy between devices
+};
+
+struct Step {
+  StepKind kind = StepKind::Elementwise;
+  // Members in topological order. A scalar constant may be a member of several steps: it is
+  // recomputed, never stored.
+  std::vector<ValueId> nodes;
+  // Values read from storage: params or outputs of earlier steps.
+  std::vector<ValueId> inputs;
+  // Members whose values are stored: graph outputs and values later steps read.
+  std::vector<ValueId> outputs;
+  Shape shape;  // the iteration space of an elementwise kernel
+  Device device = Device::cpu();
+  // A hash of the kernel's structure that leaves sizes out (ops, dtypes, ranks, attributes,
+  // operand wiring): the name of the kernel and the key of compiled-code caches.
+  uint64_t kernel_key = 0;
+
+  std::string kernel_name() const;  // "k_3f9a1c0b"
+};
+
+struct FusionOptions {
+  bool enabled = true;  // off: one step per node (benchmarks measure what fusion buys)
+  // Caps that cut a group; see fusion.cc's header note.
+  int max_nodes = 128;
+  int max_inputs = 16;
+  int max_outputs = 8;
+};
+
+struct Schedule {
+  Graph graph;
+  std::vector<Step> steps;
+
+  int num_kernels() const;  // steps that launch work: everything but views
+};
+
+// The graph with each fused kernel shown as a region:
+//   %5 = kernel @k_3f9a1c0b(%0, %1) : f32[3] @cpu { ...members... }
+std::string print_schedule(const Schedule& schedule, const PrintOptions& options = {});
+
+}  // namespace lazyfuse

@@ -1,0 +1,34 @@
+// Shapes, strides and PyTorch's broadcasting.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lazyfuse {
+
+using Shape = std::vector<int64_t>;
+using Strides = std::vector<int64_t>;
+
+int64_t numel(const Shape& shape);
+Strides contiguous_strides(const Shape& shape);
+// "[2, 3]" as PyTorch prints sizes in messages.
+std::string shape_str(const Shape& shape);
+
+// The broadcast of two shapes, or nullopt-like failure: returns false when they do not
+// broadcast (the caller raises ShapeError with its own context).
+bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out);
+
+// Strides that read a tensor of shape `from` (with `strides`) as the broadcast shape `to`:
+// size-1 and missing leading dims get stride 0.
+Strides broadcast_strides(const Shape& from, const Strides& strides, const Shape& to);
+
+// PyTorch's view rule (computeStride): the strides of `new_shape` viewing a tensor of `old_shape`
+// and `old_strides` without a copy; returns false when no such strides exist.
+bool view_strides(const Shape& old_shape, const Strides& old_strides, const Shape& new_shape,
+                  Strides* out);
+
+// A negative dim counts from the end; throws ShapeError naming `what` when out of range.
+int64_t normalize_dim(int64_t dim, int64_t rank, const char* what);
+
+}  // namespace lazyfuse

@@ -1,0 +1,130 @@
+// The CPU executor: each step of a schedule in order.
+#include "runtime/cpu_executor.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/cpu_program.h"
+#include "ir/errors.h"
+
+namespace lazyfuse {
+namespace {
+
+// Elements per parallel task: large enough to amortise scheduling, small enough to balance.
+constexpr int64_t kTaskElements = 16 * kCpuBlock;
+
+void run_elementwise(const Graph& graph, const Step& step,
+                     std::vector<std::optional<BufferView>>& values) {
+  CpuProgram program = CpuProgram::compile(graph, step);
+  std::vector<CpuOperand> operands;
+  for (ValueId v : step.inputs) {
+    const BufferView& in = *values[v];
+    operands.push_back(make_cpu_operand(in.data(), in.dtype, in.shape, in.strides, step.shape));
+  }
+  std::vector<CpuResult> results;
+  for (ValueId v : step.outputs) {
+    const Node& node = graph.nodes[v];
+    values[v] = allocate_buffer(node.device, node.dtype, node.shape);
+    results.push_back({values[v]->data(), node.dtype});
+  }
+  const int64_t total = program.numel();
+  const int64_t tasks = (total + kTaskElements - 1) / kTaskElements;
+  const size_t scratch_bytes = program.scratch_bytes();
+  auto run_range = [&](int64_t first_task, int64_t last_task) {
+    std::byte* scratch =
+        static_cast<std::byte*>(std::aligned_alloc(64, std::max<size_t>(scratch_bytes, 64)));
+    std::fill(scratch, scratch + scratch_bytes, std::byte{0});
+    for (int64_t t = first_task; t < last_task; ++t) {
+      program.run(operands, results, t * kTaskElements, std::min(total, (t + 1) * kTaskElements),
+                  scratch);
+    }
+    std::free(scratch);
+  };
+  if (tasks <= 1) {
+    run_range(0, tasks);
+    return;
+  }
+#pragma omp parallel
+  {
+    int threads = omp_get_num_threads();
+    int me = omp_get_thread_num();
+    // Contiguous ranges per thread: each thread streams through its own part of memory.
+    int64_t per = (tasks + threads - 1) / threads;
+    run_range(std::min(tasks, me * per), std::min(tasks, (me + 1) * per));
+  }
+}
+
+}  // namespace
+
+void run_cpu_schedule(const Schedule& schedule, std::vector<std::optional<BufferView>>& values) {
+  const Graph& graph = schedule.graph;
+  // The last step that reads each value, so intermediates are freed early.
+  std::vector<int> last_reader(graph.nodes.size(), -1);
+  for (size_t s = 0; s < schedule.steps.size(); ++s)
+    for (ValueId v : schedule.steps[s].inputs) last_reader[v] = static_cast<int>(s);
+  std::vector<bool> is_output(graph.nodes.size(), false);
+  for (ValueId v : graph.outputs) is_output[v] = true;
+
+  for (size_t s = 0; s < schedule.steps.size(); ++s) {
+    const Step& step = schedule.steps[s];
+    const Node& node = graph.nodes[step.nodes.back()];
+    switch (step.kind) {
+      case StepKind::Elementwise:
+        run_elementwise(graph, step, values);
+        break;
+      case StepKind::Reduction:
+        values[step.nodes[0]] = cpu_reduce(node, *values[node.inputs[0]]);
+        break;
+      case StepKind::Matmul:
+        values[step.nodes[0]] = cpu_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);
+        break;
+      case StepKind::View:
+        values[step.nodes[0]] = cpu_view(node, *values[node.inputs[0]]);
+        break;
+      case StepKind::Transfer:
+        throw UnsupportedError(absl::StrCat("a transfer to ", node.device.str(),
+                                            " needs the CUDA runtime, which this build lacks"));
+    }
+    for (ValueId v : step.inputs) {
+      if (last_reader[v] == static_cast<int>(s) && !is_output[v] && graph.nodes[v].op != Op::Param)
+        values[v].reset();
+    }
+  }
+}
+
+BufferView cpu_view(const Node& node, const BufferView& input) {
+  BufferView out = input;
+  out.shape = node.shape;
+  switch (node.op) {
+    case Op::Reshape:
+      if (!view_strides(input.shape, input.strides, node.shape, &out.strides))
+        throw ShapeError(absl::StrCat("reshape at ", node.where.str(),
+                                      ": no view of the operand has shape ",
+                                      shape_str(node.shape)));
+      break;
+    case Op::Permute: {
+      const std::vector<int64_t>& dims = node.attrs.get_ints("dims");
+      int64_t rank = static_cast<int64_t>(input.shape.size());
+      for (size_t i = 0; i < dims.size(); ++i)
+        out.strides[i] = input.strides[normalize_dim(dims[i], rank, "permute")];
+      break;
+    }
+    case Op::Expand:
+      out.strides = broadcast_strides(input.shape, input.strides, node.shape);
+      break;
+    case Op::Narrow: {
+      int64_t dim = normalize_dim(node.attrs.get_int("dim"),
+                                  static_cast<int64_t>(input.shape.size()), "narrow");
+      out.offset += node.attrs.get_int("start") * input.strides[dim];
+      break;
+    }
+    default:
+      throw VerifierError(absl::StrCat(op_name(node.op), " is not a view"));
+  }
+  return out;
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,199 @@
+// The CPU's library steps: reductions (multi-threaded, deterministic), matmul through OpenBLAS,
+// and contiguous copies.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/cpu_program.h"
+#include "ir/errors.h"
+#include "ir/infer.h"
+#include "runtime/cpu_executor.h"
+
+namespace lazyfuse {
+namespace {
+
+// Reduced elements per partial result. The split depends only on sizes, never on the number of
+// threads, so a reduction gives the same bits however many cores run it.
+constexpr int64_t kReduceBlock = 1 << 15;
+
+template <typename Acc, typename S, typename Combine>
+void reduce_blocks(const S* base, const Shape& outer_shape, const Strides& outer_strides,
+                   const Shape& inner_shape, const Strides& inner_strides, int64_t inner_total,
+                   Acc identity, Combine combine, std::vector<Acc>& partials, int64_t blocks) {
+  const int64_t outer_total = numel(outer_shape);
+  const int inner_rank = static_cast<int>(inner_shape.size());
+#pragma omp parallel for schedule(dynamic, 1) if (outer_total * inner_total > 32768)
+  for (int64_t item = 0; item < outer_total * blocks; ++item) {
+    int64_t o = item / blocks, block = item % blocks;
+    int64_t offset = 0;
+    for (int64_t d = static_cast<int64_t>(outer_shape.size()) - 1, rest = o; d >= 0; --d) {
+      offset += (rest % outer_shape[d]) * outer_strides[d];
+      rest /= outer_shape[d];
+    }
+    int64_t begin = block * kReduceBlock, end = std::min(inner_total, begin + kReduceBlock);
+    int64_t index[16] = {};
+    int64_t rest = begin;
+    for (int d = inner_rank - 1; d >= 0; --d) {
+      index[d] = rest % inner_shape[d];
+      rest /= inner_shape[d];
+      offset += index[d] * inner_strides[d];
+    }
+    Acc acc = identity;
+    for (int64_t j = begin; j < end; ++j) {
+      acc = combine(acc, convert_value<Acc>(base[offset]));
+      for (int d = inner_rank - 1; d >= 0; --d) {
+        offset += inner_strides[d];
+        if (++index[d] < inner_shape[d]) break;
+        offset -= index[d] * inner_strides[d];
+        index[d] = 0;
+      }
+    }
+    partials[item] = acc;
+  }
+}
+
+}  // namespace
+
+BufferView cpu_reduce(const Node& node, const BufferView& input) {
+  const int64_t rank = static_cast<int64_t>(input.shape.size());
+  std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
+  Shape outer_shape, inner_shape;
+  Strides outer_strides, inner_strides;
+  for (int64_t d = 0; d < rank; ++d) {
+    bool reduced = std::binary_search(dims.begin(), dims.end(), d);
+    (reduced ? inner_shape : outer_shape).push_back(input.shape[d]);
+    (reduced ? inner_strides : outer_strides).push_back(input.strides[d]);
+  }
+  const int64_t inner_total = numel(inner_shape);
+  const int64_t outer_total = numel(outer_shape);
+  const int64_t blocks = std::max<int64_t>(1, (inner_total + kReduceBlock - 1) / kReduceBlock);
+  BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
+
+  dispatch_storage(input.dtype, [&]<typename S>() {
+    const S* base = static_cast<const S*>(input.data());
+    auto finish = [&]<typename Acc>(std::vector<Acc>& partials, auto combine, Acc identity) {
+      reduce_blocks<Acc>(base, outer_shape, outer_strides, inner_shape, inner_strides, inner_total,
+                         identity, combine, partials, blocks);
+      dispatch_storage(node.dtype, [&]<typename R>() {
+        R* dst = static_cast<R*>(out.data());
+        for (int64_t o = 0; o < outer_total; ++o) {
+          Acc acc = identity;
+          for (int64_t b = 0; b < blocks; ++b) acc = combine(acc, partials[o * blocks + b]);
+          if (node.op == Op::Mean) {
+            acc = inner_total == 0 ? std::numeric_limits<Acc>::quiet_NaN()
+                                   : acc / static_cast<Acc>(inner_total);
+          }
+          dst[o] = convert_value<R>(acc);
+        }
+      });
+    };
+    if (node.op == Op::Sum || node.op == Op::Mean) {
+      if constexpr (std::is_same_v<ComputeOf<S>, float> || std::is_same_v<S, double>) {
+        std::vector<double> partials(outer_total * blocks);
+        finish(
+            partials, [](double a, double b) { return a + b; }, 0.0);
+      } else {
+        std::vector<int64_t> partials(outer_total * blocks);
+        finish(
+            partials, [](int64_t a, int64_t b) { return a + b; }, int64_t{0});
+      }
+    } else {
+      using Acc = std::conditional_t<
+          std::is_same_v<S, bool>, int64_t,
+          std::conditional_t<std::is_floating_point_v<ComputeOf<S>>, double, int64_t>>;
+      bool is_max = node.op == Op::Max;
+      auto pick = [is_max](Acc a, Acc b) {
+        if constexpr (std::is_floating_point_v<Acc>) {
+          if (a != a) return a;
+          if (b != b) return b;
+        }
+        return is_max ? std::max(a, b) : std::min(a, b);
+      };
+      Acc identity = is_max ? std::numeric_limits<Acc>::lowest() : std::numeric_limits<Acc>::max();
+      if constexpr (std::is_floating_point_v<Acc>)
+        identity =
+            is_max ? -std::numeric_limits<Acc>::infinity() : std::numeric_limits<Acc>::infinity();
+      std::vector<Acc> partials(outer_total * blocks);
+      finish(partials, pick, identity);
+    }
+  });
+  return out;
+}
+
+BufferView cpu_contiguous(const BufferView& input) {
+  if (input.is_contiguous()) return input;
+  BufferView out = allocate_buffer(input.storage->device(), input.dtype, input.shape);
+  CpuOperand operand =
+      make_cpu_operand(input.data(), input.dtype, input.shape, input.strides, input.shape);
+  cpu_gather(operand, input.dtype, 0, numel(input.shape), out.data());
+  return out;
+}
+
+BufferView cpu_matmul(const Node& node, const BufferView& a, const BufferView& b) {
+  // Operands as [batch..., rows, cols], 1-D ones promoted as numpy does.
+  Shape a_shape = a.shape, b_shape = b.shape;
+  Strides a_strides = a.strides, b_strides = b.strides;
+  if (a_shape.size() == 1) {
+    a_shape.insert(a_shape.begin(), 1);
+    a_strides.insert(a_strides.begin(), 0);
+  }
+  if (b_shape.size() == 1) {
+    b_shape.push_back(1);
+    b_strides.push_back(0);
+  }
+  const int64_t n = a_shape[a_shape.size() - 2], k = a_shape.back(), m = b_shape.back();
+  Shape a_batch(a_shape.begin(), a_shape.end() - 2), b_batch(b_shape.begin(), b_shape.end() - 2);
+  Shape batch;
+  broadcast_shapes(a_batch, b_batch, &batch);
+  const int64_t batches = numel(batch);
+  // Stage both operands, broadcast over the batch, contiguous, in the type BLAS computes in:
+  // float for float32 and the half types, double for float64 and integers (exact below 2^53).
+  const bool use_float =
+      node.dtype == DType::Float32 || node.dtype == DType::Float16 || node.dtype == DType::BFloat16;
+  const DType work = use_float ? DType::Float32 : DType::Float64;
+  auto stage = [&](const BufferView& v, const Shape& shape, const Strides& strides, int64_t rows,
+                   int64_t cols) {
+    Shape full = batch;
+    full.push_back(rows);
+    full.push_back(cols);
+    Strides view_strides = broadcast_strides(shape, strides, full);
+    std::vector<std::byte> staged(numel(full) * dtype_size(work));
+    CpuOperand operand = make_cpu_operand(v.data(), v.dtype, full, view_strides, full);
+    cpu_gather(operand, work, 0, numel(full), staged.data());
+    return staged;
+  };
+  std::vector<std::byte> a_work = stage(a, a_shape, a_strides, n, k);
+  std::vector<std::byte> b_work = stage(b, b_shape, b_strides, k, m);
+  std::vector<std::byte> c_work(batches * n * m * dtype_size(work));
+  for (int64_t i = 0; i < batches; ++i) {
+    if (use_float) {
+      cblas_sgemm(
+          CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m, k, 1.0f,
+          reinterpret_cast<const float*>(a_work.data()) + i * n * k, std::max<int64_t>(k, 1),
+          reinterpret_cast<const float*>(b_work.data()) + i * k * m, std::max<int64_t>(m, 1), 0.0f,
+          reinterpret_cast<float*>(c_work.data()) + i * n * m, std::max<int64_t>(m, 1));
+    } else {
+      cblas_dgemm(
+          CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m, k, 1.0,
+          reinterpret_cast<const double*>(a_work.data()) + i * n * k, std::max<int64_t>(k, 1),
+          reinterpret_cast<const double*>(b_work.data()) + i * k * m, std::max<int64_t>(m, 1), 0.0,
+          reinterpret_cast<double*>(c_work.data()) + i * n * m, std::max<int64_t>(m, 1));
+    }
+  }
+  BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
+  Shape flat = {batches * n * m};
+  CpuOperand result = make_cpu_operand(c_work.data(), work, flat, {1}, flat);
+  if (is_integral(node.dtype)) {
+    // BLAS computed exact integers in double; round rather than truncate.
+    double* values = reinterpret_cast<double*>(c_work.data());
+    for (int64_t i = 0; i < batches * n * m; ++i) values[i] = std::nearbyint(values[i]);
+  }
+  cpu_gather(result, node.dtype, 0, batches * n * m, out.data());
+  return out;
+}
+
+}  // namespace lazyfuse

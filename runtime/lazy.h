@@ -1,0 +1,60 @@
+// The pending program: a DAG of LazyValues that tensors point at. Each holds the description of
+// the node that computes it and, once computed, its buffer; from then on it is a leaf and later
+// graphs start from it.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "runtime/storage.h"
+
+namespace lazyfuse {
+
+struct LazyValue {
+  Node node;  // op, dtype, shape, device, attrs, where; node.inputs is unused here
+  std::vector<std::shared_ptr<LazyValue>> inputs;
+  std::optional<BufferView> buffer;  // set once computed; `inputs` is then cleared
+  // The strides the value has or will have: contiguous for computed values, derived for views.
+  Strides strides;
+  // Nodes still pending behind this value (counted with repetition; a bound, not a census).
+  int64_t pending_nodes = 0;
+
+  bool computed() const { return buffer.has_value(); }
+};
+
+using LazyRef = std::shared_ptr<LazyValue>;
+
+// Wraps a buffer as a computed value.
+LazyRef make_leaf(BufferView buffer, SourceLoc where);
+// A pending node over `inputs`; dtype, shape and device already decided by the caller.
+LazyRef make_pending(Node node, std::vector<LazyRef> inputs, Strides strides);
+
+// The graph that computes `outputs` from computed values (params, in order of first use).
+struct BuiltGraph {
+  Graph graph;
+  std::vector<LazyRef> params;  // the value bound to each param
+};
+BuiltGraph build_graph(std::span<const LazyRef> outputs);
+
+struct EvalOptions {
+  bool fusion = true;
+};
+// Computes every pending value in `outputs` in one go: one graph, one pass pipeline, shared
+// work. On success each becomes a leaf holding its buffer; if anything throws, every value is
+// left as it was.
+void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options = {});
+
+// Counters of what evaluation did, for tests that state kernel counts and for LAZYFUSE_DEBUG.
+struct EvalStats {
+  int64_t evaluations = 0;
+  int64_t kernels = 0;  // steps launched (views excluded)
+  int64_t elementwise_kernels = 0;
+};
+EvalStats eval_stats();
+void reset_eval_stats();
+
+}  // namespace lazyfuse

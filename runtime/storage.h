@@ -1,0 +1,60 @@
+// Storage: one allocation on one device, shared by every tensor that views it. Memory in use is
+// accounted per device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "ir/device.h"
+#include "ir/dtype.h"
+#include "ir/shape.h"
+
+namespace lazyfuse {
+
+class Storage {
+ public:
+  // Allocates `nbytes` on `device` (64-byte aligned on the host).
+  static std::shared_ptr<Storage> allocate(const Device& device, int64_t nbytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  int64_t nbytes() const { return nbytes_; }
+  const Device& device() const { return device_; }
+
+ private:
+  Storage(const Device& device, void* data, int64_t nbytes)
+      : device_(device), data_(data), nbytes_(nbytes) {}
+  Device device_;
+  void* data_;
+  int64_t nbytes_;
+};
+
+struct MemoryStats {
+  int64_t allocated_bytes = 0;  // in use now
+  int64_t peak_bytes = 0;
+  int64_t allocations = 0;  // count, ever
+};
+// Statistics of the memory lazyfuse holds on `device`.
+MemoryStats memory_stats(const Device& device);
+
+// A tensor's value: a view into storage with its own sizes, strides (in elements) and offset.
+struct BufferView {
+  std::shared_ptr<Storage> storage;
+  int64_t offset = 0;
+  Shape shape;
+  Strides strides;
+  DType dtype = DType::Float32;
+
+  void* data() const {
+    return static_cast<std::byte*>(storage->data()) + offset * dtype_size(dtype);
+  }
+  bool is_contiguous() const;
+};
+
+// A fresh contiguous buffer.
+BufferView allocate_buffer(const Device& device, DType dtype, const Shape& shape);
+
+}  // namespace lazyfuse
