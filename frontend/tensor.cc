@@ -9,6 +9,7 @@
 #include "frontend/op_builder.h"
 #include "frontend/tensor_format.h"
 #include "ir/errors.h"
+#include "ir/passes/passes.h"
 #include "runtime/devices.h"
 
 namespace lazyfuse {
@@ -336,6 +337,12 @@ std::string Tensor::ir() const {
   return print_graph(built.graph);
 }
 
+std::string Tensor::fused_ir() const {
+  LazyRef v = value();
+  BuiltGraph built = build_graph(std::span(&v, 1));
+  return print_schedule(run_pipeline(std::move(built.graph), {}));
+}
+
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor) { return os << tensor.str(); }
 
 // Operators.
@@ -415,10 +422,11 @@ Tensor matmul(const Tensor& a, const Tensor& b, Loc where) { return a.matmul(b, 
 
 void eval(const Tensor& t) { eval(std::vector<Tensor>{t}); }
 void eval(std::initializer_list<Tensor> tensors) { eval(std::vector<Tensor>(tensors)); }
-void eval(const std::vector<Tensor>& tensors) {
+void eval(const std::vector<Tensor>& tensors) { eval(tensors, EvalOptions()); }
+void eval(const std::vector<Tensor>& tensors, const EvalOptions& options) {
   std::vector<LazyRef> values;
   for (const Tensor& t : tensors) values.push_back(t.value());
-  evaluate(values);
+  evaluate(values, options);
 }
 
 }  // namespace lazyfuse

@@ -165,6 +165,8 @@ class Tensor {
   std::string str() const;
   // The text of the pending graph that computes this tensor.
   std::string ir() const;
+  // The same graph after the passes (placement, cse, dce, fusion): its fused kernels.
+  std::string fused_ir() const;
 
   const LazyRef& value() const;
 
@@ -253,5 +255,7 @@ void manual_seed(uint64_t seed);
 void eval(const Tensor& t);
 void eval(std::initializer_list<Tensor> tensors);
 void eval(const std::vector<Tensor>& tensors);
+// With options: EvalOptions{.fusion = false} runs one kernel per op.
+void eval(const std::vector<Tensor>& tensors, const EvalOptions& options);
 
 }  // namespace lazyfuse

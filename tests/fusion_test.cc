@@ -1,0 +1,2 @@
+// Placeholder, replaced by the real tests.
+#include <gtest/gtest.h>
