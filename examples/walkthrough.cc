@@ -19,7 +19,8 @@ int main() {
 
   heading("2-3. cpu, cuda, cuda:i and the device count");
   const int gpus = lf::cuda::device_count();
-  std::cout << lf::Device("cpu") << " " << lf::Device("cuda") << " " << lf::Device("cuda:1") << "\n";
+  std::cout << lf::Device("cpu") << " " << lf::Device("cuda") << " " << lf::Device("cuda:1")
+            << "\n";
   std::cout << "cuda::device_count() = " << gpus << "\n";
   // The device the GPU steps use: the first GPU, or the CPU when there is none.
   const lf::Device gpu0 = gpus > 0 ? lf::Device("cuda:0") : lf::Device("cpu");
@@ -83,7 +84,7 @@ int main() {
   heading("12. The forward pass runs where the parameters are");
   std::cout << "net(y) = " << net(y) << "\n";
   auto linear = net.at<lf::nn::Linear>(0);
-  std::cout << "net[0].weight = " << linear->weight() << "\nnet[0].weight.device() = "
-            << linear->weight().device() << std::endl;
+  std::cout << "net[0].weight = " << linear->weight()
+            << "\nnet[0].weight.device() = " << linear->weight().device() << std::endl;
   return 0;
 }

@@ -3,10 +3,12 @@
 
 #include <algorithm>
 
-#include "absl/hash/hash.h"
+#include <bit>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ir/errors.h"
+#include "ir/stable_hash.h"
 
 namespace lazyfuse {
 
@@ -90,16 +92,20 @@ int Graph::num_params() const {
   return n;
 }
 
+StableHash& StableHash::add(double x) { return add(std::bit_cast<uint64_t>(x)); }
+StableHash& StableHash::add(std::string_view text) {
+  add(text.size());
+  for (char c : text) add(static_cast<uint64_t>(static_cast<unsigned char>(c)));
+  return *this;
+}
+
 uint64_t hash_attrs(const Attrs& attrs) {
-  uint64_t h = 0;
+  StableHash h;
   for (const auto& [key, value] : attrs.entries()) {
-    // This abseil's Hash takes neither std::string_view nor std::variant: hash the key's
-    // characters and the value's alternative.
-    std::visit(
-        [&, key = key](const auto& v) { h = absl::HashOf(h, std::string(key), value.index(), v); },
-        value);
+    h.add(key).add(value.index());
+    std::visit([&](const auto& v) { h.add(v); }, value);
   }
-  return h;
+  return h.value();
 }
 
 std::vector<uint64_t> structural_hashes(const Graph& graph) {
@@ -110,8 +116,15 @@ std::vector<uint64_t> structural_hashes(const Graph& graph) {
     input_hashes.reserve(node.inputs.size());
     for (ValueId input : node.inputs) input_hashes.push_back(hashes[input]);
     uint64_t attrs_hash = hash_attrs(node.attrs);
-    hashes[i] = absl::HashOf(node.op, node.dtype, node.shape, node.device, attrs_hash, input_hashes,
-                             node.op == Op::Param ? static_cast<int64_t>(i) : -1);
+    hashes[i] = StableHash()
+                    .add(node.op)
+                    .add(node.dtype)
+                    .add(node.shape)
+                    .add(node.device)
+                    .add(attrs_hash)
+                    .add(input_hashes)
+                    .add(node.op == Op::Param ? static_cast<int64_t>(i) : -1)
+                    .value();
   }
   return hashes;
 }

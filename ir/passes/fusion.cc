@@ -28,8 +28,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/hash/hash.h"
 #include "ir/passes/passes.h"
+#include "ir/stable_hash.h"
 
 namespace lazyfuse {
 namespace {
@@ -78,7 +78,8 @@ uint64_t kernel_key(const Graph& graph, const Step& step) {
   absl::flat_hash_map<ValueId, int> local;
   for (ValueId v : step.inputs) local.emplace(v, static_cast<int>(local.size()));
   for (ValueId v : step.nodes) local.emplace(v, static_cast<int>(local.size()));
-  uint64_t h = absl::HashOf(static_cast<int>(step.kind), step.shape.size(), step.device);
+  StableHash h;
+  h.add(step.kind).add(step.shape.size()).add(step.device);
   for (ValueId v : step.inputs) {
     const Node& n = graph.nodes[v];
     // Which dims broadcast is part of the kernel; the sizes are not.
@@ -87,16 +88,16 @@ uint64_t kernel_key(const Graph& graph, const Step& step) {
     for (size_t d = 0; d < n.shape.size(); ++d)
       broadcast.push_back(n.shape[d] == 1 && offset + d < step.shape.size() &&
                           step.shape[offset + d] != 1);
-    h = absl::HashOf(h, n.dtype, n.shape.size(), broadcast);
+    h.add(n.dtype).add(n.shape.size()).add(broadcast);
   }
   for (ValueId v : step.nodes) {
     const Node& n = graph.nodes[v];
     std::vector<int> operands;
     for (ValueId in : n.inputs) operands.push_back(local.at(in));
-    h = absl::HashOf(h, n.op, n.dtype, n.shape.size(), operands, hash_attrs(n.attrs));
+    h.add(n.op).add(n.dtype).add(n.shape.size()).add(operands).add(hash_attrs(n.attrs));
   }
-  for (ValueId v : step.outputs) h = absl::HashOf(h, local.at(v));
-  return h;
+  for (ValueId v : step.outputs) h.add(local.at(v));
+  return h.value();
 }
 
 }  // namespace
