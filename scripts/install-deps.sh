@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages lazyfuse builds and tests with, when any is missing.
+# Idempotent: with everything present it only checks and returns.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ make
+  libabsl-dev          # containers, hashing, string formatting (linked statically)
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libsleef-dev         # vectorized transcendentals for the CPU kernels
+  libopenblas-dev      # CPU matmul (static archive)
+  libcli11-dev         # the lazyfuse command-line tool
+  llvm-14-tools        # FileCheck and not, for the pass tests
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "Installing missing Debian packages: ${missing[*]}"
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
