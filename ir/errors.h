@@ -49,6 +49,19 @@ class ParseError : public Error {
 class VerifierError : public Error {
   using Error::Error;
 };
+// A CUDA driver call failed; the message names the call and the driver's description.
+class CudaError : public Error {
+  using Error::Error;
+};
+// Device memory ran out even after the cache was emptied; the message gives the request, the
+// free and total memory and what the cache held.
+class OutOfMemoryError : public Error {
+  using Error::Error;
+};
+// NVRTC rejected generated source; the message holds NVRTC's log and where the source was saved.
+class CompileError : public Error {
+  using Error::Error;
+};
 // Something valid that this build cannot do (for example a backend it was built without).
 class UnsupportedError : public Error {
   using Error::Error;

@@ -1,0 +1,75 @@
+// The CUDA driver API, loaded with dlopen("libcuda.so.1") so that one binary runs with and
+// without a GPU. Only the entry points lazyfuse uses are declared, with the driver's own
+// types spelled out, so building needs no CUDA headers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace lazyfuse::cuda {
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUcontext = struct CUctx_st*;
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
+using CUstream = struct CUstream_st*;
+using CUevent = struct CUevent_st*;
+
+inline constexpr int kAttrMaxThreadsPerBlock = 1;
+inline constexpr int kAttrMultiprocessorCount = 16;
+inline constexpr int kAttrComputeCapabilityMajor = 75;
+inline constexpr int kAttrComputeCapabilityMinor = 76;
+inline constexpr CUresult kErrorOutOfMemory = 2;
+inline constexpr CUresult kErrorPeerAccessAlreadyEnabled = 704;
+
+struct DriverApi {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDriverGetVersion)(int*);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDeviceTotalMem)(size_t*, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuDeviceCanAccessPeer)(int*, CUdevice, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuCtxEnablePeerAccess)(CUcontext, unsigned);
+  CUresult (*cuMemGetInfo)(size_t*, size_t*);
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyPeer)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t);
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void**, void**);
+  CUresult (*cuEventCreate)(CUevent*, unsigned);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  CUresult (*cuEventDestroy)(CUevent);
+};
+
+// The loaded driver, initialised, or null when there is none (then `why_unavailable()` says
+// why). Loaded once per process.
+const DriverApi* driver();
+std::string why_unavailable();
+int driver_version();  // e.g. 13000; 0 without a driver
+
+// Throws CudaError("<what>: <driver's message> (CUresult N)") when `result` is not success,
+// OutOfMemoryError-free: callers that can recover from kErrorOutOfMemory test it themselves.
+void check(CUresult result, const char* what);
+
+// The primary context of GPU `index`, made current on the calling thread.
+CUcontext activate(int index);
+
+}  // namespace lazyfuse::cuda
