@@ -1,18 +1,32 @@
 // Philox 4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11): a
 // counter-based generator, so element i of a random tensor depends only on (seed, offset + i)
 // and every device produces the same numbers without sharing state.
+//
+// This file is C++ for the host and, unchanged, part of every generated CUDA kernel's prologue
+// (codegen/cuda_prologue.cuh): the CPU and the GPU draw with one definition.
 #pragma once
 
+#ifndef __CUDACC_RTC__
 #include <cmath>
 #include <cstdint>
+#define LF_HOST_DEVICE inline
+#else
+#define LF_HOST_DEVICE __device__ __forceinline__
+#endif
 
 namespace lazyfuse {
+
+#ifndef __CUDACC_RTC__
+using std::cos;
+using std::log;
+using std::sqrt;
+#endif
 
 struct Philox4x32 {
   uint32_t v[4];
 };
 
-inline Philox4x32 philox4x32_10(uint64_t counter, uint64_t seed) {
+LF_HOST_DEVICE Philox4x32 philox4x32_10(uint64_t counter, uint64_t seed) {
   uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
   uint32_t c2 = 0, c3 = 0;
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
@@ -28,20 +42,21 @@ inline Philox4x32 philox4x32_10(uint64_t counter, uint64_t seed) {
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  return {{c0, c1, c2, c3}};
+  Philox4x32 out = {{c0, c1, c2, c3}};
+  return out;
 }
 
 // Uniform in [0, 1) with 24 random bits: exactly representable in float32.
-inline double philox_uniform(uint64_t index, uint64_t seed) {
+LF_HOST_DEVICE double philox_uniform(uint64_t index, uint64_t seed) {
   return (philox4x32_10(index, seed).v[0] >> 8) * (1.0 / 16777216.0);
 }
 
 // Standard normal by Box-Muller over two uniforms of the same counter; (0, 1] keeps log finite.
-inline double philox_normal(uint64_t index, uint64_t seed) {
+LF_HOST_DEVICE double philox_normal(uint64_t index, uint64_t seed) {
   Philox4x32 r = philox4x32_10(index, seed);
   double u1 = ((r.v[0] >> 8) + 1) * (1.0 / 16777216.0);
   double u2 = (r.v[1] >> 8) * (1.0 / 16777216.0);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
 }  // namespace lazyfuse

@@ -12,7 +12,10 @@ const EnvConfig& env_config() {
   static const EnvConfig config = [] {
     EnvConfig c;
     if (const char* dump = std::getenv("LAZYFUSE_DUMP")) {
-      for (absl::string_view item : absl::StrSplit(dump, ',')) c.dump_ir |= item == "ir";
+      for (absl::string_view item : absl::StrSplit(dump, ',')) {
+        c.dump_ir |= item == "ir";
+        c.dump_cuda |= item == "cuda";
+      }
     }
     if (const char* debug = std::getenv("LAZYFUSE_DEBUG")) (void)absl::SimpleAtoi(debug, &c.debug);
     if (c.debug >= 2) c.dump_ir = true;
@@ -20,6 +23,16 @@ const EnvConfig& env_config() {
       c.fusion = std::string_view(fusion) != "0";
     if (const char* bound = std::getenv("LAZYFUSE_MAX_PENDING"))
       (void)absl::SimpleAtoi(bound, &c.max_pending);
+    if (c.debug >= 3) c.dump_cuda = true;
+    if (const char* dir = std::getenv("LAZYFUSE_DUMP_DIR")) c.dump_dir = dir;
+    if (const char* sync = std::getenv("LAZYFUSE_SYNC")) c.sync = std::string_view(sync) == "1";
+    if (const char* fast = std::getenv("LAZYFUSE_FAST_MATH"))
+      c.fast_math = std::string_view(fast) == "1";
+    if (const char* cache = std::getenv("LAZYFUSE_CACHE_DIR")) {
+      c.cache_dir = cache;
+    } else if (const char* home = std::getenv("HOME")) {
+      c.cache_dir = std::string(home) + "/.cache/lazyfuse";
+    }
     return c;
   }();
   return config;

@@ -11,6 +11,11 @@ struct EnvConfig {
   int debug = 0;               // LAZYFUSE_DEBUG=1: one line per evaluation
   bool fusion = true;          // LAZYFUSE_FUSION=0: one kernel per op
   int64_t max_pending = 4096;  // LAZYFUSE_MAX_PENDING: pending nodes that trigger evaluation
+  bool dump_cuda = false;      // LAZYFUSE_DUMP contains "cuda": each generated kernel's source
+  std::string dump_dir;        // LAZYFUSE_DUMP_DIR: also write generated sources there as files
+  bool sync = false;           // LAZYFUSE_SYNC=1: wait for each kernel, so errors name it
+  std::string cache_dir;       // LAZYFUSE_CACHE_DIR (default ~/.cache/lazyfuse; "" disables)
+  bool fast_math = false;      // LAZYFUSE_FAST_MATH=1: hardware approximations on the GPU
 };
 
 const EnvConfig& env_config();

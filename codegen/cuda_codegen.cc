@@ -1,0 +1,358 @@
+// Generating CUDA source for fused elementwise steps.
+#include "codegen/cuda_codegen.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "codegen/cuda_prologue.inc"
+#include "ir/errors.h"
+
+namespace lazyfuse {
+namespace {
+
+const char* storage_type(DType dtype) {
+  switch (dtype) {
+    case DType::Bool:
+      return "bool";
+    case DType::Int32:
+      return "int32_t";
+    case DType::Int64:
+      return "int64_t";
+    case DType::Float16:
+      return "lf_f16";
+    case DType::BFloat16:
+      return "lf_bf16";
+    case DType::Float32:
+      return "float";
+    case DType::Float64:
+      return "double";
+  }
+  return "?";
+}
+const char* compute_type(DType dtype) { return storage_type(compute_dtype(dtype)); }
+
+const char* cuda_expression(Op op) {
+  switch (op) {
+#define LF_ELEMENTWISE(Name, mnemonic, arity, dtype_rule, bool_ok, expression) \
+  case Op::Name:                                                               \
+    return #expression;
+#include "ir/ops.def"
+    default:
+      break;
+  }
+  throw VerifierError(absl::StrCat(op_name(op), " is not an elementwise op"));
+}
+
+// A literal of `dtype`'s compute type that reads back exactly.
+std::string literal(const AttrValue& value, DType dtype) {
+  DType compute = compute_dtype(dtype);
+  double d = 0;
+  if (const auto* i = std::get_if<int64_t>(&value)) {
+    if (compute == DType::Int32 || compute == DType::Int64)
+      return absl::StrCat("((", compute_type(dtype), ")", *i, "LL)");
+    if (compute == DType::Bool) return *i ? "true" : "false";
+    d = static_cast<double>(*i);
+  } else if (const auto* b = std::get_if<bool>(&value)) {
+    d = *b ? 1.0 : 0.0;
+  } else if (const auto* f = std::get_if<double>(&value)) {
+    d = *f;
+  }
+  switch (compute) {
+    case DType::Bool:
+      return d != 0 ? "true" : "false";
+    case DType::Int32:
+    case DType::Int64:
+      return absl::StrCat("((", compute_type(dtype), ")", static_cast<int64_t>(d), "LL)");
+    case DType::Float32: {
+      float f = static_cast<float>(d);
+      if (f != f || f == std::numeric_limits<float>::infinity() ||
+          f == -std::numeric_limits<float>::infinity())
+        return absl::StrCat("__int_as_float(", static_cast<int32_t>(std::bit_cast<uint32_t>(f)),
+                            ")");
+      char buffer[64];
+      std::snprintf(buffer, sizeof(buffer), "%af", static_cast<double>(f));
+      return buffer;
+    }
+    default: {
+      if (d != d || d == std::numeric_limits<double>::infinity() ||
+          d == -std::numeric_limits<double>::infinity())
+        return absl::StrCat("__longlong_as_double(",
+                            static_cast<int64_t>(std::bit_cast<uint64_t>(d)), "LL)");
+      char buffer[64];
+      std::snprintf(buffer, sizeof(buffer), "%a", d);
+      return buffer;
+    }
+  }
+}
+
+std::string hex_double(double d) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%a", d);
+  return buffer;
+}
+
+}  // namespace
+
+const std::string& cuda_prologue() {
+  static const std::string prologue = std::string(kCudaPrologue) + kPhiloxSource;
+  return prologue;
+}
+
+std::string CudaElementwiseSpec::code() const {
+  std::string access;
+  for (OperandAccess a : inputs)
+    access += a == OperandAccess::Contiguous ? 'c' : a == OperandAccess::Broadcast ? 'b' : 's';
+  return absl::StrCat("r", rank, vectorized ? "v4" : "", index64 ? "i64" : "",
+                      access.empty() ? "" : "_", access);
+}
+
+CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
+                                            const std::vector<OperandLayout>& inputs,
+                                            const std::vector<uint64_t>& output_addresses,
+                                            const std::vector<int64_t>& output_element_sizes) {
+  CudaElementwiseLaunch launch;
+  launch.numel = numel(step.shape);
+  std::vector<Strides> full;
+  for (const OperandLayout& in : inputs)
+    full.push_back(broadcast_strides(in.shape, in.strides, step.shape));
+  // Collapse: drop size-1 dims; merge a dim into the previous one when every operand walks
+  // them as one.
+  Shape sizes;
+  std::vector<Strides> strides(inputs.size());
+  for (size_t d = 0; d < step.shape.size(); ++d) {
+    int64_t size = step.shape[d];
+    if (size == 1) continue;
+    bool merge = !sizes.empty();
+    for (size_t k = 0; merge && k < inputs.size(); ++k)
+      merge = strides[k].back() == full[k][d] * size;
+    if (merge) {
+      sizes.back() *= size;
+      for (size_t k = 0; k < inputs.size(); ++k) strides[k].back() = full[k][d];
+    } else {
+      sizes.push_back(size);
+      for (size_t k = 0; k < inputs.size(); ++k) strides[k].push_back(full[k][d]);
+    }
+  }
+  if (sizes.empty()) {
+    sizes.push_back(1);
+    for (Strides& s : strides) s.push_back(0);
+  }
+  CudaElementwiseSpec& spec = launch.spec;
+  bool any_strided = false;
+  int64_t max_offset = launch.numel;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    bool broadcast =
+        std::all_of(strides[k].begin(), strides[k].end(), [](int64_t s) { return s == 0; });
+    bool contiguous = sizes.size() == 1 && strides[k][0] == 1;
+    OperandAccess access = broadcast    ? OperandAccess::Broadcast
+                           : contiguous ? OperandAccess::Contiguous
+                                        : OperandAccess::Strided;
+    any_strided |= access == OperandAccess::Strided;
+    spec.inputs.push_back(access);
+    int64_t reach = 0;
+    for (size_t d = 0; d < sizes.size(); ++d) reach += (sizes[d] - 1) * strides[k][d];
+    max_offset = std::max(max_offset, reach + 1);
+  }
+  spec.rank = any_strided ? static_cast<int>(sizes.size()) : 1;
+  spec.index64 = max_offset >= (int64_t{1} << 31);
+  bool aligned = !any_strided && launch.numel >= 4;
+  for (size_t k = 0; aligned && k < inputs.size(); ++k) {
+    if (spec.inputs[k] == OperandAccess::Contiguous)
+      aligned = inputs[k].address % (4 * inputs[k].element_size) == 0;
+  }
+  for (size_t k = 0; aligned && k < output_addresses.size(); ++k)
+    aligned = output_addresses[k] % (4 * output_element_sizes[k]) == 0;
+  spec.vectorized = aligned;
+  if (!any_strided) {
+    sizes = {launch.numel};
+    for (size_t k = 0; k < inputs.size(); ++k)
+      strides[k] = {spec.inputs[k] == OperandAccess::Broadcast ? 0 : 1};
+  }
+  launch.sizes = std::move(sizes);
+  launch.strides = std::move(strides);
+  return launch;
+}
+
+std::vector<uint64_t> pack_elementwise_args(const CudaElementwiseLaunch& launch,
+                                            const std::vector<uint64_t>& input_addresses,
+                                            const std::vector<uint64_t>& output_addresses) {
+  std::vector<uint64_t> words;
+  words.push_back(static_cast<uint64_t>(launch.numel));
+  for (int d = 0; d < launch.spec.rank; ++d)
+    words.push_back(static_cast<uint64_t>(launch.sizes[d]));
+  for (uint64_t a : input_addresses) words.push_back(a);
+  for (const Strides& s : launch.strides)
+    for (int d = 0; d < launch.spec.rank; ++d) words.push_back(static_cast<uint64_t>(s[d]));
+  for (uint64_t a : output_addresses) words.push_back(a);
+  return words;
+}
+
+CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
+                                     const CudaElementwiseSpec& spec, bool fast_math) {
+  const int rank = spec.rank;
+  const size_t num_inputs = step.inputs.size();
+  CudaSource out;
+  out.kernel_name =
+      absl::StrReplaceAll(absl::StrCat(step.kernel_name(), "_", spec.code()), {{".", "_"}});
+  std::string& s = out.source;
+  if (fast_math) s += "#define LF_FAST_MATH 1\n";
+  s += cuda_prologue();
+  absl::StrAppend(&s, "\n// ", step.nodes.size(), " fused nodes\nstruct Args_", out.kernel_name,
+                  " {\n  long long n;\n  long long size[", rank, "];\n");
+  if (num_inputs)
+    absl::StrAppend(&s, "  const void* in[", num_inputs, "];\n  long long stride[", num_inputs,
+                    "][", rank, "];\n");
+  absl::StrAppend(&s, "  void* out[", step.outputs.size(), "];\n};\n\n");
+  absl::StrAppend(&s, "extern \"C\" __global__ void __launch_bounds__(256) ", out.kernel_name,
+                  "(const Args_", out.kernel_name, " args) {\n");
+  absl::StrAppend(&s, "  typedef ", spec.index64 ? "long long" : "unsigned int", " IDX;\n");
+  for (size_t k = 0; k < num_inputs; ++k)
+    absl::StrAppend(&s, "  const ", storage_type(graph.nodes[step.inputs[k]].dtype),
+                    "* __restrict__ in", k, " = (const ",
+                    storage_type(graph.nodes[step.inputs[k]].dtype), "*)args.in[", k, "];\n");
+  for (size_t k = 0; k < step.outputs.size(); ++k)
+    absl::StrAppend(&s, "  ", storage_type(graph.nodes[step.outputs[k]].dtype),
+                    "* __restrict__ out", k, " = (",
+                    storage_type(graph.nodes[step.outputs[k]].dtype), "*)args.out[", k, "];\n");
+  s += "  const IDX n = (IDX)args.n;\n"
+       "  const IDX tid = (IDX)blockIdx.x * blockDim.x + threadIdx.x;\n"
+       "  const IDX step = (IDX)gridDim.x * blockDim.x;\n";
+
+  // The body for one element `i`, given how each input element is read and how each result is
+  // written.
+  auto body = [&](const std::vector<std::string>& load, const std::vector<std::string>& store,
+                  const std::string& indent) {
+    std::string b;
+    auto v = [](ValueId id) { return absl::StrCat("v", id); };
+    auto round = [&](ValueId id, DType dtype) {
+      if (dtype == DType::Float16)
+        absl::StrAppend(&b, indent, v(id), " = lf_round_f16(", v(id), ");\n");
+      if (dtype == DType::BFloat16)
+        absl::StrAppend(&b, indent, v(id), " = lf_round_bf16(", v(id), ");\n");
+    };
+    for (size_t k = 0; k < num_inputs; ++k) {
+      const Node& node = graph.nodes[step.inputs[k]];
+      absl::StrAppend(&b, indent, "const ", compute_type(node.dtype), " ", v(step.inputs[k]),
+                      " = lf_load(", load[k], ");\n");
+    }
+    for (ValueId id : step.nodes) {
+      const Node& node = graph.nodes[id];
+      const char* type = compute_type(node.dtype);
+      switch (node.op) {
+        case Op::Const:
+          absl::StrAppend(&b, indent, type, " ", v(id), " = ",
+                          literal(node.attrs.get("value"), node.dtype), ";\n");
+          break;
+        case Op::Arange:
+          absl::StrAppend(&b, indent, type, " ", v(id), " = (", type, ")(",
+                          hex_double(node.attrs.get_float("start")), " + (double)i * ",
+                          hex_double(node.attrs.get_float("step")), ");\n");
+          break;
+        case Op::Rand:
+        case Op::Randn:
+          absl::StrAppend(&b, indent, type, " ", v(id), " = (", type,
+                          ")lazyfuse::", node.op == Op::Rand ? "philox_uniform" : "philox_normal",
+                          "(", static_cast<uint64_t>(node.attrs.get_int("offset")),
+                          "ULL + (uint64_t)i, ", static_cast<uint64_t>(node.attrs.get_int("seed")),
+                          "ULL);\n");
+          break;
+        case Op::Copy:
+          absl::StrAppend(&b, indent, type, " ", v(id), " = ", v(node.inputs[0]), ";\n");
+          break;
+        case Op::Cast:
+          absl::StrAppend(&b, indent, type, " ", v(id), " = (", type, ")", v(node.inputs[0]),
+                          ";\n");
+          if (graph.nodes[node.inputs[0]].dtype == node.dtype) continue;
+          break;
+        default: {
+          std::vector<DType> input_dtypes;
+          for (ValueId in : node.inputs) input_dtypes.push_back(graph.nodes[in].dtype);
+          const char* operand =
+              storage_type(op_input_compute_dtype(node.op, input_dtypes, node.dtype));
+          const char* names[3] = {"a", "b", "c"};
+          absl::StrAppend(&b, indent, type, " ", v(id), ";\n", indent, "{\n");
+          for (size_t k = 0; k < node.inputs.size(); ++k)
+            absl::StrAppend(&b, indent, "  const ", operand, " ", names[k], " = (", operand, ")",
+                            v(node.inputs[k]), ";\n");
+          absl::StrAppend(&b, indent, "  ", v(id), " = (", type, ")(", cuda_expression(node.op),
+                          ");  // ", op_name(node.op), "\n", indent, "}\n");
+        }
+      }
+      round(id, node.dtype);
+    }
+    for (size_t k = 0; k < step.outputs.size(); ++k) {
+      const Node& node = graph.nodes[step.outputs[k]];
+      absl::StrAppend(&b, indent, store[k], " = lf_store<", storage_type(node.dtype), ">(",
+                      v(step.outputs[k]), ");\n");
+    }
+    return b;
+  };
+
+  std::vector<std::string> load(num_inputs), store(step.outputs.size());
+  std::string start = "tid";
+  if (spec.vectorized) {
+    for (size_t k = 0; k < num_inputs; ++k) {
+      const char* type = storage_type(graph.nodes[step.inputs[k]].dtype);
+      load[k] = spec.inputs[k] == OperandAccess::Broadcast ? absl::StrCat("in", k, "[0]")
+                                                           : absl::StrCat("x", k, ".v[l]");
+      (void)type;
+    }
+    for (size_t k = 0; k < step.outputs.size(); ++k) store[k] = absl::StrCat("y", k, ".v[l]");
+    s += "  const IDX nv = n / 4;\n  for (IDX v = tid; v < nv; v += step) {\n    const IDX i0 = v "
+         "* 4;\n";
+    for (size_t k = 0; k < num_inputs; ++k) {
+      if (spec.inputs[k] != OperandAccess::Contiguous) continue;
+      const char* type = storage_type(graph.nodes[step.inputs[k]].dtype);
+      absl::StrAppend(&s, "    const lf_vec4<", type, "> x", k, " = *(const lf_vec4<", type,
+                      ">*)(in", k, " + i0);\n");
+    }
+    for (size_t k = 0; k < step.outputs.size(); ++k)
+      absl::StrAppend(&s, "    lf_vec4<", storage_type(graph.nodes[step.outputs[k]].dtype), "> y",
+                      k, ";\n");
+    s += "#pragma unroll\n    for (int l = 0; l < 4; ++l) {\n      const IDX i = i0 + l;\n      "
+         "(void)i;\n";
+    s += body(load, store, "      ");
+    s += "    }\n";
+    for (size_t k = 0; k < step.outputs.size(); ++k)
+      absl::StrAppend(&s, "    *(lf_vec4<", storage_type(graph.nodes[step.outputs[k]].dtype),
+                      ">*)(out", k, " + i0) = y", k, ";\n");
+    s += "  }\n";
+    start = "nv * 4 + tid";
+  }
+  // The scalar loop: everything in the strided variant, the tail in the vectorized one.
+  for (size_t k = 0; k < num_inputs; ++k) {
+    switch (spec.inputs[k]) {
+      case OperandAccess::Broadcast:
+        load[k] = absl::StrCat("in", k, "[0]");
+        break;
+      case OperandAccess::Contiguous:
+        load[k] = absl::StrCat("in", k, "[i]");
+        break;
+      case OperandAccess::Strided: {
+        std::string offset;
+        for (int d = 0; d < rank; ++d)
+          absl::StrAppend(&offset, d ? " + " : "", "c", d, " * (IDX)args.stride[", k, "][", d, "]");
+        load[k] = absl::StrCat("in", k, "[", offset, "]");
+      }
+    }
+  }
+  for (size_t k = 0; k < step.outputs.size(); ++k) store[k] = absl::StrCat("out", k, "[i]");
+  absl::StrAppend(&s, "  for (IDX i = ", start, "; i < n; i += step) {\n");
+  if (rank > 1) {
+    s += "    IDX rest = i;\n";
+    for (int d = rank - 1; d > 0; --d)
+      absl::StrAppend(&s, "    const IDX c", d, " = rest % (IDX)args.size[", d,
+                      "];\n    rest /= (IDX)args.size[", d, "];\n");
+    s += "    const IDX c0 = rest;\n";
+  } else {
+    s += "    const IDX c0 = i;\n    (void)c0;\n";
+  }
+  s += body(load, store, "    ");
+  s += "  }\n}\n";
+  return out;
+}
+
+}  // namespace lazyfuse

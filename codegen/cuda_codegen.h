@@ -1,0 +1,66 @@
+// CUDA source for a fused elementwise step. A kernel is specialised on what changes its code:
+// dtypes and ops (the step), the rank of the collapsed iteration space, how each operand is
+// read (contiguous, one broadcast element, or strided), 16-byte vector access, and 32- or
+// 64-bit index math. Sizes and strides are arguments, so a new size never recompiles.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/schedule.h"
+
+namespace lazyfuse {
+
+enum class OperandAccess : uint8_t { Contiguous, Broadcast, Strided };
+
+struct CudaElementwiseSpec {
+  int rank = 1;
+  bool vectorized = false;  // four elements per thread through 16-byte (or narrower) accesses
+  bool index64 = false;
+  std::vector<OperandAccess> inputs;
+  std::string code() const;  // "r1.v4.i32.cb": part of the kernel's name
+};
+
+// What one launch needs besides the kernel: sizes and strides after collapsing dims.
+struct CudaElementwiseLaunch {
+  CudaElementwiseSpec spec;
+  int64_t numel = 0;
+  Shape sizes;                   // the collapsed iteration space
+  std::vector<Strides> strides;  // per input, over `sizes`
+};
+
+// An operand as it lies in memory.
+struct OperandLayout {
+  uint64_t address = 0;
+  int64_t element_size = 4;
+  Shape shape;
+  Strides strides;
+};
+
+// Collapses the step's iteration space jointly over its operands and picks the variant.
+// `outputs_address` are the result buffers' addresses (contiguous), for the alignment check.
+CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
+                                            const std::vector<OperandLayout>& inputs,
+                                            const std::vector<uint64_t>& output_addresses,
+                                            const std::vector<int64_t>& output_element_sizes);
+
+struct CudaSource {
+  std::string kernel_name;  // "k_3f9a1c0b_r1.v4..." with dots as underscores
+  std::string source;       // complete: prologue and kernel
+};
+
+// The kernel's parameters are one struct, packed by pack_elementwise_args in this order:
+// numel, sizes[rank], input pointers, input strides (row-major, inputs x rank), output pointers.
+CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
+                                     const CudaElementwiseSpec& spec, bool fast_math = false);
+
+std::vector<uint64_t> pack_elementwise_args(const CudaElementwiseLaunch& launch,
+                                            const std::vector<uint64_t>& input_addresses,
+                                            const std::vector<uint64_t>& output_addresses);
+
+// The prologue every kernel starts with (codegen/cuda_prologue.cuh and codegen/philox.h).
+const std::string& cuda_prologue();
+
+}  // namespace lazyfuse

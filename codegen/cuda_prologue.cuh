@@ -1,0 +1,136 @@
+// The fixed prologue of every generated CUDA kernel: integer types, the storage types of half
+// and bfloat16 with their conversions, and the lf_* functions that the expressions of
+// ir/ops.def call. Kernels are compiled by NVRTC with no include path, so nothing is included.
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+
+// Half types are stored as 16 bits and computed in float. The conversions round to nearest
+// even, as the CPU's (codegen/half.h) do.
+struct lf_f16 {
+  unsigned short bits;
+};
+struct lf_bf16 {
+  unsigned short bits;
+};
+__device__ __forceinline__ float lf_load(lf_f16 x) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+  return f;
+}
+__device__ __forceinline__ float lf_load(lf_bf16 x) {
+  return __uint_as_float(static_cast<unsigned int>(x.bits) << 16);
+}
+template <typename T>
+__device__ __forceinline__ T lf_load(T x) {
+  return x;
+}
+template <typename S, typename T>
+struct lf_store_impl {
+  __device__ static S run(T x) { return static_cast<S>(x); }
+};
+template <typename T>
+struct lf_store_impl<lf_f16, T> {
+  __device__ static lf_f16 run(T x) {
+    lf_f16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(static_cast<float>(x)));
+    return h;
+  }
+};
+template <typename T>
+struct lf_store_impl<lf_bf16, T> {
+  __device__ static lf_bf16 run(T x) {
+    unsigned int u = __float_as_uint(static_cast<float>(x));
+    lf_bf16 b;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      b.bits = static_cast<unsigned short>((u >> 16) | 0x40);
+    } else {
+      b.bits = static_cast<unsigned short>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    return b;
+  }
+};
+template <typename S, typename T>
+__device__ __forceinline__ S lf_store(T x) {
+  return lf_store_impl<S, T>::run(x);
+}
+__device__ __forceinline__ float lf_round_f16(float x) { return lf_load(lf_store<lf_f16>(x)); }
+__device__ __forceinline__ float lf_round_bf16(float x) { return lf_load(lf_store<lf_bf16>(x)); }
+
+// Four elements moved by one vector load or store.
+template <typename T>
+struct alignas(4 * sizeof(T)) lf_vec4 {
+  T v[4];
+};
+
+__device__ __forceinline__ float lf_abs(float a) { return fabsf(a); }
+__device__ __forceinline__ double lf_abs(double a) { return fabs(a); }
+__device__ __forceinline__ int32_t lf_abs(int32_t a) { return a < 0 ? -a : a; }
+__device__ __forceinline__ int64_t lf_abs(int64_t a) { return a < 0 ? -a : a; }
+#ifdef LF_FAST_MATH
+// Opt-in hardware approximations (LAZYFUSE_FAST_MATH=1): ex2.approx, lg2.approx, sin.approx,
+// cos.approx and tanh.approx through the __*f intrinsics; see docs/design.md for their bounds.
+__device__ __forceinline__ float lf_exp(float a) { return __expf(a); }
+__device__ __forceinline__ float lf_log(float a) { return __logf(a); }
+__device__ __forceinline__ float lf_sin(float a) { return __sinf(a); }
+__device__ __forceinline__ float lf_cos(float a) { return __cosf(a); }
+__device__ __forceinline__ float lf_tanh(float a) {
+  float r;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(a));
+  return r;
+}
+#else
+__device__ __forceinline__ float lf_exp(float a) { return expf(a); }
+__device__ __forceinline__ float lf_log(float a) { return logf(a); }
+__device__ __forceinline__ float lf_sin(float a) { return sinf(a); }
+__device__ __forceinline__ float lf_cos(float a) { return cosf(a); }
+__device__ __forceinline__ float lf_tanh(float a) { return tanhf(a); }
+#endif
+__device__ __forceinline__ double lf_exp(double a) { return exp(a); }
+__device__ __forceinline__ double lf_log(double a) { return log(a); }
+__device__ __forceinline__ double lf_sin(double a) { return sin(a); }
+__device__ __forceinline__ double lf_cos(double a) { return cos(a); }
+__device__ __forceinline__ double lf_tanh(double a) { return tanh(a); }
+__device__ __forceinline__ float lf_sqrt(float a) { return sqrtf(a); }
+__device__ __forceinline__ double lf_sqrt(double a) { return sqrt(a); }
+__device__ __forceinline__ float lf_rsqrt(float a) { return 1.0f / sqrtf(a); }
+__device__ __forceinline__ double lf_rsqrt(double a) { return 1.0 / sqrt(a); }
+__device__ __forceinline__ float lf_sigmoid(float a) { return 1.0f / (1.0f + lf_exp(-a)); }
+__device__ __forceinline__ double lf_sigmoid(double a) { return 1.0 / (1.0 + exp(-a)); }
+__device__ __forceinline__ float lf_pow(float a, float b) { return powf(a, b); }
+__device__ __forceinline__ double lf_pow(double a, double b) { return pow(a, b); }
+template <typename T>
+__device__ __forceinline__ T lf_ipow(T base, T exponent) {
+  if (exponent < 0) return base == 1 ? 1 : base == -1 ? ((exponent % 2) ? -1 : 1) : 0;
+  T result = 1;
+  while (exponent) {
+    if (exponent & 1) result = result * base;
+    base = base * base;
+    exponent >>= 1;
+  }
+  return result;
+}
+__device__ __forceinline__ int32_t lf_pow(int32_t a, int32_t b) { return lf_ipow(a, b); }
+__device__ __forceinline__ int64_t lf_pow(int64_t a, int64_t b) { return lf_ipow(a, b); }
+// NaN propagates through maximum, minimum, clamp and relu, as in PyTorch and on the CPU.
+template <typename T>
+__device__ __forceinline__ T lf_max(T a, T b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return a > b ? a : b;
+}
+template <typename T>
+__device__ __forceinline__ T lf_min(T a, T b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return a < b ? a : b;
+}
+template <typename T>
+__device__ __forceinline__ T lf_relu(T a) {
+  return a < T(0) ? T(0) : a;
+}
+template <typename T>
+__device__ __forceinline__ T lf_select(T condition, T a, T b) {
+  return condition != T(0) ? a : b;
+}
