@@ -11,7 +11,7 @@ namespace lazyfuse::nn {
 
 std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
-  for (const auto& [name, parameter] : own_parameters_)
+  for (Tensor* parameter : const_cast<Module*>(this)->own_parameters())
     if (parameter->defined()) out.push_back(*parameter);
   for (const auto& child : children_) {
     std::vector<Tensor> more = child->parameters();
@@ -22,7 +22,7 @@ std::vector<Tensor> Module::parameters() const {
 
 void Module::to(Device device) {
   std::vector<Tensor> moved;
-  for (auto& [name, parameter] : own_parameters_) {
+  for (Tensor* parameter : own_parameters()) {
     if (!parameter->defined()) continue;
     *parameter = parameter->to(device);
     moved.push_back(*parameter);
@@ -42,13 +42,13 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
   // PyTorch's kaiming_uniform_(a=sqrt(5)) comes down to this bound for both.
   double bound = in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(in_features)) : 0.0;
   weight_ = rand({out_features, in_features}) * (2 * bound) - bound;
-  own_parameters_.push_back({"weight", &weight_});
   if (bias) {
     bias_ = rand({out_features}) * (2 * bound) - bound;
-    own_parameters_.push_back({"bias", &bias_});
   }
   eval(parameters());
 }
+
+std::vector<Tensor*> Linear::own_parameters() { return {&weight_, &bias_}; }
 
 Tensor Linear::forward(const Tensor& input) {
   if (input.dim() == 0 || input.size(-1) != in_features_)

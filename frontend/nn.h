@@ -25,7 +25,9 @@ class Module {
   virtual std::string repr() const = 0;
 
  protected:
-  std::vector<std::pair<std::string, Tensor*>> own_parameters_;
+  // This module's own parameters (not its children's). Asked for each time rather than stored,
+  // so that a module that is copied or moved never points into its old self.
+  virtual std::vector<Tensor*> own_parameters() { return {}; }
   std::vector<std::shared_ptr<Module>> children_;
 };
 
@@ -38,9 +40,13 @@ class Linear : public Module {
   Tensor forward(const Tensor& input) override;
   std::string repr() const override;
   Tensor& weight() { return weight_; }
+  const Tensor& weight() const { return weight_; }
   Tensor& bias() { return bias_; }  // undefined when made with bias = false
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
+
+ protected:
+  std::vector<Tensor*> own_parameters() override;
 
  private:
   int64_t in_features_, out_features_;

@@ -11,6 +11,7 @@
 #include "ir/errors.h"
 #include "ir/passes/passes.h"
 #include "runtime/devices.h"
+#include "runtime/executor.h"
 
 namespace lazyfuse {
 
@@ -254,9 +255,8 @@ namespace {
 // The value's elements on the host, contiguous, converted to `as`.
 std::vector<std::byte> host_values(const Tensor& t, DType as) {
   eval(t);
-  const BufferView& buffer = *t.value()->buffer;
-  if (!buffer.storage->device().is_cpu())
-    throw UnsupportedError("reading a CUDA tensor needs the CUDA runtime, which this build lacks");
+  // Reading a GPU tensor copies it to host memory first, as PyTorch's printing does.
+  const BufferView buffer = copy_to_device(*t.value()->buffer, Device::cpu());
   std::vector<std::byte> out(t.numel() * dtype_size(as));
   CpuOperand operand =
       make_cpu_operand(buffer.data(), buffer.dtype, buffer.shape, buffer.strides, buffer.shape);

@@ -59,39 +59,24 @@ void run_elementwise(const Graph& graph, const Step& step,
 
 }  // namespace
 
-void run_cpu_schedule(const Schedule& schedule, std::vector<std::optional<BufferView>>& values) {
-  const Graph& graph = schedule.graph;
-  // The last step that reads each value, so intermediates are freed early.
-  std::vector<int> last_reader(graph.nodes.size(), -1);
-  for (size_t s = 0; s < schedule.steps.size(); ++s)
-    for (ValueId v : schedule.steps[s].inputs) last_reader[v] = static_cast<int>(s);
-  std::vector<bool> is_output(graph.nodes.size(), false);
-  for (ValueId v : graph.outputs) is_output[v] = true;
-
-  for (size_t s = 0; s < schedule.steps.size(); ++s) {
-    const Step& step = schedule.steps[s];
-    const Node& node = graph.nodes[step.nodes.back()];
-    switch (step.kind) {
-      case StepKind::Elementwise:
-        run_elementwise(graph, step, values);
-        break;
-      case StepKind::Reduction:
-        values[step.nodes[0]] = cpu_reduce(node, *values[node.inputs[0]]);
-        break;
-      case StepKind::Matmul:
-        values[step.nodes[0]] = cpu_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);
-        break;
-      case StepKind::View:
-        values[step.nodes[0]] = cpu_view(node, *values[node.inputs[0]]);
-        break;
-      case StepKind::Transfer:
-        throw UnsupportedError(absl::StrCat("a transfer to ", node.device.str(),
-                                            " needs the CUDA runtime, which this build lacks"));
-    }
-    for (ValueId v : step.inputs) {
-      if (last_reader[v] == static_cast<int>(s) && !is_output[v] && graph.nodes[v].op != Op::Param)
-        values[v].reset();
-    }
+void run_cpu_step(const Graph& graph, const Step& step,
+                  std::vector<std::optional<BufferView>>& values) {
+  const Node& node = graph.nodes[step.nodes.back()];
+  switch (step.kind) {
+    case StepKind::Elementwise:
+      run_elementwise(graph, step, values);
+      break;
+    case StepKind::Reduction:
+      values[step.nodes[0]] = cpu_reduce(node, *values[node.inputs[0]]);
+      break;
+    case StepKind::Matmul:
+      values[step.nodes[0]] = cpu_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);
+      break;
+    case StepKind::View:
+      values[step.nodes[0]] = cpu_view(node, *values[node.inputs[0]]);
+      break;
+    case StepKind::Transfer:
+      throw VerifierError("a transfer is not a CPU step");
   }
 }
 

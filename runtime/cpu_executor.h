@@ -1,7 +1,8 @@
-// Runs a schedule on the host: fused elementwise programs on all cores (OpenMP), reductions,
-// OpenBLAS matmul, views. Called by evaluate() for steps on the CPU.
+// The steps that run on the host: fused elementwise programs on all cores (OpenMP),
+// reductions, OpenBLAS matmul, views.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "ir/schedule.h"
@@ -9,10 +10,9 @@
 
 namespace lazyfuse {
 
-// `values` holds a buffer for every param (by value id) on entry; on return it also holds the
-// buffer of every step output that is a graph output. Intermediate buffers are released as
-// soon as no later step reads them.
-void run_cpu_schedule(const Schedule& schedule, std::vector<std::optional<BufferView>>& values);
+// Runs one step whose device is the host, reading and writing buffers in `values` by value id.
+void run_cpu_step(const Graph& graph, const Step& step,
+                  std::vector<std::optional<BufferView>>& values);
 
 // The library steps, also used on their own by tests.
 BufferView cpu_reduce(const Node& node, const BufferView& input);

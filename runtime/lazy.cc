@@ -13,8 +13,8 @@
 #include "absl/strings/str_split.h"
 #include "ir/errors.h"
 #include "ir/passes/passes.h"
-#include "runtime/cpu_executor.h"
 #include "runtime/env.h"
+#include "runtime/executor.h"
 
 namespace lazyfuse {
 
@@ -123,15 +123,9 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   }
   Schedule schedule = run_pipeline(built.graph, pipeline);
 
-  for (const Step& step : schedule.steps) {
-    if (!step.device.is_cpu())
-      throw UnsupportedError(absl::StrCat(
-          "evaluating on ", step.device.str(),
-          ": this build executes on the CPU only; move the tensors with .cpu() or .to(\"cpu\")"));
-  }
   std::vector<std::optional<BufferView>> values(schedule.graph.nodes.size());
   for (size_t i = 0; i < built.params.size(); ++i) values[i] = *built.params[i]->buffer;
-  run_cpu_schedule(schedule, values);
+  run_schedule(schedule, values);
 
   // Only now, with every result in hand, do values change: a failure above loses nothing.
   for (size_t i = 0; i < pending.size(); ++i) {

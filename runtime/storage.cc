@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ir/errors.h"
+#include "runtime/cuda_memory.h"
 
 namespace lazyfuse {
 namespace {
@@ -22,12 +23,14 @@ std::pair<int, int> key(const Device& d) { return {static_cast<int>(d.type()), d
 }  // namespace
 
 std::shared_ptr<Storage> Storage::allocate(const Device& device, int64_t nbytes) {
-  if (!device.is_cpu())
-    throw UnsupportedError(
-        absl::StrCat("allocating on ", device.str(), ": this build runs on the CPU only"));
-  size_t size = static_cast<size_t>((std::max<int64_t>(nbytes, 1) + 63) / 64 * 64);
-  void* data = std::aligned_alloc(64, size);
-  if (data == nullptr) throw std::bad_alloc();
+  void* data = nullptr;
+  if (device.is_cuda()) {
+    data = cuda::allocate(device.index(), std::max<int64_t>(nbytes, 1));
+  } else {
+    size_t size = static_cast<size_t>((std::max<int64_t>(nbytes, 1) + 63) / 64 * 64);
+    data = std::aligned_alloc(64, size);
+    if (data == nullptr) throw std::bad_alloc();
+  }
   {
     std::lock_guard lock(stats_mutex);
     MemoryStats& stats = all_stats()[key(device)];
@@ -39,7 +42,11 @@ std::shared_ptr<Storage> Storage::allocate(const Device& device, int64_t nbytes)
 }
 
 Storage::~Storage() {
-  std::free(data_);
+  if (device_.is_cuda()) {
+    cuda::release(device_.index(), data_, std::max<int64_t>(nbytes_, 1));
+  } else {
+    std::free(data_);
+  }
   std::lock_guard lock(stats_mutex);
   all_stats()[key(device_)].allocated_bytes -= nbytes_;
 }

@@ -1,0 +1,17 @@
+// The steps of a schedule that run on a GPU: fused elementwise kernels generated and compiled
+// on first use, views, and (to come) reductions and cuBLAS matmul.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "ir/schedule.h"
+#include "runtime/storage.h"
+
+namespace lazyfuse {
+
+void run_cuda_step(const Graph& graph, const Step& step,
+                   std::vector<std::optional<BufferView>>& values);
+BufferView cuda_contiguous(const BufferView& source);
+
+}  // namespace lazyfuse

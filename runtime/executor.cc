@@ -1,0 +1,73 @@
+// Running a schedule across devices.
+#include "runtime/executor.h"
+
+#include "absl/strings/str_cat.h"
+#include "ir/errors.h"
+#include "runtime/cpu_executor.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/cuda_executor.h"
+
+namespace lazyfuse {
+
+BufferView contiguous(const BufferView& source) {
+  if (source.is_contiguous()) return source;
+  return source.storage->device().is_cpu() ? cpu_contiguous(source) : cuda_contiguous(source);
+}
+
+BufferView copy_to_device(const BufferView& source, const Device& device) {
+  const Device& from = source.storage->device();
+  if (from == device) return contiguous(source);
+  // Transfers move dense bytes: make the source dense where it lives first.
+  BufferView dense = contiguous(source);
+  BufferView out = allocate_buffer(device, source.dtype, source.shape);
+  const size_t bytes = static_cast<size_t>(numel(source.shape) * dtype_size(source.dtype));
+  if (bytes == 0) return out;
+  const cuda::DriverApi* api = cuda::driver();
+  auto device_pointer = [](const BufferView& v) {
+    return reinterpret_cast<cuda::CUdeviceptr>(v.data());
+  };
+  if (from.is_cpu()) {
+    cuda::activate(device.index());
+    cuda::check(api->cuMemcpyHtoD(device_pointer(out), dense.data(), bytes), "cuMemcpyHtoD");
+  } else if (device.is_cpu()) {
+    cuda::activate(from.index());
+    cuda::check(api->cuMemcpyDtoH(out.data(), device_pointer(dense), bytes), "cuMemcpyDtoH");
+  } else {
+    // Between GPUs: the driver copies peer to peer where the GPUs allow it, through the host
+    // otherwise.
+    cuda::CUcontext source_context = cuda::activate(from.index());
+    cuda::CUcontext target_context = cuda::activate(device.index());
+    cuda::check(api->cuMemcpyPeer(device_pointer(out), target_context, device_pointer(dense),
+                                  source_context, bytes),
+                "cuMemcpyPeer");
+  }
+  return out;
+}
+
+void run_schedule(const Schedule& schedule, std::vector<std::optional<BufferView>>& values) {
+  const Graph& graph = schedule.graph;
+  // The last step that reads each value, so intermediates are freed early.
+  std::vector<int> last_reader(graph.nodes.size(), -1);
+  for (size_t s = 0; s < schedule.steps.size(); ++s)
+    for (ValueId v : schedule.steps[s].inputs) last_reader[v] = static_cast<int>(s);
+  std::vector<bool> is_output(graph.nodes.size(), false);
+  for (ValueId v : graph.outputs) is_output[v] = true;
+
+  for (size_t s = 0; s < schedule.steps.size(); ++s) {
+    const Step& step = schedule.steps[s];
+    const Node& node = graph.nodes[step.nodes.back()];
+    if (step.kind == StepKind::Transfer) {
+      values[step.nodes[0]] = copy_to_device(*values[node.inputs[0]], node.device);
+    } else if (step.device.is_cpu()) {
+      run_cpu_step(graph, step, values);
+    } else {
+      run_cuda_step(graph, step, values);
+    }
+    for (ValueId v : step.inputs) {
+      if (last_reader[v] == static_cast<int>(s) && !is_output[v] && graph.nodes[v].op != Op::Param)
+        values[v].reset();
+    }
+  }
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,182 @@
+// The kernel cache: memory, then disk, then NVRTC.
+#include "runtime/kernel_cache.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "codegen/nvrtc.h"
+#include "ir/errors.h"
+#include "ir/stable_hash.h"
+#include "runtime/env.h"
+
+namespace lazyfuse::cuda {
+namespace {
+
+struct CacheState {
+  std::mutex mutex;
+  std::map<std::pair<int, std::string>, CUfunction> functions;  // (device, key)
+  KernelCacheStats stats;
+};
+CacheState& state() {
+  static CacheState* s = new CacheState();
+  return *s;
+}
+
+// A disk entry: magic, image size, checksum of the image, the image.
+constexpr char kMagic[8] = {'L', 'F', 'C', 'U', 'B', 'I', 'N', '1'};
+
+uint64_t checksum(const std::vector<char>& image) {
+  StableHash h;
+  h.add(std::string_view(image.data(), image.size()));
+  return h.value();
+}
+
+std::vector<char> read_entry(const std::filesystem::path& path, bool* damaged) {
+  *damaged = false;
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return {};
+  char magic[8];
+  uint64_t size = 0, sum = 0;
+  file.read(magic, 8);
+  file.read(reinterpret_cast<char*>(&size), 8);
+  file.read(reinterpret_cast<char*>(&sum), 8);
+  if (!file || std::memcmp(magic, kMagic, 8) != 0 || size > (uint64_t{1} << 30)) {
+    *damaged = true;
+    return {};
+  }
+  std::vector<char> image(size);
+  file.read(image.data(), static_cast<std::streamsize>(size));
+  if (!file || file.peek() != EOF || checksum(image) != sum) {
+    *damaged = true;
+    return {};
+  }
+  return image;
+}
+
+// Best effort: a cache that cannot be written only costs a recompile next time.
+void write_entry(const std::filesystem::path& path, const std::vector<char>& image) {
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  std::filesystem::path temporary = path;
+  temporary += absl::StrCat(".tmp.", getpid(), ".",
+                            std::hash<std::thread::id>()(std::this_thread::get_id()));
+  {
+    std::ofstream file(temporary, std::ios::binary);
+    if (!file) return;
+    uint64_t size = image.size(), sum = checksum(image);
+    file.write(kMagic, 8);
+    file.write(reinterpret_cast<const char*>(&size), 8);
+    file.write(reinterpret_cast<const char*>(&sum), 8);
+    file.write(image.data(), static_cast<std::streamsize>(image.size()));
+    if (!file) {
+      std::filesystem::remove(temporary, ec);
+      return;
+    }
+  }
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) std::filesystem::remove(temporary, ec);
+}
+
+void dump_source(const CudaSource& source) {
+  const EnvConfig& env = env_config();
+  if (env.dump_cuda)
+    std::cerr << "// ----- CUDA kernel " << source.kernel_name << " -----\n" << source.source;
+  if (!env.dump_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(env.dump_dir, ec);
+    std::ofstream(std::filesystem::path(env.dump_dir) / (source.kernel_name + ".cu"))
+        << source.source;
+  }
+}
+
+}  // namespace
+
+const DeviceProperties& device_properties(int device) {
+  static std::mutex mutex;
+  static std::map<int, DeviceProperties> properties;
+  std::lock_guard lock(mutex);
+  auto it = properties.find(device);
+  if (it != properties.end()) return it->second;
+  DeviceProperties p;
+  CUdevice handle = 0;
+  check(driver()->cuDeviceGet(&handle, device), "cuDeviceGet");
+  driver()->cuDeviceGetAttribute(&p.major, kAttrComputeCapabilityMajor, handle);
+  driver()->cuDeviceGetAttribute(&p.minor, kAttrComputeCapabilityMinor, handle);
+  driver()->cuDeviceGetAttribute(&p.multiprocessors, kAttrMultiprocessorCount, handle);
+  return properties.emplace(device, p).first->second;
+}
+
+CUfunction get_kernel(int device, const std::string& key,
+                      const std::function<CudaSource()>& generate) {
+  CacheState& s = state();
+  std::lock_guard lock(s.mutex);
+  auto it = s.functions.find({device, key});
+  if (it != s.functions.end()) {
+    ++s.stats.memory_hits;
+    return it->second;
+  }
+  const DeviceProperties& props = device_properties(device);
+  const CudaSource source = generate();
+  dump_source(source);
+  StableHash h;
+  h.add(std::string_view(source.source))
+      .add(props.major)
+      .add(props.minor)
+      .add(std::string_view(nvrtc_version()));
+  const std::string file_key =
+      absl::StrFormat("%s-%016x-sm_%d%d-nvrtc%s", source.kernel_name, h.value(), props.major,
+                      props.minor, nvrtc_version());
+  const EnvConfig& env = env_config();
+  auto started = std::chrono::steady_clock::now();
+  std::filesystem::path path;
+  std::vector<char> image;
+  if (!env.cache_dir.empty()) {
+    path = std::filesystem::path(env.cache_dir) / (file_key + ".cubin");
+    bool damaged = false;
+    image = read_entry(path, &damaged);
+    s.stats.damaged_entries += damaged;
+    if (!image.empty()) ++s.stats.disk_hits;
+  }
+  if (image.empty()) {
+    CompiledKernel compiled =
+        nvrtc_compile(source.source, source.kernel_name, props.major, props.minor);
+    ++s.stats.compiles;
+    s.stats.compile_ms += compiled.compile_ms;
+    image = std::move(compiled.image);
+    started = std::chrono::steady_clock::now();
+    if (!path.empty()) write_entry(path, image);
+  }
+  activate(device);
+  CUmodule module = nullptr;
+  check(driver()->cuModuleLoadData(&module, image.data()), "cuModuleLoadData");
+  CUfunction function = nullptr;
+  check(driver()->cuModuleGetFunction(&function, module, source.kernel_name.c_str()),
+        "cuModuleGetFunction");
+  s.stats.load_ms +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  s.functions[{device, key}] = function;
+  return function;
+}
+
+KernelCacheStats kernel_cache_stats() {
+  std::lock_guard lock(state().mutex);
+  return state().stats;
+}
+
+void clear_memory_kernel_cache() {
+  std::lock_guard lock(state().mutex);
+  state().functions.clear();
+}
+
+}  // namespace lazyfuse::cuda
