@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# On the GPU machine: the walkthrough, the whole test suite, and compute-sanitizer over the
+# GPU tests, each logged to $OUT (default: gpu-logs/). Run scripts/gpu-bundle.sh here first and
+# carry gpu-bundle/. Usage: scripts/gpu-check.sh [GTEST_FILTER]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-logs}
+mkdir -p "$out"
+bin=gpu-bundle/bin
+filter=${1:-*}
+export LAZYFUSE_CACHE_DIR=$(mktemp -d)
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  $bin/lazyfuse devices
+} > "$out/machine.log" 2>&1
+$bin/walkthrough > "$out/walkthrough.log" 2>&1; echo "walkthrough exit $?" >> "$out/walkthrough.log"
+$bin/lazyfuse_tests --gtest_filter="$filter" > "$out/tests.log" 2>&1; echo "tests exit $?" >> "$out/tests.log"
+if command -v compute-sanitizer > /dev/null; then
+  for tool in memcheck racecheck initcheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 $bin/lazyfuse_tests \
+      --gtest_filter='Cuda*:-Cuda.OutOfMemoryIsTypedAndRecoverable' > "$out/sanitizer-$tool.log" 2>&1
+    echo "compute-sanitizer $tool exit $?" >> "$out/sanitizer-$tool.log"
+  done
+fi
+tail -n 3 "$out"/*.log

@@ -1,0 +1,196 @@
+// The CUDA path, on a machine with a GPU (every test skips without one): each result is
+// compared with the CPU path and with a float64 reference computed here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <lazyfuse/lazyfuse.h>
+
+#include "runtime/cuda_memory.h"
+#include "runtime/kernel_cache.h"
+
+namespace lazyfuse {
+namespace {
+
+class Cuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA GPU";
+  }
+};
+
+std::vector<double> random_values(int64_t n, double lo, double hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(n);
+  for (double& x : v) x = dist(rng);
+  return v;
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rtol,
+                  double atol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(got[i])) << "at " << i;
+      continue;
+    }
+    ASSERT_NEAR(got[i], want[i], atol + rtol * std::fabs(want[i])) << "at " << i;
+  }
+}
+
+TEST_F(Cuda, SeedExpressionIsOneKernelOnTheGpu) {
+  Tensor x = tensor({1, 2, 3});
+  Tensor y = x.to("cuda"), z = x.to("cuda");
+  EXPECT_TRUE(y.to("cuda").is_same(y));
+  reset_eval_stats();
+  Tensor r = (z + 2).exp() * y;
+  EXPECT_EQ(r.device(), Device("cuda:0"));
+  eval(r);
+  EXPECT_EQ(eval_stats().kernels, 1);
+  EXPECT_EQ(r.str(), "tensor([ 20.0855, 109.1963, 445.2395], device='cuda:0')");
+}
+
+TEST_F(Cuda, ElementwiseOpsMatchTheReferenceAndTheCpu) {
+  const int64_t n = 100003;  // not a multiple of 4: vector body and scalar tail
+  std::vector<double> a = random_values(n, 0.1, 3.0, 1), b = random_values(n, -2.0, 2.0, 2);
+  for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    Tensor ca = from_vector(a, {n}, dtype), cb = from_vector(b, {n}, dtype);
+    Tensor ga = ca.to("cuda"), gb = cb.to("cuda");
+    auto expr = [](const Tensor& x, const Tensor& y) {
+      return (x.log() + y.tanh() * x.sqrt() - maximum(x, y).sigmoid() / (x + 1)).relu() +
+             y.abs().pow(1.5) + (x > y).to(x.dtype()) +
+             where(y < 0, x.exp(), y.sin() * y.cos()).clamp(-3, 3) + x.rsqrt();
+    };
+    std::vector<double> gpu = expr(ga, gb).to_vector<double>();
+    std::vector<double> cpu = expr(ca, cb).to_vector<double>();
+    // The float64 reference, from the values as stored in `dtype`.
+    std::vector<double> sa = ca.to_vector<double>(), sb = cb.to_vector<double>(), want(n);
+    for (int64_t i = 0; i < n; ++i) {
+      double x = sa[i], y = sb[i];
+      double m = std::max(x, y);
+      double first = std::max(
+          0.0, std::log(x) + std::tanh(y) * std::sqrt(x) - (1 / (1 + std::exp(-m))) / (x + 1));
+      double w = y < 0 ? std::exp(x) : std::sin(y) * std::cos(y);
+      want[i] = first + std::pow(std::fabs(y), 1.5) + (x > y ? 1 : 0) + std::clamp(w, -3.0, 3.0) +
+                1 / std::sqrt(x);
+    }
+    double rtol = dtype == kFloat64   ? 1e-12
+                  : dtype == kFloat32 ? 2e-5
+                  : dtype == kFloat16 ? 2e-2
+                                      : 1e-1;
+    SCOPED_TRACE(dtype_torch_name(dtype));
+    expect_close(gpu, want, rtol, rtol);
+    expect_close(gpu, cpu, rtol, rtol);
+  }
+}
+
+TEST_F(Cuda, IntegerAndBoolOpsAreExact) {
+  Tensor a = arange(-50, 50, 1, Device("cuda"));
+  Tensor b = (a * 3 + 7).to(kInt32);
+  std::vector<int64_t> products = (b * b - a).to_vector<int64_t>();
+  for (int64_t i = 0; i < 100; ++i) {
+    int64_t x = i - 50, y = 3 * x + 7;
+    EXPECT_EQ(products[i], y * y - x);
+  }
+  std::vector<bool> flags = ((a > 0) == (b > 10)).to_vector<bool>();
+  for (int64_t i = 0; i < 100; ++i) {
+    int64_t x = i - 50;
+    EXPECT_EQ(flags[i], (x > 0) == (3 * x + 7 > 10)) << i;
+  }
+}
+
+TEST_F(Cuda, BroadcastAndStridedInputs) {
+  std::vector<double> m = random_values(64 * 33, -1, 1, 3), row = random_values(33, -1, 1, 4);
+  Tensor cm = from_vector(m, {64, 33}), crow = from_vector(row, {33});
+  Tensor gm = cm.to("cuda"), grow = crow.to("cuda");
+  // Transposed, narrowed and broadcast reads in one kernel.
+  auto expr = [](const Tensor& x, const Tensor& r) {
+    return (x.t().narrow(0, 5, 20) * 2).t() + r.narrow(0, 0, 20).unsqueeze(0).t().t();
+  };
+  expect_close(expr(gm, grow).to_vector<double>(), expr(cm, crow).to_vector<double>(), 1e-6, 1e-6);
+  // relu(x + b) * 0.5 with b broadcast over rows.
+  Tensor out = ((gm + grow).relu() * 0.5);
+  std::vector<double> got = out.to_vector<double>();
+  for (int64_t i = 0; i < 64; ++i)
+    for (int64_t j = 0; j < 33; ++j)
+      ASSERT_NEAR(got[i * 33 + j],
+                  std::max(0.0, static_cast<double>(static_cast<float>(m[i * 33 + j])) +
+                                    static_cast<float>(row[j])) *
+                      0.5,
+                  1e-6);
+}
+
+TEST_F(Cuda, RandomNumbersMatchTheCpu) {
+  manual_seed(7);
+  Tensor g = rand({1000}, Device("cuda"));
+  manual_seed(7);
+  Tensor c = rand({1000});
+  EXPECT_EQ(g.to_vector<float>(), c.to_vector<float>());
+  manual_seed(8);
+  Tensor gn = randn({1000}, Device("cuda"));
+  manual_seed(8);
+  Tensor cn = randn({1000});
+  expect_close(gn.to_vector<double>(), cn.to_vector<double>(), 1e-6, 1e-6);
+}
+
+TEST_F(Cuda, TransfersRoundTripEveryDtype) {
+  for (DType dtype : kAllDTypes) {
+    Tensor c = (arange(0, 1000, 1) - 500).to(dtype);
+    Tensor back = c.to("cuda").to("cpu");
+    EXPECT_EQ(back.to_vector<double>(), c.to_vector<double>()) << dtype_torch_name(dtype);
+  }
+}
+
+TEST_F(Cuda, MixingDevicesIsAnError) {
+  Tensor on_cpu = tensor({1, 2, 3});
+  Tensor on_gpu = on_cpu.to("cuda");
+  Tensor mixed = on_cpu + on_gpu;
+  try {
+    eval(mixed);
+    FAIL() << "expected DeviceMismatchError";
+  } catch (const DeviceMismatchError& e) {
+    EXPECT_NE(std::string(e.what()).find("found at least two devices, cpu and cuda:0!"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda_test.cc:"), std::string::npos) << e.what();
+  }
+  // Nothing was lost: both operands still evaluate, and fixed code runs.
+  EXPECT_EQ((on_cpu.to("cuda") + on_gpu).to_vector<float>(), (std::vector<float>{2, 4, 6}));
+}
+
+TEST_F(Cuda, ModelRunsWhereItsParametersAre) {
+  manual_seed(0);
+  nn::Sequential net(nn::Linear(3, 1));
+  net.to(Device("cuda"));
+  auto linear = net.at<nn::Linear>(0);
+  EXPECT_EQ(linear->weight().device(), Device("cuda:0"));
+  EXPECT_EQ(linear->bias().device(), Device("cuda:0"));
+}
+
+TEST_F(Cuda, NewSizeReusesTheKernel) {
+  Tensor a = rand({1000}, Device("cuda"));
+  eval((a * 3 + 1).exp());
+  cuda::KernelCacheStats before = cuda::kernel_cache_stats();
+  Tensor b = rand({5000}, Device("cuda"));
+  eval(b);
+  cuda::KernelCacheStats middle = cuda::kernel_cache_stats();
+  eval((b * 3 + 1).exp());
+  cuda::KernelCacheStats after = cuda::kernel_cache_stats();
+  EXPECT_EQ(after.compiles + after.disk_hits, middle.compiles + middle.disk_hits);
+  EXPECT_GT(after.memory_hits, middle.memory_hits);
+  (void)before;
+}
+
+TEST_F(Cuda, OutOfMemoryIsTypedAndRecoverable) {
+  Tensor kept = ones({1000}, Device("cuda"));
+  eval(kept);
+  EXPECT_THROW(eval(zeros({int64_t{1} << 40}, Device("cuda"))), OutOfMemoryError);
+  EXPECT_EQ(kept.to_vector<float>(), std::vector<float>(1000, 1.0f));
+}
+
+}  // namespace
+}  // namespace lazyfuse
