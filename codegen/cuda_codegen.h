@@ -64,3 +64,22 @@ std::vector<uint64_t> pack_elementwise_args(const CudaElementwiseLaunch& launch,
 const std::string& cuda_prologue();
 
 }  // namespace lazyfuse
+
+namespace lazyfuse {
+
+// A reduction over the rows of a contiguous [rows, columns] operand, in fixed chunks of
+// columns: grid = rows x chunks blocks of kCudaReduceThreads threads. With one chunk a block
+// writes the row's result (converted to `out`, divided by `divisor` for mean); with several it
+// writes a partial in the accumulator type, and a second launch of the kernel for
+// (accumulator, out) reduces the partials. The chunking depends only on sizes, so a result's
+// bits never depend on the GPU.
+inline constexpr int kCudaReduceThreads = 256;
+inline constexpr int64_t kCudaReduceChunk = 32768;
+
+// The accumulator: double for floating sums (as on the CPU), int64 for integer and bool sums,
+// the compute type for max and min.
+DType cuda_reduction_accumulator(Op op, DType in);
+// Kernel parameters: in, out, rows, columns, chunk, chunks, divisor (a double), each 8 bytes.
+CudaSource generate_cuda_reduction(Op op, DType in, DType out);
+
+}  // namespace lazyfuse

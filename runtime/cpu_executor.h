@@ -14,6 +14,15 @@ namespace lazyfuse {
 void run_cpu_step(const Graph& graph, const Step& step,
                   std::vector<std::optional<BufferView>>& values);
 
+// A matmul's operands as [batch..., rows, cols] views broadcast over the common batch (1-D
+// operands promoted as numpy does): what both the CPU and the GPU stage for gemm.
+struct MatmulShapes {
+  int64_t n = 0, k = 0, m = 0, batches = 1;
+  Shape a_full, b_full;  // batch + [n, k], batch + [k, m]
+  Strides a_strides, b_strides;
+};
+MatmulShapes matmul_shapes(const BufferView& a, const BufferView& b);
+
 // The library steps, also used on their own by tests.
 BufferView cpu_reduce(const Node& node, const BufferView& input);
 BufferView cpu_matmul(const Node& node, const BufferView& a, const BufferView& b);

@@ -133,8 +133,7 @@ BufferView cpu_contiguous(const BufferView& input) {
   return out;
 }
 
-BufferView cpu_matmul(const Node& node, const BufferView& a, const BufferView& b) {
-  // Operands as [batch..., rows, cols], 1-D ones promoted as numpy does.
+MatmulShapes matmul_shapes(const BufferView& a, const BufferView& b) {
   Shape a_shape = a.shape, b_shape = b.shape;
   Strides a_strides = a.strides, b_strides = b.strides;
   if (a_shape.size() == 1) {
@@ -145,29 +144,41 @@ BufferView cpu_matmul(const Node& node, const BufferView& a, const BufferView& b
     b_shape.push_back(1);
     b_strides.push_back(0);
   }
-  const int64_t n = a_shape[a_shape.size() - 2], k = a_shape.back(), m = b_shape.back();
+  MatmulShapes shapes;
+  shapes.n = a_shape[a_shape.size() - 2];
+  shapes.k = a_shape.back();
+  shapes.m = b_shape.back();
   Shape a_batch(a_shape.begin(), a_shape.end() - 2), b_batch(b_shape.begin(), b_shape.end() - 2);
   Shape batch;
   broadcast_shapes(a_batch, b_batch, &batch);
-  const int64_t batches = numel(batch);
+  shapes.batches = numel(batch);
+  shapes.a_full = batch;
+  shapes.a_full.push_back(shapes.n);
+  shapes.a_full.push_back(shapes.k);
+  shapes.b_full = batch;
+  shapes.b_full.push_back(shapes.k);
+  shapes.b_full.push_back(shapes.m);
+  shapes.a_strides = broadcast_strides(a_shape, a_strides, shapes.a_full);
+  shapes.b_strides = broadcast_strides(b_shape, b_strides, shapes.b_full);
+  return shapes;
+}
+
+BufferView cpu_matmul(const Node& node, const BufferView& a, const BufferView& b) {
+  const MatmulShapes shapes = matmul_shapes(a, b);
+  const int64_t n = shapes.n, k = shapes.k, m = shapes.m, batches = shapes.batches;
   // Stage both operands, broadcast over the batch, contiguous, in the type BLAS computes in:
   // float for float32 and the half types, double for float64 and integers (exact below 2^53).
   const bool use_float =
       node.dtype == DType::Float32 || node.dtype == DType::Float16 || node.dtype == DType::BFloat16;
   const DType work = use_float ? DType::Float32 : DType::Float64;
-  auto stage = [&](const BufferView& v, const Shape& shape, const Strides& strides, int64_t rows,
-                   int64_t cols) {
-    Shape full = batch;
-    full.push_back(rows);
-    full.push_back(cols);
-    Strides view_strides = broadcast_strides(shape, strides, full);
+  auto stage = [&](const BufferView& v, const Shape& full, const Strides& strides) {
     std::vector<std::byte> staged(numel(full) * dtype_size(work));
-    CpuOperand operand = make_cpu_operand(v.data(), v.dtype, full, view_strides, full);
+    CpuOperand operand = make_cpu_operand(v.data(), v.dtype, full, strides, full);
     cpu_gather(operand, work, 0, numel(full), staged.data());
     return staged;
   };
-  std::vector<std::byte> a_work = stage(a, a_shape, a_strides, n, k);
-  std::vector<std::byte> b_work = stage(b, b_shape, b_strides, k, m);
+  std::vector<std::byte> a_work = stage(a, shapes.a_full, shapes.a_strides);
+  std::vector<std::byte> b_work = stage(b, shapes.b_full, shapes.b_strides);
   std::vector<std::byte> c_work(batches * n * m * dtype_size(work));
   for (int64_t i = 0; i < batches; ++i) {
     if (use_float) {

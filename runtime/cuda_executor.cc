@@ -1,12 +1,17 @@
 // Launching fused elementwise kernels.
 #include "runtime/cuda_executor.h"
 
+#include <algorithm>
+#include <bit>
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codegen/cuda_codegen.h"
+
 #include "ir/errors.h"
+#include "ir/infer.h"
 #include "ir/passes/passes.h"
 #include "runtime/cpu_executor.h"
+#include "runtime/cublas.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/env.h"
 #include "runtime/kernel_cache.h"
@@ -70,8 +75,9 @@ void run_elementwise(const Graph& graph, const Step& step,
 
 }  // namespace
 
-BufferView cuda_contiguous(const BufferView& source) {
-  if (source.is_contiguous()) return source;
+// A contiguous copy of `source` (any strides, broadcast included) converted to `dtype`: one
+// generated elementwise kernel (a copy or a cast).
+BufferView cuda_convert(const BufferView& source, DType dtype) {
   Graph graph;
   Node param;
   param.op = Op::Param;
@@ -79,15 +85,104 @@ BufferView cuda_contiguous(const BufferView& source) {
   param.shape = source.shape;
   param.device = source.storage->device();
   graph.add(param);
-  Node copy = param;
-  copy.op = Op::Copy;
-  copy.inputs = {0};
-  graph.outputs = {graph.add(copy)};
+  Node convert = param;
+  convert.op = source.dtype == dtype ? Op::Copy : Op::Cast;
+  convert.dtype = dtype;
+  convert.inputs = {0};
+  graph.outputs = {graph.add(convert)};
   Schedule schedule = run_fusion(std::move(graph), {});
   std::vector<std::optional<BufferView>> values = {source, std::nullopt};
   run_elementwise(schedule.graph, schedule.steps.at(0), values);
   return *values[1];
 }
+
+BufferView cuda_contiguous(const BufferView& source) {
+  return source.is_contiguous() ? source : cuda_convert(source, source.dtype);
+}
+
+namespace {
+
+void launch_reduction(int device, Op op, DType in, DType out, const void* input, void* output,
+                      int64_t rows, int64_t columns, int64_t chunks, double divisor) {
+  CudaSource source = generate_cuda_reduction(op, in, out);
+  std::string name = source.kernel_name;
+  cuda::CUfunction function = cuda::get_kernel(device, name, [&] { return source; });
+  std::vector<uint64_t> args = {
+      reinterpret_cast<uint64_t>(input),
+      reinterpret_cast<uint64_t>(output),
+      static_cast<uint64_t>(rows),
+      static_cast<uint64_t>(columns),
+      static_cast<uint64_t>(chunks == 1 ? std::max<int64_t>(columns, 1) : kCudaReduceChunk),
+      static_cast<uint64_t>(chunks),
+      std::bit_cast<uint64_t>(divisor)};
+  void* params[] = {args.data()};
+  const int64_t blocks = rows * chunks;
+  if (blocks == 0) return;
+  cuda::check(cuda::driver()->cuLaunchKernel(function, static_cast<unsigned>(blocks), 1, 1,
+                                             kCudaReduceThreads, 1, 1, 0, nullptr, params, nullptr),
+              "cuLaunchKernel");
+  if (env_config().sync)
+    cuda::check(cuda::driver()->cuCtxSynchronize(), absl::StrCat("kernel ", name).c_str());
+}
+
+BufferView run_reduction(const Node& node, const BufferView& input) {
+  const int device = node.device.index();
+  cuda::activate(device);
+  const int64_t rank = static_cast<int64_t>(input.shape.size());
+  std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
+  // Kept dims first, reduced dims last: the operand as [rows, columns].
+  BufferView view = input;
+  view.shape.clear();
+  view.strides.clear();
+  int64_t rows = 1, columns = 1;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int64_t d = 0; d < rank; ++d) {
+      bool reduced = std::binary_search(dims.begin(), dims.end(), d);
+      if (reduced != (pass == 1)) continue;
+      view.shape.push_back(input.shape[d]);
+      view.strides.push_back(input.strides[d]);
+      (reduced ? columns : rows) *= input.shape[d];
+    }
+  }
+  BufferView dense = cuda_contiguous(view);
+  BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
+  const int64_t chunks = std::max<int64_t>(1, (columns + kCudaReduceChunk - 1) / kCudaReduceChunk);
+  const double divisor = static_cast<double>(columns);
+  if (chunks == 1) {
+    launch_reduction(device, node.op, dense.dtype, node.dtype, dense.data(), out.data(), rows,
+                     columns, 1, divisor);
+    return out;
+  }
+  const DType acc = cuda_reduction_accumulator(node.op, dense.dtype);
+  BufferView partial = allocate_buffer(node.device, acc, {rows, chunks});
+  launch_reduction(device, node.op, dense.dtype, node.dtype, dense.data(), partial.data(), rows,
+                   columns, chunks, divisor);
+  launch_reduction(device, node.op, acc, node.dtype, partial.data(), out.data(), rows, chunks, 1,
+                   divisor);
+  return out;
+}
+
+BufferView run_matmul(const Node& node, const BufferView& a, const BufferView& b) {
+  const int device = node.device.index();
+  MatmulShapes shapes = matmul_shapes(a, b);
+  // Both operands broadcast over the batch and made dense in the type cuBLAS computes in.
+  const DType work =
+      node.dtype == DType::Float64 || is_integral(node.dtype) ? DType::Float64 : DType::Float32;
+  BufferView a_view = a, b_view = b;
+  a_view.shape = shapes.a_full;
+  a_view.strides = shapes.a_strides;
+  b_view.shape = shapes.b_full;
+  b_view.strides = shapes.b_strides;
+  BufferView a_work = cuda_convert(a_view, work), b_work = cuda_convert(b_view, work);
+  BufferView c_work = allocate_buffer(node.device, work, {shapes.batches, shapes.n, shapes.m});
+  cuda::gemm_batched(device, work == DType::Float64, a_work.data(), b_work.data(), c_work.data(),
+                     shapes.n, shapes.k, shapes.m, shapes.batches);
+  c_work.shape = node.shape;
+  c_work.strides = contiguous_strides(node.shape);
+  return work == node.dtype ? c_work : cuda_convert(c_work, node.dtype);
+}
+
+}  // namespace
 
 void run_cuda_step(const Graph& graph, const Step& step,
                    std::vector<std::optional<BufferView>>& values) {
