@@ -96,8 +96,10 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
   absl::flat_hash_map<ValueId, int> reg_of;
   std::vector<Instr>& code = program.code_;
 
-  auto convert_to = [&](int src, DType dtype) {
-    if (vtype[src] == dtype) return src;
+  // `fresh`: always a new register, even when no conversion is needed (for a result that is
+  // then rounded in place, which must not touch the operand's register).
+  auto convert_to = [&](int src, DType dtype, bool fresh = false) {
+    if (vtype[src] == dtype && !fresh) return src;
     Instr instr{Kind::Convert};
     instr.src[0] = src;
     instr.from = vtype[src];
@@ -166,8 +168,12 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
         result = reg_of.at(node.inputs[0]);
         break;
       case Op::Cast: {
-        result = convert_to(reg_of.at(node.inputs[0]), dtype);
-        if (graph.nodes[node.inputs[0]].dtype != node.dtype) round_if_half(result, node.dtype);
+        // A cast to a half type rounds its register in place; other users of the operand (in
+        // the same fused kernel) must keep reading the unrounded value.
+        bool rounds = graph.nodes[node.inputs[0]].dtype != node.dtype &&
+                      (node.dtype == DType::Float16 || node.dtype == DType::BFloat16);
+        result = convert_to(reg_of.at(node.inputs[0]), dtype, rounds);
+        if (rounds) round_if_half(result, node.dtype);
         break;
       }
       default: {

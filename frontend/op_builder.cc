@@ -36,7 +36,8 @@ Tensor make_op(Op op, const std::vector<Tensor>& operands, Attrs attrs, const Lo
   Node node;
   node.op = op;
   node.where = SourceLoc::from(where);
-  node.device = operands.empty() ? device : operands[0].device();
+  // A transfer lives on its target; any other op where its first operand is.
+  node.device = operands.empty() || op == Op::To ? device : operands[0].device();
   Strides strides;
   try {
     node.dtype = infer_result_dtype(op, dtypes, explicit_dtype);
