@@ -156,6 +156,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
           instr.step = node.attrs.get_float("step");
         } else {
           instr.seed = static_cast<uint64_t>(node.attrs.get_int("seed"));
+          instr.bits = uniform_bits(node.dtype);
           instr.offset = static_cast<uint64_t>(node.attrs.get_int("offset"));
         }
         instr.dst = result = new_vreg(dtype);
@@ -282,7 +283,8 @@ void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuRe
         case Kind::Rand:
           dispatch_compute(instr.dtype, [&]<typename R>() {
             generate(start, n, reinterpret_cast<R*>(reg(instr.dst)), [&](int64_t i) {
-              return philox_uniform(instr.offset + static_cast<uint64_t>(i), instr.seed);
+              return philox_uniform(instr.offset + static_cast<uint64_t>(i), instr.seed,
+                                    instr.bits);
             });
           });
           break;

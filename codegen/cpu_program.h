@@ -69,6 +69,7 @@ class CpuProgram {
     double value = 0, step = 0;  // Const value; Arange start and step
     int64_t int_value = 0;       // Const value of integer dtypes
     uint64_t seed = 0, offset = 0;
+    int bits = 24;     // Rand: random bits per draw
     std::string text;  // the listing's line
   };
   std::vector<Instr> code_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "codegen/cuda_prologue.inc"
+#include "codegen/dtype_dispatch.h"
 #include "ir/errors.h"
 
 namespace lazyfuse {
@@ -253,11 +254,12 @@ CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
           break;
         case Op::Rand:
         case Op::Randn:
-          absl::StrAppend(&b, indent, type, " ", v(id), " = (", type,
-                          ")lazyfuse::", node.op == Op::Rand ? "philox_uniform" : "philox_normal",
-                          "(", static_cast<uint64_t>(node.attrs.get_int("offset")),
-                          "ULL + (uint64_t)i, ", static_cast<uint64_t>(node.attrs.get_int("seed")),
-                          "ULL);\n");
+          absl::StrAppend(
+              &b, indent, type, " ", v(id), " = (", type,
+              ")lazyfuse::", node.op == Op::Rand ? "philox_uniform" : "philox_normal", "(",
+              static_cast<uint64_t>(node.attrs.get_int("offset")), "ULL + (uint64_t)i, ",
+              static_cast<uint64_t>(node.attrs.get_int("seed")), "ULL",
+              node.op == Op::Rand ? absl::StrCat(", ", uniform_bits(node.dtype)) : "", ");\n");
           break;
         case Op::Copy:
           absl::StrAppend(&b, indent, type, " ", v(id), " = ", v(node.inputs[0]), ";\n");

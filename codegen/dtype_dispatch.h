@@ -72,6 +72,20 @@ template <typename S>
 using ComputeOf =
     std::conditional_t<std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>, float, S>;
 
+// Random bits a uniform draw of `dtype` takes (codegen/philox.h).
+inline int uniform_bits(DType dtype) {
+  switch (dtype) {
+    case DType::Float16:
+      return 11;
+    case DType::BFloat16:
+      return 8;
+    case DType::Float64:
+      return 53;
+    default:
+      return 24;
+  }
+}
+
 template <typename To, typename From>
 inline To convert_value(From x) {
   if constexpr (std::is_same_v<From, Half>) {

@@ -46,9 +46,12 @@ LF_HOST_DEVICE Philox4x32 philox4x32_10(uint64_t counter, uint64_t seed) {
   return out;
 }
 
-// Uniform in [0, 1) with 24 random bits: exactly representable in float32.
-LF_HOST_DEVICE double philox_uniform(uint64_t index, uint64_t seed) {
-  return (philox4x32_10(index, seed).v[0] >> 8) * (1.0 / 16777216.0);
+// Uniform in [0, 1) with `bits` random bits: as many as the dtype's significand holds (11 for
+// float16, 8 for bfloat16, 24 for float32, 53 for float64), so rounding never reaches 1.
+LF_HOST_DEVICE double philox_uniform(uint64_t index, uint64_t seed, int bits) {
+  Philox4x32 r = philox4x32_10(index, seed);
+  uint64_t word = (static_cast<uint64_t>(r.v[0]) << 32) | r.v[1];
+  return static_cast<double>(word >> (64 - bits)) / static_cast<double>(uint64_t{1} << bits);
 }
 
 // Standard normal by Box-Muller over two uniforms of the same counter; (0, 1] keeps log finite.
