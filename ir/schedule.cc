@@ -13,7 +13,8 @@ std::string Step::kernel_name() const {
 
 int Schedule::num_kernels() const {
   int count = 0;
-  for (const Step& step : steps) count += step.kind != StepKind::View;
+  for (const Step& step : steps)
+    count += step.kind != StepKind::View && step.kind != StepKind::Transfer;
   return count;
 }
 

@@ -48,7 +48,9 @@ struct Schedule {
   Graph graph;
   std::vector<Step> steps;
 
-  int num_kernels() const;  // steps that launch work: everything but views
+  // Steps that compute: fused kernels, reductions and library calls (views and transfers are
+  // not kernels).
+  int num_kernels() const;
 };
 
 // The graph with each fused kernel shown as a region:

@@ -194,11 +194,14 @@ void run_cuda_step(const Graph& graph, const Step& step,
     case StepKind::View:
       values[step.nodes[0]] = cpu_view(node, *values[node.inputs[0]]);
       return;
-    default:
-      throw UnsupportedError(
-          absl::StrCat(op_name(node.op), " at ", node.where.str(), " on ", node.device.str(),
-                       ": this op does not run on CUDA devices yet; move its operand "
-                       "to the CPU with .cpu()"));
+    case StepKind::Reduction:
+      values[step.nodes[0]] = run_reduction(node, *values[node.inputs[0]]);
+      return;
+    case StepKind::Matmul:
+      values[step.nodes[0]] = run_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);
+      return;
+    case StepKind::Transfer:
+      throw VerifierError("a transfer is not a GPU step");
   }
 }
 

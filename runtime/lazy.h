@@ -51,7 +51,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options = {})
 // Counters of what evaluation did, for tests that state kernel counts and for LAZYFUSE_DEBUG.
 struct EvalStats {
   int64_t evaluations = 0;
-  int64_t kernels = 0;  // steps launched (views excluded)
+  int64_t kernels = 0;  // Schedule::num_kernels() summed: no views, no transfers
   int64_t elementwise_kernels = 0;
 };
 EvalStats eval_stats();

@@ -173,6 +173,7 @@ TEST_F(Cuda, ModelRunsWhereItsParametersAre) {
 
 TEST_F(Cuda, NewSizeReusesTheKernel) {
   Tensor a = rand({1000}, Device("cuda"));
+  eval(a);
   eval((a * 3 + 1).exp());
   cuda::KernelCacheStats before = cuda::kernel_cache_stats();
   Tensor b = rand({5000}, Device("cuda"));
@@ -222,7 +223,8 @@ TEST_F(Cuda, ReductionsMatchTheReference) {
 }
 
 TEST_F(Cuda, MatmulMatchesTheCpu) {
-  std::vector<double> a = random_values(3 * 40 * 50, -1, 1, 11), b = random_values(50 * 30, -1, 1, 12);
+  std::vector<double> a = random_values(3 * 40 * 50, -1, 1, 11),
+                      b = random_values(50 * 30, -1, 1, 12);
   for (DType dtype : {kFloat32, kFloat64, kInt64}) {
     Tensor ca = from_vector(a, {3, 40, 50}, dtype), cb = from_vector(b, {50, 30}, dtype);
     if (dtype == kInt64) {
@@ -230,10 +232,13 @@ TEST_F(Cuda, MatmulMatchesTheCpu) {
       cb = (cb * 10).to(kInt64);
     }
     Tensor ga = ca.to("cuda"), gb = cb.to("cuda");
-    expect_close(matmul(ga, gb).to_vector<double>(), matmul(ca, cb).to_vector<double>(), 1e-4, 1e-4);
-    expect_close(matmul(ga.narrow(0, 1, 1).squeeze(0).t(), ga.narrow(0, 0, 1).squeeze(0)).to_vector<double>(),
-                 matmul(ca.narrow(0, 1, 1).squeeze(0).t(), ca.narrow(0, 0, 1).squeeze(0)).to_vector<double>(), 1e-4,
+    expect_close(matmul(ga, gb).to_vector<double>(), matmul(ca, cb).to_vector<double>(), 1e-4,
                  1e-4);
+    expect_close(matmul(ga.narrow(0, 1, 1).squeeze(0).t(), ga.narrow(0, 0, 1).squeeze(0))
+                     .to_vector<double>(),
+                 matmul(ca.narrow(0, 1, 1).squeeze(0).t(), ca.narrow(0, 0, 1).squeeze(0))
+                     .to_vector<double>(),
+                 1e-4, 1e-4);
   }
   manual_seed(0);
   nn::Sequential net(nn::Linear(3, 1));
