@@ -252,7 +252,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
 }
 
 void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuResult> results,
-                     int64_t begin, int64_t end, std::byte* scratch) const {
+                     int64_t begin, int64_t end, std::byte* scratch, int64_t result_base) const {
   auto reg = [&](int r) { return scratch + static_cast<size_t>(r) * kRegisterBytes; };
   for (int64_t start = begin; start < end; start += kCpuBlock) {
     const int64_t n = std::min(kCpuBlock, end - start);
@@ -317,7 +317,7 @@ void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuRe
           dispatch_storage(instr.dtype, [&]<typename S>() {
             dispatch_compute(instr.from, [&]<typename R>() {
               const R* src = reinterpret_cast<const R*>(reg(instr.src[0]));
-              S* dst = static_cast<S*>(results[instr.slot].data) + start;
+              S* dst = static_cast<S*>(results[instr.slot].data) + (start - result_base);
               for (int64_t i = 0; i < n; ++i) dst[i] = convert_value<S>(src[i]);
             });
           });

@@ -49,8 +49,10 @@ class CpuProgram {
   size_t scratch_bytes() const { return static_cast<size_t>(num_registers_) * kRegisterBytes; }
   // Computes elements [begin, end) of every result. `scratch` holds scratch_bytes(), 64-byte
   // aligned; each thread brings its own.
+  // Element i is stored at index i - result_base of its result (a block buffer passes the
+  // block's first index).
   void run(std::span<const CpuOperand> operands, std::span<const CpuResult> results, int64_t begin,
-           int64_t end, std::byte* scratch) const;
+           int64_t end, std::byte* scratch, int64_t result_base = 0) const;
   // A listing of the program, one instruction a line (LAZYFUSE_DUMP=cpu).
   std::string listing() const;
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "codegen/cuda_emit.h"
 #include "codegen/cuda_prologue.inc"
 #include "codegen/dtype_dispatch.h"
 #include "ir/errors.h"
@@ -96,6 +97,119 @@ std::string hex_double(double d) {
 }
 
 }  // namespace
+
+namespace cuda_emit {
+
+const char* storage_type_name(DType dtype) { return storage_type(dtype); }
+
+std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
+                         const std::vector<ValueId>& nodes, const std::vector<std::string>& load,
+                         const std::string& indent) {
+  const size_t num_inputs = inputs.size();
+  std::string b;
+  auto v = [](ValueId id) { return absl::StrCat("v", id); };
+  auto round = [&](ValueId id, DType dtype) {
+    if (dtype == DType::Float16)
+      absl::StrAppend(&b, indent, v(id), " = lf_round_f16(", v(id), ");\n");
+    if (dtype == DType::BFloat16)
+      absl::StrAppend(&b, indent, v(id), " = lf_round_bf16(", v(id), ");\n");
+  };
+  for (size_t k = 0; k < num_inputs; ++k) {
+    const Node& node = graph.nodes[inputs[k]];
+    absl::StrAppend(&b, indent, "const ", compute_type(node.dtype), " ", v(inputs[k]),
+                    " = lf_load(", load[k], ");\n");
+  }
+  for (ValueId id : nodes) {
+    const Node& node = graph.nodes[id];
+    const char* type = compute_type(node.dtype);
+    switch (node.op) {
+      case Op::Const:
+        absl::StrAppend(&b, indent, type, " ", v(id), " = ",
+                        literal(node.attrs.get("value"), node.dtype), ";\n");
+        break;
+      case Op::Arange:
+        absl::StrAppend(&b, indent, type, " ", v(id), " = (", type, ")(",
+                        hex_double(node.attrs.get_float("start")), " + (double)i * ",
+                        hex_double(node.attrs.get_float("step")), ");\n");
+        break;
+      case Op::Rand:
+      case Op::Randn:
+        absl::StrAppend(
+            &b, indent, type, " ", v(id), " = (", type,
+            ")lazyfuse::", node.op == Op::Rand ? "philox_uniform" : "philox_normal", "(",
+            static_cast<uint64_t>(node.attrs.get_int("offset")), "ULL + (uint64_t)i, ",
+            static_cast<uint64_t>(node.attrs.get_int("seed")), "ULL",
+            node.op == Op::Rand ? absl::StrCat(", ", uniform_bits(node.dtype)) : "", ");\n");
+        break;
+      case Op::Copy:
+        absl::StrAppend(&b, indent, type, " ", v(id), " = ", v(node.inputs[0]), ";\n");
+        break;
+      case Op::Cast:
+        absl::StrAppend(&b, indent, type, " ", v(id), " = (", type, ")", v(node.inputs[0]), ";\n");
+        if (graph.nodes[node.inputs[0]].dtype == node.dtype) continue;
+        break;
+      default: {
+        std::vector<DType> input_dtypes;
+        for (ValueId in : node.inputs) input_dtypes.push_back(graph.nodes[in].dtype);
+        const char* operand =
+            storage_type(op_input_compute_dtype(node.op, input_dtypes, node.dtype));
+        const char* names[3] = {"a", "b", "c"};
+        absl::StrAppend(&b, indent, type, " ", v(id), ";\n", indent, "{\n");
+        for (size_t k = 0; k < node.inputs.size(); ++k)
+          absl::StrAppend(&b, indent, "  const ", operand, " ", names[k], " = (", operand, ")",
+                          v(node.inputs[k]), ";\n");
+        absl::StrAppend(&b, indent, "  ", v(id), " = (", type, ")(", cuda_expression(node.op),
+                        ");  // ", op_name(node.op), "\n", indent, "}\n");
+      }
+    }
+    round(id, node.dtype);
+  }
+  return b;
+}
+
+std::vector<std::string> strided_loads(const CudaElementwiseSpec& spec) {
+  std::vector<std::string> load(spec.inputs.size());
+  for (size_t k = 0; k < spec.inputs.size(); ++k) {
+    switch (spec.inputs[k]) {
+      case OperandAccess::Broadcast:
+        load[k] = absl::StrCat("in", k, "[0]");
+        break;
+      case OperandAccess::Contiguous:
+        load[k] = absl::StrCat("in", k, "[i]");
+        break;
+      case OperandAccess::Strided: {
+        std::string offset;
+        for (int d = 0; d < spec.rank; ++d)
+          absl::StrAppend(&offset, d ? " + " : "", "c", d, " * (IDX)args.stride[", k, "][", d, "]");
+        load[k] = absl::StrCat("in", k, "[", offset, "]");
+      }
+    }
+  }
+  return load;
+}
+
+std::string emit_coordinates(int rank, const std::string& indent) {
+  if (rank <= 1) return absl::StrCat(indent, "const IDX c0 = i;\n", indent, "(void)c0;\n");
+  std::string s = absl::StrCat(indent, "IDX rest = i;\n");
+  for (int d = rank - 1; d > 0; --d)
+    absl::StrAppend(&s, indent, "const IDX c", d, " = rest % (IDX)args.size[", d, "];\n", indent,
+                    "rest /= (IDX)args.size[", d, "];\n");
+  absl::StrAppend(&s, indent, "const IDX c0 = rest;\n");
+  return s;
+}
+
+std::string emit_input_pointers(const Graph& graph, const std::vector<ValueId>& inputs) {
+  std::string s;
+  for (size_t k = 0; k < inputs.size(); ++k)
+    absl::StrAppend(&s, "  const ", storage_type(graph.nodes[inputs[k]].dtype), "* __restrict__ in",
+                    k, " = (const ", storage_type(graph.nodes[inputs[k]].dtype), "*)args.in[", k,
+                    "];\n");
+  return s;
+}
+
+}  // namespace cuda_emit
+
+using namespace cuda_emit;
 
 const std::string& cuda_prologue() {
   static const std::string prologue = std::string(kCudaPrologue) + kPhiloxSource;
@@ -210,10 +324,7 @@ CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
   absl::StrAppend(&s, "extern \"C\" __global__ void __launch_bounds__(256) ", out.kernel_name,
                   "(const Args_", out.kernel_name, " args) {\n");
   absl::StrAppend(&s, "  typedef ", spec.index64 ? "long long" : "unsigned int", " IDX;\n");
-  for (size_t k = 0; k < num_inputs; ++k)
-    absl::StrAppend(&s, "  const ", storage_type(graph.nodes[step.inputs[k]].dtype),
-                    "* __restrict__ in", k, " = (const ",
-                    storage_type(graph.nodes[step.inputs[k]].dtype), "*)args.in[", k, "];\n");
+  s += emit_input_pointers(graph, step.inputs);
   for (size_t k = 0; k < step.outputs.size(); ++k)
     absl::StrAppend(&s, "  ", storage_type(graph.nodes[step.outputs[k]].dtype),
                     "* __restrict__ out", k, " = (",
@@ -226,69 +337,11 @@ CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
   // written.
   auto body = [&](const std::vector<std::string>& load, const std::vector<std::string>& store,
                   const std::string& indent) {
-    std::string b;
-    auto v = [](ValueId id) { return absl::StrCat("v", id); };
-    auto round = [&](ValueId id, DType dtype) {
-      if (dtype == DType::Float16)
-        absl::StrAppend(&b, indent, v(id), " = lf_round_f16(", v(id), ");\n");
-      if (dtype == DType::BFloat16)
-        absl::StrAppend(&b, indent, v(id), " = lf_round_bf16(", v(id), ");\n");
-    };
-    for (size_t k = 0; k < num_inputs; ++k) {
-      const Node& node = graph.nodes[step.inputs[k]];
-      absl::StrAppend(&b, indent, "const ", compute_type(node.dtype), " ", v(step.inputs[k]),
-                      " = lf_load(", load[k], ");\n");
-    }
-    for (ValueId id : step.nodes) {
-      const Node& node = graph.nodes[id];
-      const char* type = compute_type(node.dtype);
-      switch (node.op) {
-        case Op::Const:
-          absl::StrAppend(&b, indent, type, " ", v(id), " = ",
-                          literal(node.attrs.get("value"), node.dtype), ";\n");
-          break;
-        case Op::Arange:
-          absl::StrAppend(&b, indent, type, " ", v(id), " = (", type, ")(",
-                          hex_double(node.attrs.get_float("start")), " + (double)i * ",
-                          hex_double(node.attrs.get_float("step")), ");\n");
-          break;
-        case Op::Rand:
-        case Op::Randn:
-          absl::StrAppend(
-              &b, indent, type, " ", v(id), " = (", type,
-              ")lazyfuse::", node.op == Op::Rand ? "philox_uniform" : "philox_normal", "(",
-              static_cast<uint64_t>(node.attrs.get_int("offset")), "ULL + (uint64_t)i, ",
-              static_cast<uint64_t>(node.attrs.get_int("seed")), "ULL",
-              node.op == Op::Rand ? absl::StrCat(", ", uniform_bits(node.dtype)) : "", ");\n");
-          break;
-        case Op::Copy:
-          absl::StrAppend(&b, indent, type, " ", v(id), " = ", v(node.inputs[0]), ";\n");
-          break;
-        case Op::Cast:
-          absl::StrAppend(&b, indent, type, " ", v(id), " = (", type, ")", v(node.inputs[0]),
-                          ";\n");
-          if (graph.nodes[node.inputs[0]].dtype == node.dtype) continue;
-          break;
-        default: {
-          std::vector<DType> input_dtypes;
-          for (ValueId in : node.inputs) input_dtypes.push_back(graph.nodes[in].dtype);
-          const char* operand =
-              storage_type(op_input_compute_dtype(node.op, input_dtypes, node.dtype));
-          const char* names[3] = {"a", "b", "c"};
-          absl::StrAppend(&b, indent, type, " ", v(id), ";\n", indent, "{\n");
-          for (size_t k = 0; k < node.inputs.size(); ++k)
-            absl::StrAppend(&b, indent, "  const ", operand, " ", names[k], " = (", operand, ")",
-                            v(node.inputs[k]), ";\n");
-          absl::StrAppend(&b, indent, "  ", v(id), " = (", type, ")(", cuda_expression(node.op),
-                          ");  // ", op_name(node.op), "\n", indent, "}\n");
-        }
-      }
-      round(id, node.dtype);
-    }
+    std::string b = emit_members(graph, step.inputs, step.nodes, load, indent);
     for (size_t k = 0; k < step.outputs.size(); ++k) {
       const Node& node = graph.nodes[step.outputs[k]];
-      absl::StrAppend(&b, indent, store[k], " = lf_store<", storage_type(node.dtype), ">(",
-                      v(step.outputs[k]), ");\n");
+      absl::StrAppend(&b, indent, store[k], " = lf_store<", storage_type(node.dtype), ">(v",
+                      step.outputs[k], ");\n");
     }
     return b;
   };
@@ -325,33 +378,10 @@ CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
     start = "nv * 4 + tid";
   }
   // The scalar loop: everything in the strided variant, the tail in the vectorized one.
-  for (size_t k = 0; k < num_inputs; ++k) {
-    switch (spec.inputs[k]) {
-      case OperandAccess::Broadcast:
-        load[k] = absl::StrCat("in", k, "[0]");
-        break;
-      case OperandAccess::Contiguous:
-        load[k] = absl::StrCat("in", k, "[i]");
-        break;
-      case OperandAccess::Strided: {
-        std::string offset;
-        for (int d = 0; d < rank; ++d)
-          absl::StrAppend(&offset, d ? " + " : "", "c", d, " * (IDX)args.stride[", k, "][", d, "]");
-        load[k] = absl::StrCat("in", k, "[", offset, "]");
-      }
-    }
-  }
+  load = strided_loads(spec);
   for (size_t k = 0; k < step.outputs.size(); ++k) store[k] = absl::StrCat("out", k, "[i]");
   absl::StrAppend(&s, "  for (IDX i = ", start, "; i < n; i += step) {\n");
-  if (rank > 1) {
-    s += "    IDX rest = i;\n";
-    for (int d = rank - 1; d > 0; --d)
-      absl::StrAppend(&s, "    const IDX c", d, " = rest % (IDX)args.size[", d,
-                      "];\n    rest /= (IDX)args.size[", d, "];\n");
-    s += "    const IDX c0 = rest;\n";
-  } else {
-    s += "    const IDX c0 = i;\n    (void)c0;\n";
-  }
+  s += emit_coordinates(rank, "    ");
   s += body(load, store, "    ");
   s += "  }\n}\n";
   return out;

@@ -81,5 +81,12 @@ inline constexpr int64_t kCudaReduceChunk = 32768;
 DType cuda_reduction_accumulator(Op op, DType in);
 // Kernel parameters: in, out, rows, columns, chunk, chunks, divisor (a double), each 8 bytes.
 CudaSource generate_cuda_reduction(Op op, DType in, DType out);
+// A reduction step with a fused elementwise prologue (the fusion pass makes these only for
+// trailing reduced dims, so row r reduces prologue elements [r * columns, (r + 1) * columns)).
+// Parameters: sizes and strides as an elementwise kernel's (over step.shape), then out, rows,
+// columns, chunk, chunks, divisor. With several chunks it writes partials, which the plain
+// kernel for (accumulator, out) then reduces.
+CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
+                                         const CudaElementwiseSpec& spec, bool fast_math = false);
 
 }  // namespace lazyfuse

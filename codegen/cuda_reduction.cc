@@ -2,30 +2,13 @@
 // tree over the block's warps in shared memory.
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda_codegen.h"
+#include "codegen/cuda_emit.h"
 #include "ir/errors.h"
 
 namespace lazyfuse {
 namespace {
 
-const char* type_name(DType dtype) {
-  switch (dtype) {
-    case DType::Bool:
-      return "bool";
-    case DType::Int32:
-      return "int32_t";
-    case DType::Int64:
-      return "int64_t";
-    case DType::Float16:
-      return "lf_f16";
-    case DType::BFloat16:
-      return "lf_bf16";
-    case DType::Float32:
-      return "float";
-    case DType::Float64:
-      return "double";
-  }
-  return "?";
-}
+const char* type_name(DType dtype) { return cuda_emit::storage_type_name(dtype); }
 
 }  // namespace
 
@@ -34,27 +17,78 @@ DType cuda_reduction_accumulator(Op op, DType in) {
   return in == DType::Bool ? DType::Int64 : compute_dtype(in);
 }
 
-CudaSource generate_cuda_reduction(Op op, DType in, DType out) {
-  if (!is_reduction(op)) throw VerifierError(absl::StrCat(op_name(op), " is not a reduction"));
-  const DType acc = cuda_reduction_accumulator(op, in);
-  const char* acc_type = type_name(acc);
+namespace {
+
+struct ReductionParts {
   std::string identity, combine;
+};
+
+ReductionParts reduction_parts(Op op, DType acc) {
   switch (op) {
     case Op::Sum:
     case Op::Mean:
-      identity = "0";
-      combine = "x + y";
-      break;
+      return {"0", "x + y"};
     case Op::Max:
-      identity = is_floating(acc) ? "-__longlong_as_double(0x7ff0000000000000LL)"
-                                  : "(-9223372036854775807LL - 1)";
-      combine = "lf_max(x, y)";
-      break;
+      return {is_floating(acc) ? "-__longlong_as_double(0x7ff0000000000000LL)"
+                               : "(-9223372036854775807LL - 1)",
+              "lf_max(x, y)"};
     default:
-      identity =
-          is_floating(acc) ? "__longlong_as_double(0x7ff0000000000000LL)" : "9223372036854775807LL";
-      combine = "lf_min(x, y)";
+      return {
+          is_floating(acc) ? "__longlong_as_double(0x7ff0000000000000LL)" : "9223372036854775807LL",
+          "lf_min(x, y)"};
   }
+}
+
+// Before the kernel: the combining function.
+std::string reduction_preamble(Op op, DType acc) {
+  const char* a = type_name(acc);
+  return absl::StrCat("\n__device__ __forceinline__ ", a, " lf_combine(", a, " x, ", a,
+                      " y) { return ", reduction_parts(op, acc).combine, "; }\n");
+}
+
+// The kernel's start: which row and chunk this block reduces, and the accumulator.
+std::string reduction_head(Op op, DType acc) {
+  return absl::StrCat(
+      R"(  const long long row = blockIdx.x / args.chunks, chunk = blockIdx.x % args.chunks;
+  const long long begin = chunk * args.chunk;
+  const long long end = min(args.columns, begin + args.chunk);
+  )",
+      type_name(acc), " acc = (", type_name(acc), ")(", reduction_parts(op, acc).identity, ");\n");
+}
+
+// The kernel's end: each warp's threads, then the block's warps, then the row's result (or
+// the chunk's partial, in the accumulator type).
+std::string reduction_tail(Op op, DType acc, DType out) {
+  const char* a = type_name(acc);
+  return absl::StrCat(
+      R"(  for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
+  __shared__ )",
+      a, R"( warp_results[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_results[warp] = acc;
+  __syncthreads();
+  if (warp != 0) return;
+  acc = lane < (int)(blockDim.x / 32) ? warp_results[lane] : ()",
+      a, ")(", reduction_parts(op, acc).identity, R"();
+  for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
+  if (lane != 0) return;
+  if (args.chunks == 1) {
+)",
+      op == Op::Mean ? "    acc = acc / args.divisor;\n" : "", "    ((", type_name(out),
+      "*)args.out)[row] = lf_store<", type_name(out), R"(>(acc);
+  } else {
+    (()",
+      a, R"(*)args.out)[row * args.chunks + chunk] = acc;
+  }
+}
+)");
+}
+
+}  // namespace
+
+CudaSource generate_cuda_reduction(Op op, DType in, DType out) {
+  if (!is_reduction(op)) throw VerifierError(absl::StrCat(op_name(op), " is not a reduction"));
+  const DType acc = cuda_reduction_accumulator(op, in);
   CudaSource source;
   source.kernel_name =
       absl::StrCat("r_", op_name(op), "_", dtype_ir_name(in), "_", dtype_ir_name(out));
@@ -67,47 +101,53 @@ struct ReduceArgs {
   long long rows, columns, chunk, chunks;
   double divisor;
 };
-
-__device__ __forceinline__ )",
-                  acc_type, R"( lf_combine()", acc_type, " x, ", acc_type, " y) { return ", combine,
-                  R"(; }
-
-extern "C" __global__ void __launch_bounds__()",
-                  kCudaReduceThreads, ") ", source.kernel_name, R"((const ReduceArgs args) {
-  const )",
-                  type_name(in), R"(* __restrict__ in = (const )", type_name(in), R"(*)args.in;
-  const long long row = blockIdx.x / args.chunks, chunk = blockIdx.x % args.chunks;
-  const long long begin = chunk * args.chunk;
-  const long long end = min(args.columns, begin + args.chunk);
-  const )",
-                  type_name(in), R"(* __restrict__ base = in + row * args.columns;
-  )",
-                  acc_type, " acc = (", acc_type, ")(", identity, R"();
-  for (long long j = begin + threadIdx.x; j < end; j += blockDim.x)
-    acc = lf_combine(acc, ()",
-                  acc_type, R"()lf_load(base[j]));
-  // Within each warp, then across the block's warps.
-  for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
-  __shared__ )",
-                  acc_type, R"( warp_results[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warp_results[warp] = acc;
-  __syncthreads();
-  if (warp != 0) return;
-  acc = lane < (int)(blockDim.x / 32) ? warp_results[lane] : ()",
-                  acc_type, ")(", identity, R"();
-  for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
-  if (lane != 0) return;
-  if (args.chunks == 1) {
 )",
-                  op == Op::Mean ? "    acc = acc / args.divisor;\n" : "", "    ((", type_name(out),
-                  "*)args.out)[row] = lf_store<", type_name(out), R"(>(acc);
-  } else {
-    (()",
-                  acc_type, R"(*)args.out)[row * args.chunks + chunk] = acc;
-  }
+                  reduction_preamble(op, acc), "\nextern \"C\" __global__ void __launch_bounds__(",
+                  kCudaReduceThreads, ") ", source.kernel_name, "(const ReduceArgs args) {\n");
+  s += reduction_head(op, acc);
+  absl::StrAppend(&s, "  const ", type_name(in), "* __restrict__ base = (const ", type_name(in),
+                  "*)args.in + row * args.columns;\n",
+                  "  for (long long j = begin + threadIdx.x; j < end; j += blockDim.x)\n",
+                  "    acc = lf_combine(acc, (", type_name(acc), ")lf_load(base[j]));\n");
+  s += reduction_tail(op, acc, out);
+  return source;
 }
-)");
+
+CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
+                                         const CudaElementwiseSpec& spec, bool fast_math) {
+  const Node& node = graph.nodes[step.nodes.back()];
+  const ValueId operand = node.inputs[0];
+  const DType acc = cuda_reduction_accumulator(node.op, graph.nodes[operand].dtype);
+  std::vector<ValueId> prologue(step.nodes.begin(), step.nodes.end() - 1);
+  const int rank = spec.rank;
+  const size_t num_inputs = step.inputs.size();
+  CudaSource source;
+  source.kernel_name = absl::StrCat(step.kernel_name(), "_", spec.code());
+  for (char& c : source.kernel_name)
+    if (c == '.') c = '_';
+  std::string& s = source.source;
+  if (fast_math) s += "#define LF_FAST_MATH 1\n";
+  s += cuda_prologue();
+  absl::StrAppend(&s, "\n// ", node.op == Op::Mean ? "mean" : op_name(node.op), " of ",
+                  prologue.size(), " fused nodes\nstruct Args_", source.kernel_name,
+                  " {\n  long long size[", rank, "];\n");
+  if (num_inputs)
+    absl::StrAppend(&s, "  const void* in[", num_inputs, "];\n  long long stride[", num_inputs,
+                    "][", rank, "];\n");
+  absl::StrAppend(
+      &s, "  void* out;\n  long long rows, columns, chunk, chunks;\n  double divisor;\n};\n",
+      reduction_preamble(node.op, acc), "\nextern \"C\" __global__ void __launch_bounds__(",
+      kCudaReduceThreads, ") ", source.kernel_name, "(const Args_", source.kernel_name,
+      " args) {\n", "  typedef ", spec.index64 ? "long long" : "unsigned int", " IDX;\n");
+  s += cuda_emit::emit_input_pointers(graph, step.inputs);
+  s += reduction_head(node.op, acc);
+  s += "  for (long long j = begin + threadIdx.x; j < end; j += blockDim.x) {\n"
+       "    const IDX i = (IDX)(row * args.columns + j);\n";
+  s += cuda_emit::emit_coordinates(rank, "    ");
+  s +=
+      cuda_emit::emit_members(graph, step.inputs, prologue, cuda_emit::strided_loads(spec), "    ");
+  absl::StrAppend(&s, "    acc = lf_combine(acc, (", type_name(acc), ")v", operand, ");\n  }\n");
+  s += reduction_tail(node.op, acc, node.dtype);
   return source;
 }
 

@@ -29,7 +29,7 @@ std::string print_schedule(const Schedule& schedule, const PrintOptions& options
     return absl::StrJoin(ids, ", ", [](std::string* s, ValueId v) { absl::StrAppend(s, "%", v); });
   };
   for (const Step& step : schedule.steps) {
-    if (step.kind != StepKind::Elementwise) {
+    if (step.kind != StepKind::Elementwise && step.nodes.size() == 1) {
       absl::StrAppend(&out, "  ", print_node(graph, step.nodes[0], options), "\n");
       continue;
     }

@@ -12,7 +12,7 @@ namespace lazyfuse {
 
 enum class StepKind : uint8_t {
   Elementwise,  // one fused kernel over `shape`: generators, elementwise ops, casts, copies
-  Reduction,    // sum/mean/max/min of a stored value
+  Reduction,    // sum/mean/max/min, of a stored value or of a fused elementwise prologue
   Matmul,       // a library call (OpenBLAS, cuBLAS)
   View,         // no work: new sizes and strides over the operand's storage
   Transfer,     // a copy between devices
@@ -27,7 +27,8 @@ struct Step {
   std::vector<ValueId> inputs;
   // Members whose values are stored: graph outputs and values later steps read.
   std::vector<ValueId> outputs;
-  Shape shape;  // the iteration space of an elementwise kernel
+  // The iteration space: an elementwise kernel's shape; a reduction's operand's shape.
+  Shape shape;
   Device device = Device::cpu();
   // A hash of the kernel's structure that leaves sizes out (ops, dtypes, ranks, attributes,
   // operand wiring): the name of the kernel and the key of compiled-code caches.

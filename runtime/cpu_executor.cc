@@ -67,7 +67,8 @@ void run_cpu_step(const Graph& graph, const Step& step,
       run_elementwise(graph, step, values);
       break;
     case StepKind::Reduction:
-      values[step.nodes[0]] = cpu_reduce(node, *values[node.inputs[0]]);
+      values[step.nodes.back()] = step.nodes.size() > 1 ? cpu_fused_reduce(graph, step, values)
+                                                        : cpu_reduce(node, *values[node.inputs[0]]);
       break;
     case StepKind::Matmul:
       values[step.nodes[0]] = cpu_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);

@@ -25,6 +25,9 @@ MatmulShapes matmul_shapes(const BufferView& a, const BufferView& b);
 
 // The library steps, also used on their own by tests.
 BufferView cpu_reduce(const Node& node, const BufferView& input);
+// A reduction step with a fused elementwise prologue, computed block by block.
+BufferView cpu_fused_reduce(const Graph& graph, const Step& step,
+                            const std::vector<std::optional<BufferView>>& values);
 BufferView cpu_matmul(const Node& node, const BufferView& a, const BufferView& b);
 BufferView cpu_view(const Node& node, const BufferView& input);
 // A contiguous copy of any view.

@@ -20,39 +20,55 @@ namespace {
 // threads, so a reduction gives the same bits however many cores run it.
 constexpr int64_t kReduceBlock = 1 << 15;
 
-template <typename Acc, typename S, typename Combine>
-void reduce_blocks(const S* base, const Shape& outer_shape, const Strides& outer_strides,
-                   const Shape& inner_shape, const Strides& inner_strides, int64_t inner_total,
-                   Acc identity, Combine combine, std::vector<Acc>& partials, int64_t blocks) {
-  const int64_t outer_total = numel(outer_shape);
-  const int inner_rank = static_cast<int>(inner_shape.size());
-#pragma omp parallel for schedule(dynamic, 1) if (outer_total * inner_total > 32768)
-  for (int64_t item = 0; item < outer_total * blocks; ++item) {
-    int64_t o = item / blocks, block = item % blocks;
-    int64_t offset = 0;
-    for (int64_t d = static_cast<int64_t>(outer_shape.size()) - 1, rest = o; d >= 0; --d) {
-      offset += (rest % outer_shape[d]) * outer_strides[d];
-      rest /= outer_shape[d];
+// Reduces `outer` rows of `inner` elements each. `visit(row, begin, end, f)` calls f on
+// elements [begin, end) of a row, in order, as values of storage type S: read from a buffer, or
+// computed by a fused prologue.
+template <typename S, typename Visit>
+void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferView& out,
+                 Visit&& visit) {
+  const int64_t blocks = std::max<int64_t>(1, (inner + kReduceBlock - 1) / kReduceBlock);
+  auto run = [&]<typename Acc>(auto combine, Acc identity) {
+    std::vector<Acc> partials(outer * blocks);
+#pragma omp parallel for schedule(dynamic, 1) if (outer * inner > 32768)
+    for (int64_t item = 0; item < outer * blocks; ++item) {
+      const int64_t row = item / blocks, begin = item % blocks * kReduceBlock;
+      Acc acc = identity;
+      visit(row, begin, std::min(inner, begin + kReduceBlock),
+            [&](S value) { acc = combine(acc, convert_value<Acc>(value)); });
+      partials[item] = acc;
     }
-    int64_t begin = block * kReduceBlock, end = std::min(inner_total, begin + kReduceBlock);
-    int64_t index[16] = {};
-    int64_t rest = begin;
-    for (int d = inner_rank - 1; d >= 0; --d) {
-      index[d] = rest % inner_shape[d];
-      rest /= inner_shape[d];
-      offset += index[d] * inner_strides[d];
-    }
-    Acc acc = identity;
-    for (int64_t j = begin; j < end; ++j) {
-      acc = combine(acc, convert_value<Acc>(base[offset]));
-      for (int d = inner_rank - 1; d >= 0; --d) {
-        offset += inner_strides[d];
-        if (++index[d] < inner_shape[d]) break;
-        offset -= index[d] * inner_strides[d];
-        index[d] = 0;
+    dispatch_storage(node.dtype, [&]<typename R>() {
+      R* dst = static_cast<R*>(out.data());
+      for (int64_t o = 0; o < outer; ++o) {
+        Acc acc = identity;
+        for (int64_t b = 0; b < blocks; ++b) acc = combine(acc, partials[o * blocks + b]);
+        if (node.op == Op::Mean)
+          acc = inner == 0 ? std::numeric_limits<Acc>::quiet_NaN() : acc / static_cast<Acc>(inner);
+        dst[o] = convert_value<R>(acc);
       }
+    });
+  };
+  if (node.op == Op::Sum || node.op == Op::Mean) {
+    if constexpr (std::is_floating_point_v<ComputeOf<S>>) {
+      run([](double a, double b) { return a + b; }, 0.0);
+    } else {
+      run([](int64_t a, int64_t b) { return a + b; }, int64_t{0});
     }
-    partials[item] = acc;
+  } else {
+    using Acc = std::conditional_t<std::is_floating_point_v<ComputeOf<S>>, double, int64_t>;
+    const bool is_max = node.op == Op::Max;
+    auto pick = [is_max](Acc a, Acc b) {
+      if constexpr (std::is_floating_point_v<Acc>) {
+        if (a != a) return a;
+        if (b != b) return b;
+      }
+      return is_max ? std::max(a, b) : std::min(a, b);
+    };
+    Acc identity = is_max ? std::numeric_limits<Acc>::lowest() : std::numeric_limits<Acc>::max();
+    if constexpr (std::is_floating_point_v<Acc>)
+      identity =
+          is_max ? -std::numeric_limits<Acc>::infinity() : std::numeric_limits<Acc>::infinity();
+    run(pick, identity);
   }
 }
 
@@ -68,58 +84,72 @@ BufferView cpu_reduce(const Node& node, const BufferView& input) {
     (reduced ? inner_shape : outer_shape).push_back(input.shape[d]);
     (reduced ? inner_strides : outer_strides).push_back(input.strides[d]);
   }
-  const int64_t inner_total = numel(inner_shape);
-  const int64_t outer_total = numel(outer_shape);
-  const int64_t blocks = std::max<int64_t>(1, (inner_total + kReduceBlock - 1) / kReduceBlock);
   BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
-
   dispatch_storage(input.dtype, [&]<typename S>() {
     const S* base = static_cast<const S*>(input.data());
-    auto finish = [&]<typename Acc>(std::vector<Acc>& partials, auto combine, Acc identity) {
-      reduce_blocks<Acc>(base, outer_shape, outer_strides, inner_shape, inner_strides, inner_total,
-                         identity, combine, partials, blocks);
-      dispatch_storage(node.dtype, [&]<typename R>() {
-        R* dst = static_cast<R*>(out.data());
-        for (int64_t o = 0; o < outer_total; ++o) {
-          Acc acc = identity;
-          for (int64_t b = 0; b < blocks; ++b) acc = combine(acc, partials[o * blocks + b]);
-          if (node.op == Op::Mean) {
-            acc = inner_total == 0 ? std::numeric_limits<Acc>::quiet_NaN()
-                                   : acc / static_cast<Acc>(inner_total);
-          }
-          dst[o] = convert_value<R>(acc);
-        }
-      });
-    };
-    if (node.op == Op::Sum || node.op == Op::Mean) {
-      if constexpr (std::is_same_v<ComputeOf<S>, float> || std::is_same_v<S, double>) {
-        std::vector<double> partials(outer_total * blocks);
-        finish(
-            partials, [](double a, double b) { return a + b; }, 0.0);
-      } else {
-        std::vector<int64_t> partials(outer_total * blocks);
-        finish(
-            partials, [](int64_t a, int64_t b) { return a + b; }, int64_t{0});
+    const int inner_rank = static_cast<int>(inner_shape.size());
+    // Walks a row's elements through the strides, carrying the index from dim to dim.
+    auto visit = [&](int64_t row, int64_t begin, int64_t end, auto&& f) {
+      int64_t offset = 0;
+      for (int64_t d = static_cast<int64_t>(outer_shape.size()) - 1, rest = row; d >= 0; --d) {
+        offset += (rest % outer_shape[d]) * outer_strides[d];
+        rest /= outer_shape[d];
       }
-    } else {
-      using Acc = std::conditional_t<
-          std::is_same_v<S, bool>, int64_t,
-          std::conditional_t<std::is_floating_point_v<ComputeOf<S>>, double, int64_t>>;
-      bool is_max = node.op == Op::Max;
-      auto pick = [is_max](Acc a, Acc b) {
-        if constexpr (std::is_floating_point_v<Acc>) {
-          if (a != a) return a;
-          if (b != b) return b;
+      int64_t index[16] = {};
+      for (int64_t d = inner_rank - 1, rest = begin; d >= 0; --d) {
+        index[d] = rest % inner_shape[d];
+        rest /= inner_shape[d];
+        offset += index[d] * inner_strides[d];
+      }
+      for (int64_t j = begin; j < end; ++j) {
+        f(base[offset]);
+        for (int d = inner_rank - 1; d >= 0; --d) {
+          offset += inner_strides[d];
+          if (++index[d] < inner_shape[d]) break;
+          offset -= index[d] * inner_strides[d];
+          index[d] = 0;
         }
-        return is_max ? std::max(a, b) : std::min(a, b);
-      };
-      Acc identity = is_max ? std::numeric_limits<Acc>::lowest() : std::numeric_limits<Acc>::max();
-      if constexpr (std::is_floating_point_v<Acc>)
-        identity =
-            is_max ? -std::numeric_limits<Acc>::infinity() : std::numeric_limits<Acc>::infinity();
-      std::vector<Acc> partials(outer_total * blocks);
-      finish(partials, pick, identity);
-    }
+      }
+    };
+    reduce_rows<S>(node, numel(outer_shape), numel(inner_shape), out, visit);
+  });
+  return out;
+}
+
+BufferView cpu_fused_reduce(const Graph& graph, const Step& step,
+                            const std::vector<std::optional<BufferView>>& values) {
+  const Node& node = graph.nodes[step.nodes.back()];
+  const ValueId operand = node.inputs[0];
+  // The prologue as an elementwise program whose one result is the reduction's operand.
+  Step prologue = step;
+  prologue.kind = StepKind::Elementwise;
+  prologue.nodes.pop_back();
+  prologue.outputs = {operand};
+  CpuProgram program = CpuProgram::compile(graph, prologue);
+  std::vector<CpuOperand> operands;
+  for (ValueId v : step.inputs) {
+    const BufferView& in = *values[v];
+    operands.push_back(make_cpu_operand(in.data(), in.dtype, in.shape, in.strides, step.shape));
+  }
+  // The fusion pass fuses only trailing reduced dims: rows are contiguous ranges of the
+  // prologue's elements.
+  const int64_t inner = numel(step.shape) / std::max<int64_t>(1, numel(node.shape));
+  const int64_t outer = numel(node.shape);
+  const DType dtype = graph.nodes[operand].dtype;
+  BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
+  dispatch_storage(dtype, [&]<typename S>() {
+    auto visit = [&](int64_t row, int64_t begin, int64_t end, auto&& f) {
+      // Bytes rather than std::vector<S>, which for bool has no data().
+      std::vector<std::byte> block(static_cast<size_t>(end - begin) * sizeof(S));
+      std::vector<std::byte> scratch(program.scratch_bytes() + 64);
+      const int64_t first = row * inner + begin;
+      CpuResult result{block.data(), dtype};
+      program.run(operands, std::span(&result, 1), first, first + (end - begin), scratch.data(),
+                  first);
+      const S* computed = reinterpret_cast<const S*>(block.data());
+      for (int64_t j = 0; j < end - begin; ++j) f(computed[j]);
+    };
+    reduce_rows<S>(node, outer, inner, out, visit);
   });
   return out;
 }

@@ -125,6 +125,59 @@ void launch_reduction(int device, Op op, DType in, DType out, const void* input,
     cuda::check(cuda::driver()->cuCtxSynchronize(), absl::StrCat("kernel ", name).c_str());
 }
 
+// A reduction with a fused prologue: one kernel computes the prologue's elements and reduces
+// them (a second, plain one combines partials when a row spans several chunks).
+BufferView run_fused_reduction(const Graph& graph, const Step& step,
+                               const std::vector<std::optional<BufferView>>& values) {
+  const Node& node = graph.nodes[step.nodes.back()];
+  const int device = node.device.index();
+  cuda::activate(device);
+  std::vector<OperandLayout> layouts;
+  std::vector<uint64_t> inputs;
+  for (ValueId v : step.inputs) {
+    const BufferView& in = *values[v];
+    layouts.push_back({address(in), dtype_size(in.dtype), in.shape, in.strides});
+    inputs.push_back(address(in));
+  }
+  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
+  plan.spec.vectorized = false;
+  const int64_t rows = numel(node.shape);
+  const int64_t columns = rows == 0 ? 0 : plan.numel / rows;
+  const int64_t chunks = std::max<int64_t>(1, (columns + kCudaReduceChunk - 1) / kCudaReduceChunk);
+  const DType acc = cuda_reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
+  BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
+  if (rows == 0) return out;
+  std::optional<BufferView> partial;
+  if (chunks > 1) partial = allocate_buffer(node.device, acc, {rows, chunks});
+  const bool fast_math = env_config().fast_math;
+  std::string key =
+      absl::StrFormat("%016x.%s%s", step.kernel_key, plan.spec.code(), fast_math ? ".fast" : "");
+  cuda::CUfunction function = cuda::get_kernel(device, key, [&] {
+    return generate_cuda_fused_reduction(graph, step, plan.spec, fast_math);
+  });
+  // The elementwise part of the arguments without numel and outputs, then the reduction's.
+  std::vector<uint64_t> args;
+  for (int d = 0; d < plan.spec.rank; ++d) args.push_back(static_cast<uint64_t>(plan.sizes[d]));
+  for (uint64_t a : inputs) args.push_back(a);
+  for (const Strides& strides : plan.strides)
+    for (int d = 0; d < plan.spec.rank; ++d) args.push_back(static_cast<uint64_t>(strides[d]));
+  args.push_back(address(partial ? *partial : out));
+  for (int64_t word :
+       {rows, columns, chunks == 1 ? std::max<int64_t>(columns, 1) : kCudaReduceChunk, chunks})
+    args.push_back(static_cast<uint64_t>(word));
+  args.push_back(std::bit_cast<uint64_t>(static_cast<double>(columns)));
+  void* params[] = {args.data()};
+  cuda::check(cuda::driver()->cuLaunchKernel(function, static_cast<unsigned>(rows * chunks), 1, 1,
+                                             kCudaReduceThreads, 1, 1, 0, nullptr, params, nullptr),
+              "cuLaunchKernel");
+  if (env_config().sync)
+    cuda::check(cuda::driver()->cuCtxSynchronize(), absl::StrCat("kernel ", key).c_str());
+  if (partial)
+    launch_reduction(device, node.op, acc, node.dtype, partial->data(), out.data(), rows, chunks, 1,
+                     static_cast<double>(columns));
+  return out;
+}
+
 BufferView run_reduction(const Node& node, const BufferView& input) {
   const int device = node.device.index();
   cuda::activate(device);
@@ -195,7 +248,9 @@ void run_cuda_step(const Graph& graph, const Step& step,
       values[step.nodes[0]] = cpu_view(node, *values[node.inputs[0]]);
       return;
     case StepKind::Reduction:
-      values[step.nodes[0]] = run_reduction(node, *values[node.inputs[0]]);
+      values[step.nodes.back()] = step.nodes.size() > 1
+                                      ? run_fused_reduction(graph, step, values)
+                                      : run_reduction(node, *values[node.inputs[0]]);
       return;
     case StepKind::Matmul:
       values[step.nodes[0]] = run_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);

@@ -2,8 +2,10 @@
 // and is specialised on layout but not on sizes.
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "codegen/cuda_codegen.h"
 #include "codegen/nvrtc.h"
+#include "ir/errors.h"
 #include "ir/passes/passes.h"
 
 namespace lazyfuse {
@@ -46,6 +48,160 @@ TEST(CudaCodegen, SeedCompilesWithNvrtc) {
   CompiledKernel kernel = nvrtc_compile(source.source, source.kernel_name, 9, 0);
   EXPECT_TRUE(kernel.is_cubin);
   EXPECT_GT(kernel.image.size(), 0u);
+}
+
+}  // namespace
+}  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+// Every step of a lowered graph as CUDA source, with operand layouts chosen by `strided`.
+std::vector<CudaSource> generate_all(const Schedule& schedule, bool strided) {
+  std::vector<CudaSource> sources;
+  for (const Step& step : schedule.steps) {
+    std::vector<OperandLayout> layouts;
+    for (ValueId v : step.inputs) {
+      const Node& node = schedule.graph.nodes[v];
+      Strides strides = contiguous_strides(node.shape);
+      if (strided) std::reverse(strides.begin(), strides.end());
+      layouts.push_back({4096, dtype_size(node.dtype), node.shape, strides});
+    }
+    std::vector<uint64_t> outputs(step.outputs.size(), 8192);
+    std::vector<int64_t> sizes(step.outputs.size(), 8);
+    CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, sizes);
+    if (step.kind == StepKind::Elementwise) {
+      sources.push_back(generate_cuda_elementwise(schedule.graph, step, plan.spec));
+    } else if (step.kind == StepKind::Reduction && step.nodes.size() > 1) {
+      sources.push_back(generate_cuda_fused_reduction(schedule.graph, step, plan.spec));
+    } else if (step.kind == StepKind::Reduction) {
+      const Node& node = schedule.graph.nodes[step.nodes.back()];
+      sources.push_back(
+          generate_cuda_reduction(node.op, schedule.graph.nodes[node.inputs[0]].dtype, node.dtype));
+    }
+  }
+  return sources;
+}
+
+// Every op in every dtype it takes, as one graph per dtype, plus reductions fused with their
+// producers: everything the GPU tests generate has a kernel of this shape.
+std::string all_ops_graph(const char* t, const char* f) {
+  return absl::StrCat(R"(graph @ops(%0: )", t, R"([64,33] @cuda:0, %1: )", t,
+                      R"([33] @cuda:0, %2: bool[64,33] @cuda:0) {
+  %3 = add %0, %1 : )",
+                      t, R"([64,33] @cuda:0
+  %4 = mul %3, %0 : )",
+                      t, R"([64,33] @cuda:0
+  %5 = exp %4 : )",
+                      f, R"([64,33] @cuda:0
+  %6 = log %5 : )",
+                      f, R"([64,33] @cuda:0
+  %7 = tanh %6 : )",
+                      f, R"([64,33] @cuda:0
+  %8 = sigmoid %7 : )",
+                      f, R"([64,33] @cuda:0
+  %9 = where %2, %8, %7 : )",
+                      f, R"([64,33] @cuda:0
+  %10 = maximum %9, %5 : )",
+                      f, R"([64,33] @cuda:0
+  %11 = lt %10, %6 : bool[64,33] @cuda:0
+  %12 = cast %11 : )",
+                      t, R"([64,33] @cuda:0
+  %13 = abs %12 : )",
+                      t, R"([64,33] @cuda:0
+  %14 = sum %13 {dims = [1], keepdim = false} : )",
+                      std::string_view(t) == "f32" || std::string_view(t) == "f64" ||
+                              std::string_view(t) == "f16" || std::string_view(t) == "bf16"
+                          ? t
+                          : "i64",
+                      R"([64] @cuda:0
+  %15 = max %10 {dims = [0, 1], keepdim = false} : )",
+                      f, R"([] @cuda:0
+  %16 = rand {offset = 0, seed = 1} : )",
+                      f, R"([64,33] @cuda:0
+  %17 = randn {offset = 0, seed = 1} : )",
+                      f, R"([64,33] @cuda:0
+  %18 = arange {start = 0.0, step = 1.0} : )",
+                      f, R"([33] @cuda:0
+  %19 = add %16, %17 : )",
+                      f, R"([64,33] @cuda:0
+  %20 = add %19, %18 : )",
+                      f, R"([64,33] @cuda:0
+  %21 = sqrt %20 : )",
+                      f, R"([64,33] @cuda:0
+  %22 = pow %21, %5 : )",
+                      f, R"([64,33] @cuda:0
+  %23 = sin %22 : )",
+                      f, R"([64,33] @cuda:0
+  %24 = cos %23 : )",
+                      f, R"([64,33] @cuda:0
+  %25 = rsqrt %24 : )",
+                      f, R"([64,33] @cuda:0
+  %26 = clamp %25, %5, %6 : )",
+                      f, R"([64,33] @cuda:0
+  %27 = neg %26 : )",
+                      f, R"([64,33] @cuda:0
+  %28 = relu %27 : )",
+                      f, R"([64,33] @cuda:0
+  %29 = mean %28 {dims = [1], keepdim = true} : )",
+                      f, R"([64,1] @cuda:0
+  return %14, %15, %29, %10
+})");
+}
+
+TEST(CudaCodegen, EveryKernelCompilesForSm90) {
+  if (!nvrtc_available()) GTEST_SKIP() << nvrtc_unavailable_reason();
+  std::vector<std::string> graphs = {kSeed};
+  for (auto [t, f] : std::vector<std::pair<const char*, const char*>>{{"f32", "f32"},
+                                                                      {"f64", "f64"},
+                                                                      {"f16", "f16"},
+                                                                      {"bf16", "bf16"},
+                                                                      {"i32", "f32"},
+                                                                      {"i64", "f32"}})
+    graphs.push_back(all_ops_graph(t, f));
+  int compiled = 0;
+  for (const std::string& text : graphs) {
+    Schedule schedule = lower(text);
+    for (bool strided : {false, true}) {
+      for (const CudaSource& source : generate_all(schedule, strided)) {
+        SCOPED_TRACE(source.kernel_name);
+        CompiledKernel kernel = nvrtc_compile(source.source, source.kernel_name, 9, 0);
+        EXPECT_TRUE(kernel.is_cubin);
+        ++compiled;
+      }
+    }
+  }
+  EXPECT_GE(compiled, 20);
+}
+
+TEST(CudaCodegen, SoftmaxAndSumOfSquaresFuseTheirProducers) {
+  Schedule softmax = lower(R"(graph @softmax(%0: f32[8,1024] @cuda:0) {
+  %1 = max %0 {dims = [1], keepdim = true} : f32[8,1] @cuda:0
+  %2 = sub %0, %1 : f32[8,1024] @cuda:0
+  %3 = exp %2 : f32[8,1024] @cuda:0
+  %4 = sum %3 {dims = [1], keepdim = true} : f32[8,1] @cuda:0
+  %5 = div %3, %4 : f32[8,1024] @cuda:0
+  return %5
+})");
+  EXPECT_EQ(softmax.num_kernels(), 4);
+  Schedule squares = lower(R"(graph @squares(%0: f32[4096] @cuda:0) {
+  %1 = mul %0, %0 : f32[4096] @cuda:0
+  %2 = sum %1 : f32[] @cuda:0
+  return %2
+})");
+  EXPECT_EQ(squares.num_kernels(), 1);
+}
+
+TEST(CudaCodegen, CompileErrorCarriesTheLogAndTheSource) {
+  if (!nvrtc_available()) GTEST_SKIP() << nvrtc_unavailable_reason();
+  try {
+    nvrtc_compile("extern \"C\" __global__ void broken() { undeclared_name = 1; }", "broken", 9, 0);
+    FAIL() << "expected CompileError";
+  } catch (const CompileError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("undeclared_name"), std::string::npos) << message;
+    EXPECT_NE(message.find("broken.cu"), std::string::npos) << message;
+  }
 }
 
 }  // namespace

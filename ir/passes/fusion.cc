@@ -5,7 +5,8 @@
 // generator) joins the groups of those operands that are fusable, of the same shape and on the
 // same device, merging them into one group, when that creates no cycle: no operand outside the
 // merged group, and no outside value that a candidate group reads, may depend on a group being
-// merged (each node carries the set of groups it depends on, `reach`). When the merge would
+// merged (followed group to group through each group's outside operands, since a group that
+// grows after another read it may gain dependences of its own). When the merge would
 // cycle the node tries the first candidate alone, and otherwise starts a group of its own.
 // Every member of a group has the group's shape; a value of another shape that a group reads
 // with broadcasting is read from storage. Scalar constants are not values of their own: each
@@ -28,6 +29,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "ir/errors.h"
+#include "ir/infer.h"
 #include "ir/passes/passes.h"
 #include "ir/stable_hash.h"
 
@@ -69,7 +72,6 @@ class UnionFind {
 
 struct Group {
   std::vector<ValueId> members;
-  absl::flat_hash_set<int> ext_reach;  // groups that the group's outside operands depend on
   absl::flat_hash_set<ValueId> ext_inputs;
 };
 
@@ -111,16 +113,19 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
   UnionFind groups_uf;
   std::vector<Group> groups;
   std::vector<int> group_of(n, -1);
-  std::vector<absl::flat_hash_set<int>> reach(n);  // groups of the node and its ancestors
 
-  auto canonical = [&](const absl::flat_hash_set<int>& raw) {
-    absl::flat_hash_set<int> out;
-    for (int g : raw) out.insert(groups_uf.find(g));
-    return out;
-  };
-  auto intersects = [&](const absl::flat_hash_set<int>& raw, const absl::flat_hash_set<int>& set) {
-    for (int g : raw) {
-      if (set.contains(groups_uf.find(g))) return true;
+  // Whether any of the groups in `stack`, or any group they read from, transitively, is in
+  // `set`. Walked on the groups as they are now: a per-node record of ancestors goes stale
+  // when a group it names later gains outside operands.
+  auto depends_on = [&](std::vector<int> stack, const absl::flat_hash_set<int>& set) {
+    absl::flat_hash_set<int> seen;
+    while (!stack.empty()) {
+      int g = groups_uf.find(stack.back());
+      stack.pop_back();
+      if (!seen.insert(g).second) continue;
+      if (set.contains(g)) return true;
+      for (ValueId in : groups[g].ext_inputs)
+        if (group_of[in] >= 0) stack.push_back(group_of[in]);
     }
     return false;
   };
@@ -128,7 +133,6 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
   for (size_t i = 0; i < n; ++i) {
     const Node& node = graph.nodes[i];
     ValueId id = static_cast<ValueId>(i);
-    for (ValueId in : node.inputs) reach[i].insert(reach[in].begin(), reach[in].end());
     if (node.op == Op::Param || is_scalar_const(node)) continue;
 
     absl::flat_hash_set<int> candidates;
@@ -144,16 +148,19 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
     auto can_join = [&](const absl::flat_hash_set<int>& merged) {
       size_t members = 1;
       absl::flat_hash_set<ValueId> inputs;
+      std::vector<int> read_groups;  // the groups the merged group would read from
       for (int g : merged) {
-        if (intersects(groups[g].ext_reach, merged)) return false;
         members += groups[g].members.size();
         inputs.insert(groups[g].ext_inputs.begin(), groups[g].ext_inputs.end());
+        for (ValueId in : groups[g].ext_inputs)
+          if (group_of[in] >= 0) read_groups.push_back(group_of[in]);
       }
       for (ValueId in : node.inputs) {
         if (group_of[in] >= 0 && merged.contains(groups_uf.find(group_of[in]))) continue;
-        if (intersects(reach[in], merged)) return false;
+        if (group_of[in] >= 0) read_groups.push_back(group_of[in]);
         if (!is_scalar_const(graph.nodes[in])) inputs.insert(in);
       }
+      if (depends_on(std::move(read_groups), merged)) return false;
       // Operands that become members stop being inputs.
       for (auto it = inputs.begin(); it != inputs.end();) {
         auto next = std::next(it);
@@ -172,7 +179,6 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
         Group& from = groups[g];
         Group& into = groups[target];
         into.members.insert(into.members.end(), from.members.begin(), from.members.end());
-        into.ext_reach.insert(from.ext_reach.begin(), from.ext_reach.end());
         into.ext_inputs.insert(from.ext_inputs.begin(), from.ext_inputs.end());
         groups_uf.unite(target, g);
         from = Group();
@@ -199,7 +205,6 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
       if (group_of[in] >= 0 && groups_uf.find(group_of[in]) == target) continue;
       if (is_scalar_const(graph.nodes[in])) continue;
       group.ext_inputs.insert(in);
-      group.ext_reach.insert(reach[in].begin(), reach[in].end());
     }
     // Members that joined may have been external inputs of the group before.
     for (auto it = group.ext_inputs.begin(); it != group.ext_inputs.end();) {
@@ -207,7 +212,6 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
       if (group_of[*it] >= 0 && groups_uf.find(group_of[*it]) == target) group.ext_inputs.erase(it);
       it = next;
     }
-    reach[i].insert(target);
   }
 
   // A scalar constant needs a step of its own only when it is returned or a non-elementwise
@@ -222,6 +226,41 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
     groups.back().members.push_back(static_cast<ValueId>(i));
   }
 
+  // A reduction absorbs the elementwise group that computes its operand (its prologue) when
+  // nothing else reads that group's values and the reduced dims are the trailing ones: then
+  // each output element reduces a contiguous range of the prologue's iteration space.
+  if (options.enabled) {
+    for (size_t i = 0; i < n; ++i) {
+      const Node& node = graph.nodes[i];
+      if (!is_reduction(node.op)) continue;
+      const ValueId operand = node.inputs[0];
+      const Node& producer = graph.nodes[operand];
+      if (group_of[operand] < 0 || !is_fusable_elementwise(producer.op) ||
+          producer.device != node.device)
+        continue;
+      const int64_t rank = static_cast<int64_t>(producer.shape.size());
+      const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
+      bool trailing = true;
+      for (size_t k = 0; k < dims.size(); ++k)
+        trailing &= dims[k] == rank - static_cast<int64_t>(dims.size()) + static_cast<int64_t>(k);
+      const int prologue = groups_uf.find(group_of[operand]);
+      bool private_values = trailing;
+      for (ValueId m : groups[prologue].members) {
+        private_values &= !is_output[m];
+        for (ValueId user : users[m])
+          private_values &=
+              user == static_cast<ValueId>(i) || groups_uf.find(group_of[user]) == prologue;
+      }
+      if (!private_values) continue;
+      const int target = groups_uf.find(group_of[i]);
+      Group& into = groups[target];
+      into.members.insert(into.members.end(), groups[prologue].members.begin(),
+                          groups[prologue].members.end());
+      groups_uf.unite(target, prologue);
+      groups[prologue] = Group();
+    }
+  }
+
   // Build the steps.
   std::vector<int> step_of_group(groups.size(), -1);
   Schedule schedule;
@@ -232,17 +271,19 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
     std::vector<ValueId> members = groups[g].members;
     std::sort(members.begin(), members.end());
     Step step;
-    step.kind = step_kind(graph.nodes[members[0]].op);
+    // The last member decides: a reduction comes after its prologue.
     const Node& last = graph.nodes[members.back()];
-    step.shape = last.shape;
+    step.kind = step_kind(last.op);
+    // A reduction iterates over its operand's elements.
+    step.shape = step.kind == StepKind::Reduction ? graph.nodes[last.inputs[0]].shape : last.shape;
     step.device = last.device;
     absl::flat_hash_set<ValueId> member_set(members.begin(), members.end());
     // Scalar constants used by the members are computed in place.
     std::vector<ValueId> with_consts;
     for (ValueId m : members) {
       for (ValueId in : graph.nodes[m].inputs) {
-        if (step.kind == StepKind::Elementwise && is_scalar_const(graph.nodes[in]) &&
-            !member_set.contains(in)) {
+        const bool computes_in_place = step.kind == StepKind::Elementwise || members.size() > 1;
+        if (computes_in_place && is_scalar_const(graph.nodes[in]) && !member_set.contains(in)) {
           member_set.insert(in);
           with_consts.push_back(in);
         }
@@ -295,6 +336,9 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
       if (--indegree[c] == 0) ready.push({steps[c].nodes.back(), c});
     ordered.push_back(std::move(steps[s]));
   }
+  // A cycle between steps would leave some out of the order, and their values uncomputed.
+  if (ordered.size() != steps.size())
+    throw VerifierError("fusion: the steps depend on each other in a cycle");
   steps = std::move(ordered);
   for (Step& step : steps) step.kernel_key = kernel_key(graph, step);
   schedule.graph = std::move(graph);

@@ -1,0 +1,26 @@
+// Pieces of generated CUDA source shared by the elementwise and reduction generators
+// (cuda_codegen.cc, cuda_reduction.cc). Internal to codegen/.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "codegen/cuda_codegen.h"
+
+namespace lazyfuse::cuda_emit {
+
+// "float", "lf_f16", "int64_t": how a dtype is stored in generated source.
+const char* storage_type_name(DType dtype);
+// Statements that compute each of `nodes` (v<id> in its compute type) for element `i`, after
+// reading input k as `load[k]`.
+std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
+                         const std::vector<ValueId>& nodes, const std::vector<std::string>& load,
+                         const std::string& indent);
+// How each input reads element `i` in the scalar (non-vector) loop.
+std::vector<std::string> strided_loads(const CudaElementwiseSpec& spec);
+// c0..c{rank-1}: the coordinates of `i` in args.size, for strided loads.
+std::string emit_coordinates(int rank, const std::string& indent);
+// in0, in1, ...: typed pointers to the inputs in args.in.
+std::string emit_input_pointers(const Graph& graph, const std::vector<ValueId>& inputs);
+
+}  // namespace lazyfuse::cuda_emit
