@@ -251,15 +251,15 @@ TEST_F(Cuda, MatmulMatchesTheCpu) {
 }
 
 TEST_F(Cuda, MoreThanTwoToTheThirtyOneElements) {
-  // 8.6 GB of float32 in memory: loads, stores and index math past 2^31 take the 64-bit path.
+  // 17 GB of int64 in memory: loads, stores and index math past 2^31 take the 64-bit path, and
+  // integers make every expected value exact.
   const int64_t n = (int64_t{1} << 31) + 5;
-  Tensor x = arange(0, n, 1, TensorOptions().dtype(kFloat32).device("cuda"));
+  Tensor x = arange(0, n, 1, Device("cuda"));
   eval(x);
-  Tensor tail = (x + 1).narrow(0, n - 3, 3);
-  EXPECT_EQ(tail.to_vector<double>(), (std::vector<double>{static_cast<float>(n - 2), static_cast<float>(n - 1),
-                                                           static_cast<float>(n)}));
-  // A fused reduction over all of it: sum of (x * 0 + 2) in double, stored as float32.
-  EXPECT_EQ((x * 0 + 2).sum().item<float>(), static_cast<float>(2.0 * static_cast<double>(n)));
+  EXPECT_EQ((x + 1).narrow(0, n - 3, 3).to_vector<int64_t>(), (std::vector<int64_t>{n - 2, n - 1, n}));
+  // A fused reduction over all of it.
+  EXPECT_EQ((x * 0 + 2).sum().item<int64_t>(), 2 * n);
+  EXPECT_EQ((x - x + 1).sum().item<int64_t>(), n);
 }
 
 }  // namespace
