@@ -1,5 +1,7 @@
 // Generating CUDA source for row reductions: a strided loop per thread, warp shuffles, then a
 // tree over the block's warps in shared memory.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda_codegen.h"
 #include "codegen/cuda_emit.h"
@@ -19,11 +21,11 @@ DType cuda_reduction_accumulator(Op op, DType in) {
 
 namespace {
 
-struct ReductionParts {
+struct Combiner {
   std::string identity, combine;
 };
 
-ReductionParts reduction_parts(Op op, DType acc) {
+Combiner combiner(Op op, DType acc) {
   switch (op) {
     case Op::Sum:
     case Op::Mean:
@@ -43,7 +45,7 @@ ReductionParts reduction_parts(Op op, DType acc) {
 std::string reduction_preamble(Op op, DType acc) {
   const char* a = type_name(acc);
   return absl::StrCat("\n__device__ __forceinline__ ", a, " lf_combine(", a, " x, ", a,
-                      " y) { return ", reduction_parts(op, acc).combine, "; }\n");
+                      " y) { return ", combiner(op, acc).combine, "; }\n");
 }
 
 // The kernel's start: which row and chunk this block reduces, and the accumulator.
@@ -53,7 +55,7 @@ std::string reduction_head(Op op, DType acc) {
   const long long begin = chunk * args.chunk;
   const long long end = min(args.columns, begin + args.chunk);
   )",
-      type_name(acc), " acc = (", type_name(acc), ")(", reduction_parts(op, acc).identity, ");\n");
+      type_name(acc), " acc = (", type_name(acc), ")(", combiner(op, acc).identity, ");\n");
 }
 
 // The kernel's end: each warp's threads, then the block's warps, then the row's result (or
@@ -69,7 +71,7 @@ std::string reduction_tail(Op op, DType acc, DType out) {
   __syncthreads();
   if (warp != 0) return;
   acc = lane < (int)(blockDim.x / 32) ? warp_results[lane] : ()",
-      a, ")(", reduction_parts(op, acc).identity, R"();
+      a, ")(", combiner(op, acc).identity, R"();
   for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
   if (lane != 0) return;
   if (args.chunks == 1) {
@@ -115,10 +117,11 @@ struct ReduceArgs {
 
 CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
                                          const CudaElementwiseSpec& spec, bool fast_math) {
-  const Node& node = graph.nodes[step.nodes.back()];
+  const ReductionParts parts = reduction_parts(graph, step);
+  const Node& node = graph.nodes[parts.reduction];
   const ValueId operand = node.inputs[0];
   const DType acc = cuda_reduction_accumulator(node.op, graph.nodes[operand].dtype);
-  std::vector<ValueId> prologue(step.nodes.begin(), step.nodes.end() - 1);
+  const std::vector<ValueId>& prologue = parts.prologue;
   const int rank = spec.rank;
   const size_t num_inputs = step.inputs.size();
   CudaSource source;
@@ -148,6 +151,89 @@ CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
       cuda_emit::emit_members(graph, step.inputs, prologue, cuda_emit::strided_loads(spec), "    ");
   absl::StrAppend(&s, "    acc = lf_combine(acc, (", type_name(acc), ")v", operand, ");\n  }\n");
   s += reduction_tail(node.op, acc, node.dtype);
+  return source;
+}
+
+CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
+                                    const CudaElementwiseSpec& spec, bool fast_math) {
+  const ReductionParts parts = reduction_parts(graph, step);
+  const Node& node = graph.nodes[parts.reduction];
+  const ValueId operand = node.inputs[0];
+  const DType acc = cuda_reduction_accumulator(node.op, graph.nodes[operand].dtype);
+  const int rank = spec.rank;
+  const size_t num_inputs = step.inputs.size();
+  CudaSource source;
+  source.kernel_name = absl::StrCat(step.kernel_name(), "_", spec.code());
+  for (char& c : source.kernel_name)
+    if (c == '.') c = '_';
+  std::string& s = source.source;
+  if (fast_math) s += "#define LF_FAST_MATH 1\n";
+  s += cuda_prologue();
+  absl::StrAppend(&s, "\n// ", op_name(node.op), " over each row, then ", parts.epilogue.size(),
+                  " fused nodes over the row again\nstruct Args_", source.kernel_name,
+                  " {\n  long long size[", rank, "];\n");
+  if (num_inputs)
+    absl::StrAppend(&s, "  const void* in[", num_inputs, "];\n  long long stride[", num_inputs,
+                    "][", rank, "];\n");
+  absl::StrAppend(&s, "  void* out[", step.outputs.size(),
+                  "];\n  long long rows, columns;\n  double divisor;\n};\n",
+                  reduction_preamble(node.op, acc),
+                  "\nextern \"C\" __global__ void __launch_bounds__(", kCudaReduceThreads, ") ",
+                  source.kernel_name, "(const Args_", source.kernel_name, " args) {\n",
+                  "  typedef ", spec.index64 ? "long long" : "unsigned int", " IDX;\n");
+  s += cuda_emit::emit_input_pointers(graph, step.inputs);
+  const std::string identity = combiner(node.op, acc).identity;
+  const char* a = type_name(acc);
+  absl::StrAppend(&s, "  const long long row = blockIdx.x;\n  ", a, " acc = (", a, ")(", identity,
+                  ");\n",
+                  "  for (long long j = threadIdx.x; j < args.columns; j += blockDim.x) {\n",
+                  "    const IDX i = (IDX)(row * args.columns + j);\n");
+  const std::vector<std::string> loads = cuda_emit::strided_loads(spec);
+  s += cuda_emit::emit_coordinates(rank, "    ");
+  s += cuda_emit::emit_members(graph, step.inputs, parts.prologue, loads, "    ");
+  absl::StrAppend(&s, "    acc = lf_combine(acc, (", a, ")v", operand, ");\n  }\n");
+  // The row's result reaches every thread through shared memory, stored in the reduction's
+  // dtype exactly as an unfused reduction would store it.
+  const char* result_type = type_name(node.dtype);
+  absl::StrAppend(
+      &s,
+      R"(  for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
+  __shared__ )",
+      a, R"( warp_results[32];
+  __shared__ )",
+      result_type, R"( total;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_results[warp] = acc;
+  __syncthreads();
+  if (warp == 0) {
+    acc = lane < (int)(blockDim.x / 32) ? warp_results[lane] : ()",
+      a, ")(", identity, R"();
+    for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
+)",
+      node.op == Op::Mean ? "    acc = acc / args.divisor;\n" : "",
+      "    if (lane == 0) total = lf_store<", result_type,
+      ">(acc);\n  }\n  __syncthreads();\n  const ", type_name(compute_dtype(node.dtype)), " v",
+      parts.reduction, " = lf_load(total);\n");
+  for (size_t k = 0; k < step.outputs.size(); ++k) {
+    if (step.outputs[k] == parts.reduction)
+      absl::StrAppend(&s, "  if (threadIdx.x == 0) ((", result_type, "*)args.out[", k,
+                      "])[row] = total;\n");
+  }
+  // The second pass: the prologue again (its values are not kept), then the epilogue.
+  std::vector<ValueId> second = parts.prologue;
+  second.insert(second.end(), parts.epilogue.begin(), parts.epilogue.end());
+  std::sort(second.begin(), second.end());
+  absl::StrAppend(&s, "  for (long long j = threadIdx.x; j < args.columns; j += blockDim.x) {\n",
+                  "    const IDX i = (IDX)(row * args.columns + j);\n");
+  s += cuda_emit::emit_coordinates(rank, "    ");
+  s += cuda_emit::emit_members(graph, step.inputs, second, loads, "    ");
+  for (size_t k = 0; k < step.outputs.size(); ++k) {
+    if (step.outputs[k] == parts.reduction) continue;
+    const char* type = type_name(graph.nodes[step.outputs[k]].dtype);
+    absl::StrAppend(&s, "    ((", type, "*)args.out[", k, "])[i] = lf_store<", type, ">(v",
+                    step.outputs[k], ");\n");
+  }
+  s += "  }\n}\n";
   return source;
 }
 

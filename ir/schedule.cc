@@ -18,6 +18,29 @@ int Schedule::num_kernels() const {
   return count;
 }
 
+ReductionParts reduction_parts(const Graph& graph, const Step& step) {
+  ReductionParts parts;
+  for (ValueId v : step.nodes)
+    if (is_reduction(graph.nodes[v].op)) parts.reduction = v;
+  // The prologue is what the reduction depends on inside the step; members are in
+  // topological order, so one backward sweep finds it.
+  std::vector<ValueId> needed = {parts.reduction};
+  std::vector<bool> in_prologue(graph.nodes.size(), false);
+  for (auto it = step.nodes.rbegin(); it != step.nodes.rend(); ++it) {
+    ValueId v = *it;
+    bool needed_here = false;
+    for (ValueId n : needed) needed_here |= n == v;
+    if (!needed_here) continue;
+    if (v != parts.reduction) in_prologue[v] = true;
+    for (ValueId in : graph.nodes[v].inputs) needed.push_back(in);
+  }
+  for (ValueId v : step.nodes) {
+    if (v == parts.reduction) continue;
+    (in_prologue[v] ? parts.prologue : parts.epilogue).push_back(v);
+  }
+  return parts;
+}
+
 std::string print_schedule(const Schedule& schedule, const PrintOptions& options) {
   const Graph& graph = schedule.graph;
   std::string out = absl::StrCat("graph @", graph.name, "(");

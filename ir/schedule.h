@@ -54,6 +54,16 @@ struct Schedule {
   int num_kernels() const;
 };
 
+// A reduction step's members by role: the reduction, the members it reads (its prologue), and
+// the members that read its result (its epilogue: softmax's normalisation, computed in a second
+// pass over each row once the row is reduced). Each list is in topological order.
+struct ReductionParts {
+  ValueId reduction = -1;
+  std::vector<ValueId> prologue;
+  std::vector<ValueId> epilogue;
+};
+ReductionParts reduction_parts(const Graph& graph, const Step& step);
+
 // The graph with each fused kernel shown as a region:
 //   %5 = kernel @k_3f9a1c0b(%0, %1) : f32[3] @cpu { ...members... }
 std::string print_schedule(const Schedule& schedule, const PrintOptions& options = {});

@@ -57,6 +57,27 @@ void run_elementwise(const Graph& graph, const Step& step,
   }
 }
 
+// A reduction step: the rows reduced (through the prologue, when there is one), then the
+// epilogue as an elementwise program over the operand's shape that reads the reduced rows.
+void run_reduction(const Graph& graph, const Step& step,
+                   std::vector<std::optional<BufferView>>& values) {
+  const ReductionParts parts = reduction_parts(graph, step);
+  const Node& node = graph.nodes[parts.reduction];
+  values[parts.reduction] = parts.prologue.empty() ? cpu_reduce(node, *values[node.inputs[0]])
+                                                   : cpu_fused_reduce(graph, step, values);
+  if (parts.epilogue.empty()) return;
+  Step epilogue = step;
+  epilogue.kind = StepKind::Elementwise;
+  epilogue.nodes = parts.prologue;
+  epilogue.nodes.insert(epilogue.nodes.end(), parts.epilogue.begin(), parts.epilogue.end());
+  std::sort(epilogue.nodes.begin(), epilogue.nodes.end());
+  epilogue.inputs.push_back(parts.reduction);
+  std::erase(epilogue.outputs, parts.reduction);
+  run_elementwise(graph, epilogue, values);
+  if (std::find(step.outputs.begin(), step.outputs.end(), parts.reduction) == step.outputs.end())
+    values[parts.reduction].reset();
+}
+
 }  // namespace
 
 void run_cpu_step(const Graph& graph, const Step& step,
@@ -67,8 +88,7 @@ void run_cpu_step(const Graph& graph, const Step& step,
       run_elementwise(graph, step, values);
       break;
     case StepKind::Reduction:
-      values[step.nodes.back()] = step.nodes.size() > 1 ? cpu_fused_reduce(graph, step, values)
-                                                        : cpu_reduce(node, *values[node.inputs[0]]);
+      run_reduction(graph, step, values);
       break;
     case StepKind::Matmul:
       values[step.nodes[0]] = cpu_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);

@@ -118,12 +118,13 @@ BufferView cpu_reduce(const Node& node, const BufferView& input) {
 
 BufferView cpu_fused_reduce(const Graph& graph, const Step& step,
                             const std::vector<std::optional<BufferView>>& values) {
-  const Node& node = graph.nodes[step.nodes.back()];
+  const ReductionParts parts = reduction_parts(graph, step);
+  const Node& node = graph.nodes[parts.reduction];
   const ValueId operand = node.inputs[0];
   // The prologue as an elementwise program whose one result is the reduction's operand.
   Step prologue = step;
   prologue.kind = StepKind::Elementwise;
-  prologue.nodes.pop_back();
+  prologue.nodes = parts.prologue;
   prologue.outputs = {operand};
   CpuProgram program = CpuProgram::compile(graph, prologue);
   std::vector<CpuOperand> operands;

@@ -129,7 +129,7 @@ void launch_reduction(int device, Op op, DType in, DType out, const void* input,
 // them (a second, plain one combines partials when a row spans several chunks).
 BufferView run_fused_reduction(const Graph& graph, const Step& step,
                                const std::vector<std::optional<BufferView>>& values) {
-  const Node& node = graph.nodes[step.nodes.back()];
+  const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
   const int device = node.device.index();
   cuda::activate(device);
   std::vector<OperandLayout> layouts;
@@ -176,6 +176,52 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step,
     launch_reduction(device, node.op, acc, node.dtype, partial->data(), out.data(), rows, chunks, 1,
                      static_cast<double>(columns));
   return out;
+}
+
+// A reduction with an epilogue: one block per row reduces it, then computes the epilogue.
+void run_row_kernel(const Graph& graph, const Step& step,
+                    std::vector<std::optional<BufferView>>& values) {
+  const ReductionParts parts = reduction_parts(graph, step);
+  const Node& node = graph.nodes[parts.reduction];
+  const int device = node.device.index();
+  cuda::activate(device);
+  std::vector<OperandLayout> layouts;
+  std::vector<uint64_t> inputs, outputs;
+  for (ValueId v : step.inputs) {
+    const BufferView& in = *values[v];
+    layouts.push_back({address(in), dtype_size(in.dtype), in.shape, in.strides});
+    inputs.push_back(address(in));
+  }
+  for (ValueId v : step.outputs) {
+    const Node& out = graph.nodes[v];
+    values[v] = allocate_buffer(out.device, out.dtype, out.shape);
+    outputs.push_back(address(*values[v]));
+  }
+  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
+  plan.spec.vectorized = false;
+  const int64_t rows = numel(node.shape);
+  if (rows == 0) return;
+  const int64_t columns = plan.numel / rows;
+  const bool fast_math = env_config().fast_math;
+  std::string key =
+      absl::StrFormat("%016x.%s%s", step.kernel_key, plan.spec.code(), fast_math ? ".fast" : "");
+  cuda::CUfunction function = cuda::get_kernel(
+      device, key, [&] { return generate_cuda_row_kernel(graph, step, plan.spec, fast_math); });
+  std::vector<uint64_t> args;
+  for (int d = 0; d < plan.spec.rank; ++d) args.push_back(static_cast<uint64_t>(plan.sizes[d]));
+  for (uint64_t a : inputs) args.push_back(a);
+  for (const Strides& strides : plan.strides)
+    for (int d = 0; d < plan.spec.rank; ++d) args.push_back(static_cast<uint64_t>(strides[d]));
+  for (uint64_t a : outputs) args.push_back(a);
+  args.push_back(static_cast<uint64_t>(rows));
+  args.push_back(static_cast<uint64_t>(columns));
+  args.push_back(std::bit_cast<uint64_t>(static_cast<double>(columns)));
+  void* params[] = {args.data()};
+  cuda::check(cuda::driver()->cuLaunchKernel(function, static_cast<unsigned>(rows), 1, 1,
+                                             kCudaReduceThreads, 1, 1, 0, nullptr, params, nullptr),
+              "cuLaunchKernel");
+  if (env_config().sync)
+    cuda::check(cuda::driver()->cuCtxSynchronize(), absl::StrCat("kernel ", key).c_str());
 }
 
 BufferView run_reduction(const Node& node, const BufferView& input) {
@@ -247,11 +293,18 @@ void run_cuda_step(const Graph& graph, const Step& step,
     case StepKind::View:
       values[step.nodes[0]] = cpu_view(node, *values[node.inputs[0]]);
       return;
-    case StepKind::Reduction:
-      values[step.nodes.back()] = step.nodes.size() > 1
-                                      ? run_fused_reduction(graph, step, values)
-                                      : run_reduction(node, *values[node.inputs[0]]);
+    case StepKind::Reduction: {
+      const ReductionParts parts = reduction_parts(graph, step);
+      if (!parts.epilogue.empty()) {
+        run_row_kernel(graph, step, values);
+      } else {
+        const Node& reduction = graph.nodes[parts.reduction];
+        values[parts.reduction] = parts.prologue.empty()
+                                      ? run_reduction(reduction, *values[reduction.inputs[0]])
+                                      : run_fused_reduction(graph, step, values);
+      }
       return;
+    }
     case StepKind::Matmul:
       values[step.nodes[0]] = run_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);
       return;

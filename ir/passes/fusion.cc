@@ -261,6 +261,64 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
     }
   }
 
+  // A row reduction with keepdim absorbs the elementwise group that reads its result over the
+  // operand's shape (softmax's normalisation): one kernel reduces each row, then walks the row
+  // again to compute that group. Only for rows up to kMaxEpilogueRow elements, which one block
+  // (one thread on the CPU) walks twice while they are still in cache. The group may read the
+  // prologue's values (recomputed in the second pass) but nothing that depends on the step.
+  constexpr int64_t kMaxEpilogueRow = 32768;
+  if (options.enabled) {
+    for (size_t i = 0; i < n; ++i) {
+      const Node& node = graph.nodes[i];
+      if (!is_reduction(node.op) || !node.attrs.has("keepdim") || !node.attrs.get_bool("keepdim"))
+        continue;
+      const Shape& space = graph.nodes[node.inputs[0]].shape;
+      const int64_t rank = static_cast<int64_t>(space.size());
+      const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
+      bool trailing = true;
+      for (size_t k = 0; k < dims.size(); ++k)
+        trailing &= dims[k] == rank - static_cast<int64_t>(dims.size()) + static_cast<int64_t>(k);
+      const int64_t row = numel(node.shape) == 0 ? 0 : numel(space) / numel(node.shape);
+      if (!trailing || row > kMaxEpilogueRow) continue;
+      const int step_group = groups_uf.find(group_of[i]);
+      // The consumer group: elementwise users of the reduction over the operand's shape.
+      int epilogue = -1;
+      for (ValueId user : users[i]) {
+        const Node& u = graph.nodes[user];
+        if (is_fusable_elementwise(u.op) && u.shape == space && u.device == node.device &&
+            group_of[user] >= 0)
+          epilogue = groups_uf.find(group_of[user]);
+      }
+      if (epilogue < 0 || epilogue == step_group) continue;
+      absl::flat_hash_set<int> step_set = {step_group};
+      bool ok = true;
+      // Nothing outside may read the prologue, except the epilogue itself.
+      for (ValueId m : groups[step_group].members) {
+        if (m == static_cast<ValueId>(i)) continue;
+        ok &= !is_output[m];
+        for (ValueId user : users[m]) {
+          int g = groups_uf.find(group_of[user]);
+          ok &= g == step_group || g == epilogue;
+        }
+      }
+      // The epilogue's other operands must not depend on the step (that would be a cycle).
+      for (ValueId m : groups[epilogue].members) {
+        for (ValueId in : graph.nodes[m].inputs) {
+          if (group_of[in] >= 0 && (groups_uf.find(group_of[in]) == step_group ||
+                                    groups_uf.find(group_of[in]) == epilogue))
+            continue;
+          if (group_of[in] >= 0) ok &= !depends_on({group_of[in]}, step_set);
+        }
+      }
+      if (!ok) continue;
+      Group& into = groups[step_group];
+      into.members.insert(into.members.end(), groups[epilogue].members.begin(),
+                          groups[epilogue].members.end());
+      groups_uf.unite(step_group, epilogue);
+      groups[epilogue] = Group();
+    }
+  }
+
   // Build the steps.
   std::vector<int> step_of_group(groups.size(), -1);
   Schedule schedule;
@@ -271,12 +329,16 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
     std::vector<ValueId> members = groups[g].members;
     std::sort(members.begin(), members.end());
     Step step;
-    // The last member decides: a reduction comes after its prologue.
-    const Node& last = graph.nodes[members.back()];
-    step.kind = step_kind(last.op);
+    // A group with a reduction is a reduction step (with a prologue and an epilogue); any other
+    // group is of its one kind.
+    const Node* last = &graph.nodes[members.back()];
+    for (ValueId m : members)
+      if (is_reduction(graph.nodes[m].op)) last = &graph.nodes[m];
+    step.kind = step_kind(last->op);
     // A reduction iterates over its operand's elements.
-    step.shape = step.kind == StepKind::Reduction ? graph.nodes[last.inputs[0]].shape : last.shape;
-    step.device = last.device;
+    step.shape =
+        step.kind == StepKind::Reduction ? graph.nodes[last->inputs[0]].shape : last->shape;
+    step.device = last->device;
     absl::flat_hash_set<ValueId> member_set(members.begin(), members.end());
     // Scalar constants used by the members are computed in place.
     std::vector<ValueId> with_consts;
