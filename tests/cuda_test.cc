@@ -162,6 +162,21 @@ TEST_F(Cuda, MixingDevicesIsAnError) {
   EXPECT_EQ((on_cpu.to("cuda") + on_gpu).to_vector<float>(), (std::vector<float>{2, 4, 6}));
 }
 
+TEST_F(Cuda, DeviceBeyondTheCountIsAnError) {
+  const int count = cuda::device_count();
+  const std::string name = "cuda:" + std::to_string(count);
+  try {
+    ones({2}, Device(name));
+    FAIL() << "expected DeviceIndexError";
+  } catch (const DeviceIndexError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("this machine has " + std::to_string(count) + " CUDA device"),
+        std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda_test.cc:"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(Cuda, ModelRunsWhereItsParametersAre) {
   manual_seed(0);
   nn::Sequential net(nn::Linear(3, 1));
@@ -256,7 +271,8 @@ TEST_F(Cuda, MoreThanTwoToTheThirtyOneElements) {
   const int64_t n = (int64_t{1} << 31) + 5;
   Tensor x = arange(0, n, 1, Device("cuda"));
   eval(x);
-  EXPECT_EQ((x + 1).narrow(0, n - 3, 3).to_vector<int64_t>(), (std::vector<int64_t>{n - 2, n - 1, n}));
+  EXPECT_EQ((x + 1).narrow(0, n - 3, 3).to_vector<int64_t>(),
+            (std::vector<int64_t>{n - 2, n - 1, n}));
   // A fused reduction over all of it.
   EXPECT_EQ((x * 0 + 2).sum().item<int64_t>(), 2 * n);
   EXPECT_EQ((x - x + 1).sum().item<int64_t>(), n);

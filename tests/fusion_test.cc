@@ -1,28 +1,592 @@
-#include <gtest/gtest.h>
-#include <iostream>
-#include <lazyfuse/lazyfuse.h>
+// Fusion: how many kernels a computation becomes, stated both through the frontend (what
+// evaluation launched, from eval_stats()) and through hand-written IR run through the pass
+// pipeline. Every schedule is also checked for validity: steps in an order where each step
+// reads only params and outputs of earlier steps, and every node computed exactly once.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest-spi.h"
+#include "gtest/gtest.h"
 #include "ir/passes/passes.h"
+#include "lazyfuse/lazyfuse.h"
+#include "runtime/env.h"
+
 namespace lazyfuse {
-TEST(Explore, A) {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+bool is_scalar_const(const Node& node) { return node.op == Op::Const && numel(node.shape) == 1; }
+
+// The invariants fusion.cc's note promises, so that a count that happens to be right cannot
+// hide a schedule that reads a value before it exists or computes one twice.
+void expect_valid_schedule(const Schedule& schedule) {
+  const Graph& graph = schedule.graph;
+  const int num_params = graph.num_params();
+  absl::flat_hash_set<ValueId> stored;  // values readable from storage so far
+  for (ValueId p = 0; p < num_params; ++p) stored.insert(p);
+  absl::flat_hash_map<ValueId, int> times_computed;
+  for (size_t s = 0; s < schedule.steps.size(); ++s) {
+    const Step& step = schedule.steps[s];
+    ASSERT_FALSE(step.nodes.empty()) << "step " << s;
+    absl::flat_hash_set<ValueId> members(step.nodes.begin(), step.nodes.end());
+    for (ValueId in : step.inputs) {
+      EXPECT_TRUE(stored.contains(in))
+          << "step " << s << " reads %" << in << " before any earlier step stored it";
+      EXPECT_FALSE(members.contains(in)) << "step " << s << " reads its own member %" << in;
+    }
+    // Members only read members, inputs, or scalar constants computed in place.
+    absl::flat_hash_set<ValueId> inputs(step.inputs.begin(), step.inputs.end());
+    for (ValueId m : step.nodes) {
+      ASSERT_NE(graph.nodes[m].op, Op::Param) << "step " << s << " has param %" << m;
+      ++times_computed[m];
+      for (ValueId in : graph.nodes[m].inputs) {
+        EXPECT_TRUE(members.contains(in) || inputs.contains(in))
+            << "step " << s << ": %" << m << " reads %" << in << ", which the step lacks";
+      }
+    }
+    // A reduction step is one reduction with elementwise work fused around it; other library
+    // steps are one node.
+    if (step.kind == StepKind::Reduction) {
+      int reductions = 0;
+      for (ValueId m : step.nodes) {
+        const Op op = graph.nodes[m].op;
+        reductions += is_reduction(op);
+        EXPECT_TRUE(is_reduction(op) || is_fusable_elementwise(op)) << "step " << s << " %" << m;
+      }
+      EXPECT_EQ(reductions, 1) << "step " << s;
+    } else if (step.kind != StepKind::Elementwise) {
+      EXPECT_EQ(step.nodes.size(), 1u) << "step " << s;
+    }
+    for (ValueId out : step.outputs) {
+      EXPECT_TRUE(members.contains(out)) << "step " << s << " stores non-member %" << out;
+      stored.insert(out);
+    }
+  }
+  for (ValueId out : graph.outputs) EXPECT_TRUE(stored.contains(out)) << "output %" << out;
+  for (size_t i = num_params; i < graph.nodes.size(); ++i) {
+    ValueId v = static_cast<ValueId>(i);
+    // Scalar constants are recomputed in every step that uses them; the rest exactly once.
+    if (is_scalar_const(graph.nodes[i])) {
+      EXPECT_GE(times_computed[v], 1) << "%" << v << " never computed";
+    } else {
+      EXPECT_EQ(times_computed[v], 1) << "%" << v;
+    }
+  }
+}
+
+// The schedule the runtime would run for `outputs` (same graph building, default pipeline).
+Schedule schedule_of(const std::vector<Tensor>& outputs, FusionOptions fusion = {}) {
+  std::vector<LazyRef> values;
+  for (const Tensor& t : outputs) values.push_back(t.value());
+  BuiltGraph built = build_graph(values);
+  PipelineOptions options;
+  options.fusion = fusion;
+  Schedule schedule = run_pipeline(std::move(built.graph), options);
+  expect_valid_schedule(schedule);
+  return schedule;
+}
+
+Schedule schedule_of_text(std::string_view text, FusionOptions fusion = {}) {
+  PipelineOptions options;
+  options.fusion = fusion;
+  Schedule schedule = run_pipeline(parse_graph(text), options);
+  expect_valid_schedule(schedule);
+  return schedule;
+}
+
+int count_steps(const Schedule& schedule, StepKind kind) {
+  int count = 0;
+  for (const Step& step : schedule.steps) count += step.kind == kind;
+  return count;
+}
+
+int count_ops(const Graph& graph, Op op) {
+  int count = 0;
+  for (const Node& node : graph.nodes) count += node.op == op;
+  return count;
+}
+
+// LAZYFUSE_FUSION=0 turns fusion off for the whole process, whatever EvalOptions say; the
+// counts below are those of fused evaluation.
+#define SKIP_IF_FUSION_OFF_BY_ENV() \
+  if (!env_config().fusion) GTEST_SKIP() << "LAZYFUSE_FUSION=0 is set"
+
+// Kernels the evaluation of `outputs` launched, measured where the runtime counts them.
+int64_t kernels_to_eval(const std::vector<Tensor>& outputs, EvalOptions options = {}) {
+  reset_eval_stats();
+  eval(outputs, options);
+  EXPECT_EQ(eval_stats().evaluations, 1);
+  return eval_stats().kernels;
+}
+
+void expect_near_all(const std::vector<float>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-5 * std::max(1.0, std::abs(want[i]))) << "element " << i;
+}
+
+TEST(Fusion, ExpOfShiftTimesIsOneKernel) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
   Tensor y = tensor({1, 2, 3});
   Tensor z = tensor({1, 2, 3});
-  Tensor r = (z + 2).exp() * y;
-  std::cout << r.ir() << r.fused_ir();
-  std::cout << r << "\n";
-  std::cout << arange(5) << "\n" << tensor({1.5, 2}, kFloat64) << "\n" << tensor({{1, 2, 3}, {4, 5, 6}}) << "\n";
-  std::cout << tensor({{1.5, -2, 3}, {4, 50, 6}}) << "\n";
+  Tensor result = (z + 2).exp() * y;
+  EXPECT_EQ(kernels_to_eval({result}), 1);
+  EXPECT_EQ(eval_stats().elementwise_kernels, 1);
+  expect_near_all(result.to_vector<float>(), {std::exp(3.0), 2 * std::exp(4.0), 3 * std::exp(5.0)});
+
+  Schedule schedule = schedule_of_text(
+      "graph @main(%0: f32[3] @cpu, %1: f32[3] @cpu) {\n"
+      "  %2 = const {value = 2.0} : f32[] @cpu\n"
+      "  %3 = add %0, %2 : f32[3] @cpu\n"
+      "  %4 = exp %3 : f32[3] @cpu\n"
+      "  %5 = mul %4, %1 : f32[3] @cpu\n"
+      "  return %5\n"
+      "}\n");
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  EXPECT_EQ(count_steps(schedule, StepKind::Elementwise), 1);
+  // The constant is computed in the kernel, so only the two tensors are read.
+  EXPECT_THAT(schedule.steps[0].inputs, ElementsAre(0, 1));
+  EXPECT_EQ(schedule.steps[0].outputs.size(), 1u);
+}
+
+TEST(Fusion, GeluTanhFromPrimitiveOpsIsOneKernel) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  Tensor x = tensor({-2, -0.5, 0, 0.5, 2});
+  Tensor gelu = 0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x * x * x)));
+  Schedule schedule = schedule_of({gelu});
+  EXPECT_EQ(schedule.num_kernels(), 1);
+  EXPECT_EQ(count_steps(schedule, StepKind::Elementwise), 1);
+  EXPECT_EQ(kernels_to_eval({gelu}), 1);
+  std::vector<double> want;
+  for (double v : {-2.0, -0.5, 0.0, 0.5, 2.0})
+    want.push_back(0.5 * v * (1 + std::tanh(0.7978845608 * (v + 0.044715 * v * v * v))));
+  expect_near_all(gelu.to_vector<float>(), want);
+}
+
+TEST(Fusion, DiamondIsOneKernel) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  Tensor x = tensor({0.5, 1, 2});
+  Tensor a = x.exp();
+  Tensor b = x.sin();
+  Tensor sum = a + b;
+  EXPECT_EQ(kernels_to_eval({sum}), 1);
+  expect_near_all(sum.to_vector<float>(),
+                  {std::exp(0.5) + std::sin(0.5), std::exp(1.0) + std::sin(1.0),
+                   std::exp(2.0) + std::sin(2.0)});
+
+  Schedule schedule = schedule_of_text(
+      "graph @main(%0: f32[3] @cpu) {\n"
+      "  %1 = exp %0 : f32[3] @cpu\n"
+      "  %2 = sin %0 : f32[3] @cpu\n"
+      "  %3 = add %1, %2 : f32[3] @cpu\n"
+      "  return %3\n"
+      "}\n");
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  EXPECT_THAT(schedule.steps[0].nodes, ElementsAre(1, 2, 3));
+  EXPECT_THAT(schedule.steps[0].inputs, ElementsAre(0));
+  EXPECT_THAT(schedule.steps[0].outputs, ElementsAre(3));
+}
+
+TEST(Fusion, ValueWithTwoConsumersIsComputedOnce) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  Tensor x = tensor({0.25, 0.5, 1});
+  Tensor shared = x.exp();
+  Tensor result = shared.sin() + shared.cos();
+  Schedule schedule = schedule_of({result});
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  // One exp node in the graph, one in the kernel: its two readers share the value in registers.
+  EXPECT_EQ(count_ops(schedule.graph, Op::Exp), 1);
+  int exps_in_kernel = 0;
+  for (ValueId v : schedule.steps[0].nodes) exps_in_kernel += schedule.graph.nodes[v].op == Op::Exp;
+  EXPECT_EQ(exps_in_kernel, 1);
+  // Not stored either: nothing outside the kernel reads it.
+  EXPECT_EQ(schedule.steps[0].outputs.size(), 1u);
+  EXPECT_EQ(kernels_to_eval({result}), 1);
+}
+
+TEST(Fusion, TwoOutputsSharingAnIntermediateAreOneMultiOutputKernel) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
   Tensor x = tensor({1, 2, 3});
-  Tensor g = 0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x * x * x)));
-  std::cout << g.ir() << g.fused_ir();
-  Tensor s = (x * x).sum();
-  std::cout << s.fused_ir();
-  Tensor m = tensor({{1, 2}, {3, 4}});
-  Tensor mm = relu(matmul(m, m) + 1) * 2;
-  std::cout << mm.fused_ir();
-  Tensor e = x.exp();
-  Tensor d = (e + 1) ;
-  Tensor c = e.sum().expand({3});
-  std::cout << (d + c).fused_ir();
-  std::cout << x.t().ir();
+  Tensor shared = (x * 3).exp();
+  Tensor a = shared + 1;
+  Tensor b = shared * 2;
+  Schedule schedule = schedule_of({a, b});
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  EXPECT_EQ(schedule.steps[0].outputs.size(), 2u);
+  EXPECT_EQ(count_ops(schedule.graph, Op::Exp), 1);
+  EXPECT_THAT(a.fused_ir(), HasSubstr("kernel @k_"));
+
+  EXPECT_EQ(kernels_to_eval({a, b}), 1);
+  EXPECT_TRUE(a.is_computed());
+  EXPECT_TRUE(b.is_computed());
+  expect_near_all(a.to_vector<float>(), {std::exp(3.0) + 1, std::exp(6.0) + 1, std::exp(9.0) + 1});
+  expect_near_all(b.to_vector<float>(), {2 * std::exp(3.0), 2 * std::exp(6.0), 2 * std::exp(9.0)});
 }
+
+TEST(Fusion, ReluOfBiasBroadcastOverRowsIsOneKernel) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  Tensor x = tensor({{-1, 2, -3}, {4, -5, 6}});
+  Tensor b = tensor({0.5, 0.5, 10});
+  Tensor result = relu(x + b);
+  Schedule schedule = schedule_of({result});
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  EXPECT_EQ(schedule.steps[0].kind, StepKind::Elementwise);
+  EXPECT_EQ(schedule.steps[0].shape, Shape({2, 3}));
+  // The bias is read with broadcasting, never materialised at [2, 3].
+  EXPECT_EQ(schedule.steps[0].inputs.size(), 2u);
+  EXPECT_EQ(kernels_to_eval({result}), 1);
+  expect_near_all(result.to_vector<float>(), {0, 2.5, 7, 4.5, 0, 16});
 }
+
+TEST(Fusion, ReductionAbsorbsItsPrivateElementwiseProducer) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  Tensor x = tensor({1, 2, 3});
+  Tensor squares = (x * x).sum();
+  Schedule schedule = schedule_of({squares});
+  // The squares are read only by the sum: they are computed inside the reduction, never stored.
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  EXPECT_EQ(schedule.steps[0].kind, StepKind::Reduction);
+  EXPECT_EQ(schedule.steps[0].shape, Shape({3}));  // a reduction iterates over its operand
+  EXPECT_THAT(schedule.steps[0].inputs, ElementsAre(0));
+  EXPECT_EQ(kernels_to_eval({squares}), 1);
+  EXPECT_EQ(eval_stats().elementwise_kernels, 0);
+  EXPECT_FLOAT_EQ(squares.item<float>(), 14);
+
+  // Rows of a matrix: the reduced dim is the trailing one, so it fuses too.
+  Tensor m = tensor({{1, 2, 3}, {4, 5, 6}});
+  Tensor row_sums = (m * 2 + 1).sum({1});
+  EXPECT_EQ(schedule_of({row_sums}).steps.size(), 1u);
+  EXPECT_EQ(row_sums.to_vector<float>(), std::vector<float>({15, 33}));
+}
+
+TEST(Fusion, ReductionSplitsFromAProducerItCannotAbsorb) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  // The producer is also returned: it must be stored, so it stays a kernel of its own.
+  Schedule shared = schedule_of_text(
+      "graph @main(%0: f32[3] @cpu) {\n"
+      "  %1 = mul %0, %0 : f32[3] @cpu\n"
+      "  %2 = sum %1 {dims = [], keepdim = false} : f32[] @cpu\n"
+      "  return %1, %2\n"
+      "}\n");
+  ASSERT_EQ(shared.steps.size(), 2u);
+  EXPECT_EQ(shared.steps[0].kind, StepKind::Elementwise);
+  EXPECT_EQ(shared.steps[1].kind, StepKind::Reduction);
+  EXPECT_THAT(shared.steps[1].nodes, ElementsAre(2));
+
+  // A leading reduced dim: output elements do not reduce contiguous ranges of the producer.
+  Schedule columns = schedule_of_text(
+      "graph @main(%0: f32[2,3] @cpu) {\n"
+      "  %1 = exp %0 : f32[2,3] @cpu\n"
+      "  %2 = sum %1 {dims = [0], keepdim = false} : f32[3] @cpu\n"
+      "  return %2\n"
+      "}\n");
+  EXPECT_EQ(count_steps(columns, StepKind::Elementwise), 1);
+  EXPECT_EQ(count_steps(columns, StepKind::Reduction), 1);
+
+  // The same through the frontend, with the values checked.
+  Tensor x = tensor({1, 2, 3});
+  Tensor squares = x * x;
+  Tensor total = squares.sum();
+  EXPECT_EQ(kernels_to_eval({squares, total}), 2);
+  EXPECT_EQ(eval_stats().elementwise_kernels, 1);
+  EXPECT_FLOAT_EQ(total.item<float>(), 14);
+  EXPECT_EQ(squares.to_vector<float>(), std::vector<float>({1, 4, 9}));
+}
+
+TEST(Fusion, MatmulIsItsOwnStepAndItsConsumersFuse) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  Tensor m = tensor({{1, -2}, {3, 4}});
+  Tensor w = tensor({{1, 0}, {0, -1}});
+  Tensor result = relu(matmul(m.exp(), w) + 1) * 2;
+  Schedule schedule = schedule_of({result});
+  // exp kernel, then the library call, then one kernel for add, relu and mul.
+  ASSERT_EQ(schedule.steps.size(), 3u);
+  EXPECT_EQ(schedule.steps[0].kind, StepKind::Elementwise);
+  EXPECT_EQ(schedule.steps[1].kind, StepKind::Matmul);
+  EXPECT_EQ(schedule.steps[2].kind, StepKind::Elementwise);
+  EXPECT_EQ(count_steps(schedule, StepKind::Elementwise), 2);
+  EXPECT_EQ(kernels_to_eval({result}), 3);
+  const double e1 = std::exp(1.0), em2 = std::exp(-2.0), e3 = std::exp(3.0), e4 = std::exp(4.0);
+  auto f = [](double v) { return 2 * std::max(0.0, v + 1); };
+  expect_near_all(result.to_vector<float>(), {f(e1), f(-em2), f(e3), f(-e4)});
+
+  Schedule parsed = schedule_of_text(
+      "graph @main(%0: f32[2,3] @cpu, %1: f32[3,4] @cpu) {\n"
+      "  %2 = matmul %0, %1 : f32[2,4] @cpu\n"
+      "  %3 = tanh %2 : f32[2,4] @cpu\n"
+      "  %4 = neg %3 : f32[2,4] @cpu\n"
+      "  return %4\n"
+      "}\n");
+  ASSERT_EQ(parsed.steps.size(), 2u);
+  EXPECT_EQ(parsed.steps[0].kind, StepKind::Matmul);
+  EXPECT_EQ(parsed.steps[1].kind, StepKind::Elementwise);
+  EXPECT_EQ(parsed.steps[1].nodes.size(), 2u);
+}
+
+TEST(Fusion, FusionOffRunsOneKernelPerOp) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  Tensor y = tensor({1, 2, 3});
+  Tensor z = tensor({1, 2, 3});
+  Tensor fused = (z + 2).exp() * y;
+  Tensor unfused = (z + 2).exp() * y;
+  EXPECT_EQ(kernels_to_eval({unfused}, EvalOptions{.fusion = false}), 3);  // add, exp, mul
+  EXPECT_EQ(eval_stats().elementwise_kernels, 3);
+  EXPECT_EQ(kernels_to_eval({fused}), 1);
+  // Same values either way: fusion changes how, not what.
+  EXPECT_EQ(fused.to_vector<float>(), unfused.to_vector<float>());
+
+  FusionOptions off;
+  off.enabled = false;
+  Schedule schedule = schedule_of({(z + 2).exp() * y}, off);
+  EXPECT_EQ(schedule.num_kernels(), 3);
+}
+
+// A chain of four elementwise ops over four params, for the caps.
+constexpr char kAddChain[] =
+    "graph @main(%0: f32[4] @cpu, %1: f32[4] @cpu, %2: f32[4] @cpu, %3: f32[4] @cpu) {\n"
+    "  %4 = add %0, %1 : f32[4] @cpu\n"
+    "  %5 = add %4, %2 : f32[4] @cpu\n"
+    "  %6 = add %5, %3 : f32[4] @cpu\n"
+    "  %7 = exp %6 : f32[4] @cpu\n"
+    "  return %7\n"
+    "}\n";
+
+Schedule fuse_only(std::string_view text, FusionOptions options) {
+  Schedule schedule = run_fusion(parse_graph(text), options);
+  expect_valid_schedule(schedule);
+  return schedule;
+}
+
+TEST(Fusion, MaxNodesCapCutsGroups) {
+  EXPECT_EQ(fuse_only(kAddChain, {}).steps.size(), 1u);
+  FusionOptions options;
+  options.max_nodes = 2;
+  Schedule schedule = fuse_only(kAddChain, options);
+  ASSERT_EQ(schedule.steps.size(), 2u);
+  for (const Step& step : schedule.steps) EXPECT_LE(step.nodes.size(), 2u);
+  options.max_nodes = 1;
+  EXPECT_EQ(fuse_only(kAddChain, options).steps.size(), 4u);
+}
+
+TEST(Fusion, MaxInputsCapCutsGroups) {
+  FusionOptions options;
+  options.max_inputs = 3;
+  Schedule three = fuse_only(kAddChain, options);
+  // {%4, %5} reads %0..%2; %6 would make four inputs, so it starts a kernel with exp.
+  ASSERT_EQ(three.steps.size(), 2u);
+  for (const Step& step : three.steps) EXPECT_LE(step.inputs.size(), 3u);
+  EXPECT_THAT(three.steps[0].nodes, ElementsAre(4, 5));
+  EXPECT_THAT(three.steps[1].nodes, ElementsAre(6, 7));
+
+  options.max_inputs = 2;
+  Schedule two = fuse_only(kAddChain, options);
+  ASSERT_EQ(two.steps.size(), 3u);
+  for (const Step& step : two.steps) EXPECT_LE(step.inputs.size(), 2u);
+}
+
+TEST(Fusion, ScalarConstantsDoNotCountAsInputs) {
+  // Five constants: were they inputs, the cap of 1 would cut this chain at every node.
+  FusionOptions options;
+  options.max_inputs = 1;
+  Schedule schedule = fuse_only(
+      "graph @main(%0: f32[4] @cpu) {\n"
+      "  %1 = const {value = 1.0} : f32[] @cpu\n"
+      "  %2 = add %0, %1 : f32[4] @cpu\n"
+      "  %3 = const {value = 2.0} : f32[] @cpu\n"
+      "  %4 = mul %2, %3 : f32[4] @cpu\n"
+      "  %5 = const {value = 3.0} : f32[] @cpu\n"
+      "  %6 = sub %4, %5 : f32[4] @cpu\n"
+      "  return %6\n"
+      "}\n",
+      options);
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  EXPECT_THAT(schedule.steps[0].inputs, ElementsAre(0));
+}
+
+TEST(Fusion, NoCycleThroughAReductionBetweenCandidates) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  // c = exp(a); d = sum(c) broadcast back; e = c + d. e may not join c's kernel: d needs that
+  // kernel's result first, so the merged kernel would read its own output.
+  Schedule schedule = schedule_of_text(
+      "graph @main(%0: f32[3] @cpu) {\n"
+      "  %1 = exp %0 : f32[3] @cpu\n"
+      "  %2 = sum %1 {dims = [], keepdim = false} : f32[] @cpu\n"
+      "  %3 = expand %2 : f32[3] @cpu\n"
+      "  %4 = add %1, %3 : f32[3] @cpu\n"
+      "  return %4\n"
+      "}\n");
+  ASSERT_EQ(schedule.steps.size(), 4u);
+  EXPECT_EQ(schedule.steps[0].kind, StepKind::Elementwise);
+  EXPECT_EQ(schedule.steps[1].kind, StepKind::Reduction);
+  EXPECT_EQ(schedule.steps[2].kind, StepKind::View);
+  EXPECT_EQ(schedule.steps[3].kind, StepKind::Elementwise);
+  EXPECT_THAT(schedule.steps[0].outputs, ElementsAre(1));
+  EXPECT_THAT(schedule.steps[3].nodes, ElementsAre(4));
+
+  // The same through the frontend, with the numbers checked.
+  Tensor a = tensor({0, 1, 2});
+  Tensor c = a.exp();
+  Tensor d = c.sum().expand({3});
+  Tensor e = c + d;
+  schedule_of({e});
+  EXPECT_EQ(kernels_to_eval({e}), 3);  // the expand is a view and launches nothing
+  const double total = std::exp(0.0) + std::exp(1.0) + std::exp(2.0);
+  expect_near_all(e.to_vector<float>(),
+                  {std::exp(0.0) + total, std::exp(1.0) + total, std::exp(2.0) + total});
+}
+
+TEST(Fusion, NoCycleWhenTwoCandidateGroupsDependThroughAnOutsideNode) {
+  // %6 has two candidate kernels, {%1} and {%2, %5}; the second reads the first through the
+  // sum, so merging them would cycle. %6 joins one of them and the order stays valid.
+  Schedule schedule = schedule_of_text(
+      "graph @main(%0: f32[3] @cpu) {\n"
+      "  %1 = exp %0 : f32[3] @cpu\n"
+      "  %2 = sin %0 : f32[3] @cpu\n"
+      "  %3 = sum %1 {dims = [], keepdim = false} : f32[] @cpu\n"
+      "  %4 = expand %3 : f32[3] @cpu\n"
+      "  %5 = add %2, %4 : f32[3] @cpu\n"
+      "  %6 = mul %1, %5 : f32[3] @cpu\n"
+      "  return %6\n"
+      "}\n");
+  EXPECT_EQ(count_steps(schedule, StepKind::Elementwise), 2);
+  // The first candidate alone would cycle too (%5 depends on it); the second is taken.
+  EXPECT_THAT(schedule.steps.back().nodes, ElementsAre(2, 5, 6));
+  for (const Step& step : schedule.steps) {
+    absl::flat_hash_set<ValueId> members(step.nodes.begin(), step.nodes.end());
+    EXPECT_FALSE(members.contains(1) && members.contains(5)) << "a kernel both feeds and reads %3";
+  }
+}
+
+TEST(Fusion, NoCycleWhenAGroupGrowsADependenceAfterItWasRead) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  // {%5} is a kernel when %7 looks at it: nothing in it depends on {%2}. Then %6 joins it and
+  // reads the sum of %2, so the kernel now depends on {%2}. %7 reads %2 and %5: joining {%2}
+  // would make {%2} read %5, which needs %6's input, which needs %2. A cycle.
+  Schedule schedule = schedule_of_text(
+      "graph @main(%0: f32[3] @cpu, %1: f32[3] @cpu) {\n"
+      "  %2 = exp %0 : f32[3] @cpu\n"
+      "  %3 = sum %2 {dims = [], keepdim = false} : f32[] @cpu\n"
+      "  %4 = expand %3 : f32[3] @cpu\n"
+      "  %5 = sin %1 : f32[3] @cpu\n"
+      "  %6 = add %5, %4 : f32[3] @cpu\n"
+      "  %7 = mul %2, %5 : f32[3] @cpu\n"
+      "  return %6, %7\n"
+      "}\n");
+  // Every step scheduled (a cycle would leave some out of the order), and %7 joined the
+  // kernel of %5, the one it can join.
+  ASSERT_EQ(schedule.steps.size(), 4u);
+  EXPECT_THAT(schedule.steps[0].nodes, ElementsAre(2));
+  EXPECT_THAT(schedule.steps[3].nodes, ElementsAre(5, 6, 7));
+
+  // Through the frontend, where the cycle left values uncomputed.
+  Tensor x0 = tensor({0, 1, 2});
+  Tensor x1 = tensor({3, 4, 5});
+  Tensor a = x0.exp();
+  Tensor p = x1.sin();
+  Tensor q = p + a.sum().expand({3});
+  Tensor r = a * p;
+  EXPECT_EQ(kernels_to_eval({q, r}), 3);
+  const double total = std::exp(0.0) + std::exp(1.0) + std::exp(2.0);
+  expect_near_all(q.to_vector<float>(),
+                  {std::sin(3.0) + total, std::sin(4.0) + total, std::sin(5.0) + total});
+  expect_near_all(r.to_vector<float>(),
+                  {std::exp(0.0) * std::sin(3.0), std::exp(1.0) * std::sin(4.0),
+                   std::exp(2.0) * std::sin(5.0)});
+}
+
+TEST(Fusion, ScheduleCheckerCatchesStepsOutOfOrder) {
+  // The checker above is what the other cases rely on: it must reject a schedule whose
+  // consumer runs before its producer.
+  Schedule schedule = schedule_of_text(
+      "graph @main(%0: f32[2,2] @cpu) {\n"
+      "  %1 = exp %0 : f32[2,2] @cpu\n"
+      "  %2 = matmul %1, %1 : f32[2,2] @cpu\n"
+      "  return %2\n"
+      "}\n");
+  ASSERT_EQ(schedule.steps.size(), 2u);
+  std::swap(schedule.steps[0], schedule.steps[1]);
+  EXPECT_NONFATAL_FAILURE(expect_valid_schedule(schedule), "before any earlier step stored it");
+}
+
+TEST(Fusion, KernelNamesAreDeterministic) {
+  constexpr char kText[] =
+      "graph @main(%0: f32[3] @cpu, %1: f32[3] @cpu) {\n"
+      "  %2 = const {value = 2.0} : f32[] @cpu\n"
+      "  %3 = add %0, %2 : f32[3] @cpu\n"
+      "  %4 = exp %3 : f32[3] @cpu\n"
+      "  %5 = mul %4, %1 : f32[3] @cpu\n"
+      "  return %5\n"
+      "}\n";
+  Schedule first = schedule_of_text(kText);
+  Schedule second = schedule_of_text(kText);
+  ASSERT_EQ(first.steps.size(), 1u);
+  EXPECT_EQ(first.steps[0].kernel_key, second.steps[0].kernel_key);
+  EXPECT_EQ(first.steps[0].kernel_name(), second.steps[0].kernel_name());
+  EXPECT_THAT(first.steps[0].kernel_name(), ::testing::MatchesRegex("k_[0-9a-f]{8}"));
+
+  // The frontend's graph of the same computation is the same kernel.
+  Tensor y = tensor({1, 2, 3});
+  Tensor z = tensor({1, 2, 3});
+  Schedule built = schedule_of({(z + 2).exp() * y});
+  EXPECT_EQ(built.steps[0].kernel_key, first.steps[0].kernel_key);
+  EXPECT_THAT(((z + 2).exp() * y).fused_ir(), HasSubstr(first.steps[0].kernel_name()));
+}
+
+TEST(Fusion, KernelKeysDependOnStructureNotSizes) {
+  auto key_of = [](const Tensor& t) {
+    Schedule schedule = schedule_of({t});
+    EXPECT_EQ(schedule.steps.size(), 1u);
+    return schedule.steps.empty() ? 0 : schedule.steps[0].kernel_key;
+  };
+  Tensor small = ones({3});
+  Tensor large = ones({1000});
+  eval({small, large});
+  uint64_t key_small = key_of((small + 2).exp() * small);
+  EXPECT_EQ(key_small, key_of((large + 2).exp() * large));
+  // Other ops, another constant or another dtype are another kernel.
+  EXPECT_NE(key_small, key_of((small + 2).sin() * small));
+  EXPECT_NE(key_small, key_of((small + 3).exp() * small));
+  EXPECT_NE(key_small, key_of((small.to(kFloat64) + 2).exp() * small));
+}
+
+TEST(Fusion, CseMergesIdenticalSubexpressions) {
+  Tensor x = tensor({1, 2, 3});
+  // Built twice as separate pending nodes; one computation after the passes.
+  Tensor result = (x + 1).exp() + (x + 1).exp();
+  EXPECT_EQ(count_ops(build_graph(std::vector<LazyRef>{result.value()}).graph, Op::Exp), 2);
+  Schedule schedule = schedule_of({result});
+  EXPECT_EQ(count_ops(schedule.graph, Op::Exp), 1);
+  EXPECT_EQ(count_ops(schedule.graph, Op::Add), 2);
+  expect_near_all(result.to_vector<float>(),
+                  {2 * std::exp(2.0), 2 * std::exp(3.0), 2 * std::exp(4.0)});
+
+  Graph graph = parse_graph(
+      "graph @main(%0: f32[3] @cpu) {\n"
+      "  %1 = exp %0 : f32[3] @cpu\n"
+      "  %2 = exp %0 : f32[3] @cpu\n"
+      "  %3 = add %1, %2 : f32[3] @cpu\n"
+      "  return %3\n"
+      "}\n");
+  run_cse(graph);
+  EXPECT_THAT(graph.nodes[3].inputs, ElementsAre(1, 1));
+  run_dce(graph);
+  EXPECT_EQ(graph.nodes.size(), 3u);
+  EXPECT_EQ(count_ops(graph, Op::Exp), 1);
+}
+
+TEST(Fusion, CseKeepsDistinctRandomDraws) {
+  // Two rand calls draw different numbers (other Philox offsets): they must not merge.
+  Tensor a = rand({4});
+  Tensor b = rand({4});
+  Schedule schedule = schedule_of({a + b});
+  EXPECT_EQ(count_ops(schedule.graph, Op::Rand), 2);
+}
+
+}  // namespace
+}  // namespace lazyfuse

@@ -1,2 +1,336 @@
-// Placeholder, replaced by the real tests.
-#include <gtest/gtest.h>
+// Laziness: what runs when. Building ops computes nothing; reading a value (printing, item,
+// to_vector) or eval() computes it, once, and it becomes a leaf that later graphs start from.
+// Also the bound on pending work, the IR text a tensor shows, devices, PyTorch's print format,
+// memory accounting and concurrent evaluation from several threads.
+#include <cmath>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lazyfuse/lazyfuse.h"
+#include "runtime/env.h"
+
+namespace lazyfuse {
+namespace {
+
+using ::testing::HasSubstr;
+
+int64_t evaluations() { return eval_stats().evaluations; }
+
+// Non-overlapping occurrences of `needle` in `text`.
+int count_substr(const std::string& text, const std::string& needle) {
+  int count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos;
+       at = text.find(needle, at + needle.size()))
+    ++count;
+  return count;
+}
+
+TEST(Lazy, BuildingOpsComputesNothing) {
+  Tensor x = tensor({1, 2, 3});  // data: computed at once
+  EXPECT_TRUE(x.is_computed());
+  const int64_t before = evaluations();
+  Tensor y = (x + 2).exp() * x;
+  Tensor z = y.sum();
+  Tensor r = rand({4});
+  Tensor w = arange(10).to(kFloat32) / 3;
+  EXPECT_EQ(evaluations(), before);
+  EXPECT_FALSE(y.is_computed());
+  EXPECT_FALSE(z.is_computed());
+  EXPECT_FALSE(r.is_computed());
+  EXPECT_FALSE(w.is_computed());
+  // Metadata needs no evaluation either.
+  EXPECT_EQ(y.sizes(), Shape({3}));
+  EXPECT_EQ(z.dim(), 0);
+  EXPECT_EQ(w.dtype(), kFloat32);
+  EXPECT_EQ(evaluations(), before);
+}
+
+TEST(Lazy, PrintingTriggersEvaluation) {
+  Tensor y = tensor({1, 2, 3}) * 2;
+  const int64_t before = evaluations();
+  std::ostringstream os;
+  os << y;
+  EXPECT_EQ(os.str(), "tensor([2., 4., 6.])");
+  EXPECT_EQ(evaluations(), before + 1);
+  EXPECT_TRUE(y.is_computed());
+  // Printing again reads the stored value: nothing is recomputed.
+  EXPECT_EQ(y.str(), "tensor([2., 4., 6.])");
+  EXPECT_EQ(evaluations(), before + 1);
+}
+
+TEST(Lazy, ItemAndToVectorTriggerEvaluation) {
+  Tensor x = tensor({1, 2, 3});
+  Tensor total = (x * x).sum();
+  int64_t before = evaluations();
+  EXPECT_FLOAT_EQ(total.item<float>(), 14);
+  EXPECT_EQ(evaluations(), before + 1);
+  EXPECT_TRUE(total.is_computed());
+  EXPECT_DOUBLE_EQ(total.item<double>(), 14);
+  EXPECT_EQ(evaluations(), before + 1);
+
+  Tensor doubled = x * 2;
+  before = evaluations();
+  EXPECT_EQ(doubled.to_vector<float>(), std::vector<float>({2, 4, 6}));
+  EXPECT_EQ(evaluations(), before + 1);
+  EXPECT_TRUE(doubled.is_computed());
+}
+
+TEST(Lazy, EvalOfSeveralTensorsIsOneEvaluationThatSharesWork) {
+  Tensor x = tensor({0, 1, 2});
+  Tensor shared = (x + 1).exp();
+  Tensor a = shared * 2;
+  Tensor b = shared - 1;
+  if (!env_config().fusion) GTEST_SKIP() << "LAZYFUSE_FUSION=0 changes the kernel count";
+  reset_eval_stats();
+  eval({a, b});
+  EXPECT_EQ(eval_stats().evaluations, 1);
+  // One kernel computes the shared exp once and stores both results.
+  EXPECT_EQ(eval_stats().kernels, 1);
+  EXPECT_TRUE(a.is_computed());
+  EXPECT_TRUE(b.is_computed());
+  // The intermediate was not asked for: it stays pending (and is never stored).
+  EXPECT_FALSE(shared.is_computed());
+  std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(av[i], 2 * std::exp(i + 1.0), 1e-4);
+    EXPECT_NEAR(bv[i], std::exp(i + 1.0) - 1, 1e-4);
+  }
+  // Evaluating computed tensors again does nothing.
+  eval({a, b});
+  EXPECT_EQ(eval_stats().evaluations, 1);
+}
+
+TEST(Lazy, ComputedTensorIsALeafThatLaterGraphsStartFrom) {
+  Tensor x = tensor({1, 2, 3});
+  Tensor r = (x + 1).exp();
+  eval(r);
+  ASSERT_TRUE(r.is_computed());
+  EXPECT_TRUE(r.value()->inputs.empty());  // the graph behind it is released
+  EXPECT_EQ(r.ir(),
+            "graph @main(%0: f32[3] @cpu) {\n"
+            "  return %0\n"
+            "}\n");
+  Tensor next = r * 2;
+  // The new graph reads r's buffer; x, the add and the exp are not redone.
+  EXPECT_EQ(next.ir(),
+            "graph @main(%0: f32[3] @cpu) {\n"
+            "  %1 = const {value = 2.0} : f32[] @cpu\n"
+            "  %2 = mul %0, %1 : f32[3] @cpu\n"
+            "  return %2\n"
+            "}\n");
+  std::vector<float> got = next.to_vector<float>();
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(got[i], 2 * std::exp(i + 2.0), 1e-4);
+}
+
+TEST(Lazy, ToTheSameDeviceOrDTypeIsTheSameTensor) {
+  Tensor t = tensor({1, 2, 3});
+  EXPECT_TRUE(t.to(t.device()).is_same(t));
+  EXPECT_TRUE(t.to(t.dtype()).is_same(t));
+  EXPECT_TRUE(t.to("cpu").is_same(t));
+  EXPECT_TRUE(t.cpu().is_same(t));
+  // Also for a pending tensor: no node is added.
+  Tensor pending = t + 1;
+  EXPECT_TRUE(pending.to(pending.device()).is_same(pending));
+  EXPECT_TRUE(pending.to(kFloat32).is_same(pending));
+  EXPECT_FALSE(pending.is_computed());
+  // Another dtype is another tensor.
+  Tensor wide = t.to(kFloat64);
+  EXPECT_FALSE(wide.is_same(t));
+  EXPECT_EQ(wide.dtype(), kFloat64);
+  EXPECT_EQ(wide.to_vector<double>(), std::vector<double>({1, 2, 3}));
+}
+
+TEST(Lazy, ViewsShareStorageWithTheirBase) {
+  Tensor base = tensor({{1, 2, 3}, {4, 5, 6}});
+  Tensor reshaped = base.view({3, 2});
+  Tensor row = base.narrow(0, 1, 1);
+  Tensor column = base.unsqueeze(0);
+  EXPECT_TRUE(reshaped.shares_storage_with(base));
+  EXPECT_TRUE(row.shares_storage_with(base));
+  EXPECT_TRUE(column.shares_storage_with(base));
+  EXPECT_EQ(row.to_vector<float>(), std::vector<float>({4, 5, 6}));
+  // A fresh computation has storage of its own.
+  EXPECT_FALSE((base + 0).shares_storage_with(base));
+}
+
+TEST(Lazy, TransposeOfAComputedTensorIsNotACopy) {
+  Tensor base = tensor({{1, 2, 3}, {4, 5, 6}});
+  Tensor transposed = base.t();
+  EXPECT_EQ(transposed.sizes(), Shape({3, 2}));
+  EXPECT_FALSE(transposed.is_contiguous());
+  reset_eval_stats();
+  eval(transposed);
+  EXPECT_EQ(eval_stats().kernels, 0);  // a view launches nothing
+  EXPECT_TRUE(transposed.shares_storage_with(base));
+  EXPECT_EQ(transposed.to_vector<float>(), std::vector<float>({1, 4, 2, 5, 3, 6}));
+  // contiguous() is the copy.
+  Tensor dense = transposed.contiguous();
+  EXPECT_TRUE(dense.is_contiguous());
+  EXPECT_FALSE(dense.shares_storage_with(base));
+  EXPECT_EQ(dense.to_vector<float>(), std::vector<float>({1, 4, 2, 5, 3, 6}));
+}
+
+TEST(Lazy, LongChainIsEvaluatedInBoundedPieces) {
+  const int64_t bound = env_config().max_pending;
+  Tensor x = zeros({3});
+  const int64_t before = evaluations();
+  for (int i = 0; i < 10000; ++i) {
+    x = x + 1;
+    // The bound is checked as each node is made, so pending work never exceeds it.
+    ASSERT_LE(x.value()->pending_nodes, bound) << "after " << i + 1 << " adds";
+  }
+  // Each add brings a constant: 20000 nodes, evaluated about every `bound` of them (4096 by
+  // default).
+  EXPECT_GE(evaluations() - before, 20000 / (bound + 2));
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>({10000, 10000, 10000}));
+}
+
+TEST(Lazy, DeepChainIrText) {
+  Tensor x = tensor({1, -2});
+  Tensor y = x;
+  const int depth = 3000;  // below the pending bound: one graph
+  if (env_config().max_pending < depth) GTEST_SKIP() << "LAZYFUSE_MAX_PENDING is below " << depth;
+  for (int i = 0; i < depth; ++i) y = -y;
+  EXPECT_FALSE(y.is_computed());
+  const std::string ir = y.ir();
+  EXPECT_EQ(count_substr(ir, " = neg "), depth);
+  EXPECT_THAT(
+      ir, ::testing::StartsWith("graph @main(%0: f32[2] @cpu) {\n  %1 = neg %0 : f32[2] @cpu\n"));
+  EXPECT_THAT(ir, ::testing::EndsWith("  %3000 = neg %2999 : f32[2] @cpu\n  return %3000\n}\n"));
+  // The kernel cap (128 nodes by default) splits the chain, in order.
+  const std::string fused = y.fused_ir();
+  EXPECT_EQ(count_substr(fused, "kernel @k_"), (depth + 127) / 128);
+  EXPECT_EQ(y.to_vector<float>(), std::vector<float>({1, -2}));  // an even number of negations
+}
+
+TEST(Lazy, IrTextOfExpOfShiftTimes) {
+  Tensor y = tensor({1, 2, 3});
+  Tensor z = tensor({1, 2, 3});
+  Tensor result = (z + 2).exp() * y;
+  // Params in order of first use: z is read first, then y.
+  EXPECT_EQ(result.ir(),
+            "graph @main(%0: f32[3] @cpu, %1: f32[3] @cpu) {\n"
+            "  %2 = const {value = 2.0} : f32[] @cpu\n"
+            "  %3 = add %0, %2 : f32[3] @cpu\n"
+            "  %4 = exp %3 : f32[3] @cpu\n"
+            "  %5 = mul %4, %1 : f32[3] @cpu\n"
+            "  return %5\n"
+            "}\n");
+  const std::string fused = result.fused_ir();
+  EXPECT_EQ(count_substr(fused, "kernel @k_"), 1);
+  EXPECT_THAT(fused, HasSubstr("%5 = kernel @k_"));
+  EXPECT_THAT(fused, HasSubstr("(%0, %1) : f32[3] @cpu {\n"));
+  // Showing the IR computes nothing.
+  EXPECT_FALSE(result.is_computed());
+}
+
+TEST(Lazy, DeviceParsingAndPrinting) {
+  EXPECT_EQ(Device("cuda:1").index(), 1);
+  EXPECT_TRUE(Device("cuda:1").is_cuda());
+  EXPECT_EQ(Device("cuda:1").str(), "cuda:1");
+  EXPECT_EQ(Device("cuda:12").str(), "cuda:12");
+  // Plain "cuda" is the current device, resolved later: no index yet.
+  EXPECT_FALSE(Device("cuda").has_index());
+  EXPECT_EQ(Device("cuda").index(), -1);
+  EXPECT_EQ(Device("cuda").str(), "cuda");
+  EXPECT_TRUE(Device("cpu").is_cpu());
+  EXPECT_EQ(Device("cpu").str(), "cpu");
+  EXPECT_EQ(Device("cpu:0"), Device::cpu());
+  EXPECT_EQ(Device("cuda:0"), Device(DeviceType::CUDA, 0));
+  EXPECT_NE(Device("cuda:0"), Device("cuda:1"));
+  EXPECT_NE(Device("cuda"), Device("cuda:0"));
+
+  testing::internal::CaptureStdout();
+  std::cout << Device("cuda:0");
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "cuda:0");
+}
+
+TEST(Lazy, PrintsInPyTorchFormat) {
+  EXPECT_EQ(tensor({1, 2, 3}).str(), "tensor([1., 2., 3.])");
+  Tensor y = tensor({1, 2, 3});
+  Tensor z = tensor({1, 2, 3});
+  EXPECT_EQ(((z + 2).exp() * y).str(), "tensor([ 20.0855, 109.1963, 445.2395])");
+  EXPECT_EQ(arange(5).str(), "tensor([0, 1, 2, 3, 4])");
+  EXPECT_EQ(arange(5).dtype(), kInt64);
+  EXPECT_EQ(tensor({1.5, 2}, kFloat64).str(), "tensor([1.5000, 2.0000], dtype=torch.float64)");
+  EXPECT_EQ(tensor({1, 2}, kInt32).str(), "tensor([1, 2], dtype=torch.int32)");
+  EXPECT_EQ((tensor({1, 2, 3}) > 1.5).str(), "tensor([False,  True,  True])");
+  EXPECT_EQ(tensor({{1.5, -2, 3}, {4, 50, 6}}).str(),
+            "tensor([[ 1.5000, -2.0000,  3.0000],\n"
+            "        [ 4.0000, 50.0000,  6.0000]])");
+  EXPECT_EQ(tensor({{1, 2, 3}, {4, 5, 6}}).str(),
+            "tensor([[1., 2., 3.],\n"
+            "        [4., 5., 6.]])");
+  EXPECT_EQ(scalar_tensor(3.5).str(), "tensor(3.5000)");
+}
+
+TEST(Lazy, MemoryStatsFollowTensorLifetimes) {
+  const Device cpu("cpu");
+  const int64_t before = memory_stats(cpu).allocated_bytes;
+  {
+    Tensor t = zeros({1024});
+    // Pending: nothing allocated yet.
+    EXPECT_EQ(memory_stats(cpu).allocated_bytes, before);
+    eval(t);
+    EXPECT_EQ(memory_stats(cpu).allocated_bytes, before + 1024 * 4);
+    EXPECT_GE(memory_stats(cpu).peak_bytes, before + 1024 * 4);
+    // A view adds no storage.
+    Tensor view = t.view({32, 32});
+    eval(view);
+    EXPECT_EQ(memory_stats(cpu).allocated_bytes, before + 1024 * 4);
+  }
+  EXPECT_EQ(memory_stats(cpu).allocated_bytes, before);
+}
+
+TEST(Lazy, ThreadsEvaluatingTheirOwnGraphsConcurrently) {
+  constexpr int kThreads = 4;
+  std::vector<std::vector<float>> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kThreads; ++k) {
+    threads.emplace_back([k, &results] {
+      Tensor x = arange(1000).to(kFloat32);
+      Tensor acc = x;
+      // Several evaluations per thread, so that they interleave with the other threads'.
+      for (int round = 0; round < 20; ++round) {
+        for (int i = 0; i < 10; ++i) acc = acc + (x * 0 + k);
+        eval(acc);
+      }
+      results[k] = acc.to_vector<float>();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int k = 0; k < kThreads; ++k) {
+    ASSERT_EQ(results[k].size(), 1000u);
+    for (int i = 0; i < 1000; ++i)
+      ASSERT_EQ(results[k][i], static_cast<float>(i + 200 * k))
+          << "thread " << k << " [" << i << "]";
+  }
+}
+
+TEST(Lazy, ThreadsEvaluatingGraphsThatShareALeaf) {
+  // One computed tensor read by every thread's graph: evaluations must not disturb it.
+  Tensor shared = tensor({1, 2, 3, 4});
+  constexpr int kThreads = 4;
+  std::vector<std::vector<float>> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kThreads; ++k) {
+    threads.emplace_back([k, &shared, &results] {
+      Tensor t = shared;
+      for (int i = 0; i < 50; ++i) t = t * 1 + k;
+      results[k] = t.to_vector<float>();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int k = 0; k < kThreads; ++k)
+    EXPECT_EQ(results[k],
+              std::vector<float>({1.0f + 50 * k, 2.0f + 50 * k, 3.0f + 50 * k, 4.0f + 50 * k}));
+  EXPECT_EQ(shared.to_vector<float>(), std::vector<float>({1, 2, 3, 4}));
+}
+
+}  // namespace
+}  // namespace lazyfuse
