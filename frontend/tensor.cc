@@ -29,7 +29,7 @@ const Shape& Tensor::sizes() const { return value()->node.shape; }
 int64_t Tensor::dim() const { return static_cast<int64_t>(sizes().size()); }
 int64_t Tensor::numel() const { return lazyfuse::numel(sizes()); }
 int64_t Tensor::size(int64_t d) const { return sizes()[normalize_dim(d, dim(), "size")]; }
-bool Tensor::is_computed() const { return value()->computed(); }
+bool Tensor::is_computed() const { return lazyfuse::is_computed(value()); }
 
 bool Tensor::shares_storage_with(const Tensor& other) const {
   eval({*this, other});

@@ -42,7 +42,6 @@ struct FusionOptions {
   // Caps that cut a group; see fusion.cc's header note.
   int max_nodes = 128;
   int max_inputs = 16;
-  int max_outputs = 8;
 };
 
 struct Schedule {

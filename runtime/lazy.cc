@@ -18,6 +18,17 @@
 
 namespace lazyfuse {
 
+namespace {
+// Evaluation writes values' buffers; everything that reads whether a value is computed takes
+// this lock too, so threads may share tensors.
+std::mutex eval_mutex;
+}  // namespace
+
+bool is_computed(const LazyRef& value) {
+  std::lock_guard lock(eval_mutex);
+  return value->computed();
+}
+
 LazyRef make_leaf(BufferView buffer, SourceLoc where) {
   auto value = std::make_shared<LazyValue>();
   value->node.op = Op::Param;
@@ -33,6 +44,7 @@ LazyRef make_leaf(BufferView buffer, SourceLoc where) {
 LazyRef make_pending(Node node, std::vector<LazyRef> inputs, Strides strides) {
   auto value = std::make_shared<LazyValue>();
   value->pending_nodes = 1;
+  std::lock_guard lock(eval_mutex);
   for (const LazyRef& input : inputs) {
     if (!input->computed())
       value->pending_nodes =
@@ -87,10 +99,7 @@ BuiltGraph build_graph(std::span<const LazyRef> outputs) {
 }
 
 namespace {
-
-std::mutex eval_mutex;
 EvalStats stats;
-
 }  // namespace
 
 EvalStats eval_stats() {
@@ -103,13 +112,12 @@ void reset_eval_stats() {
 }
 
 void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
+  // One evaluation at a time: values may be shared between graphs that threads evaluate.
+  std::lock_guard lock(eval_mutex);
   std::vector<LazyRef> pending;
   for (const LazyRef& output : outputs)
     if (!output->computed()) pending.push_back(output);
   if (pending.empty()) return;
-
-  // One evaluation at a time: values may be shared between graphs that threads evaluate.
-  std::lock_guard lock(eval_mutex);
   auto started = std::chrono::steady_clock::now();
   BuiltGraph built = build_graph(pending);
   const EnvConfig& env = env_config();

@@ -28,6 +28,9 @@ struct LazyValue {
 
 using LazyRef = std::shared_ptr<LazyValue>;
 
+// Whether the value holds its buffer, read under the evaluation lock (another thread may be
+// computing it).
+bool is_computed(const LazyRef& value);
 // Wraps a buffer as a computed value.
 LazyRef make_leaf(BufferView buffer, SourceLoc where);
 // A pending node over `inputs`; dtype, shape and device already decided by the caller.

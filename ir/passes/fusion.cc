@@ -11,12 +11,17 @@
 // Every member of a group has the group's shape; a value of another shape that a group reads
 // with broadcasting is read from storage. Scalar constants are not values of their own: each
 // group that uses one computes it in place, so they never cost a load or a store.
-// Reductions, matmul, views and transfers are a step each. (Fusing reductions with their
-// producers and consumers is the CUDA path's job; it reuses this grouping.)
+// Matmul, views and transfers are a step each. A reduction is a step of its own too, then
+// absorbs, where the shapes allow, the group computing its operand (its prologue: when nothing
+// else reads that group and the reduced dims are trailing) and, for a keepdim row reduction of
+// rows up to kMaxEpilogueRow elements, the group reading its result over the operand's shape
+// (its epilogue: softmax's normalisation). ReductionParts (ir/schedule.h) tells them apart.
 //
-// Caps, each cutting a group when exceeded: `max_nodes` members (compile time and registers
-// grow with the body), `max_inputs` operands read from storage (kernel parameter space and
-// memory streams per thread), `max_outputs` stored values.
+// Caps, each cutting an elementwise group when exceeded: `max_nodes` members (compile time and
+// registers grow with the body), `max_inputs` operands read from storage (kernel parameter
+// space and memory streams per thread). Stored values are not capped: each costs a pointer and
+// a store that storing it from another kernel would cost as well. A reduction's absorbed groups
+// were each within the caps; together they may exceed them.
 //
 // Before: a placed graph (run_placement), usually after cse and dce.
 // After: a Schedule whose steps, in an order where each step's inputs are params or outputs of
