@@ -7,5 +7,6 @@
 #include "ir/device.h"
 #include "ir/dtype.h"
 #include "ir/errors.h"
+#include "runtime/cuda_memory.h"
 #include "runtime/devices.h"
 #include "runtime/storage.h"
