@@ -2,14 +2,17 @@
 
 #include <cstdlib>
 #include <string_view>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 
 namespace lazyfuse {
 
-const EnvConfig& env_config() {
-  static const EnvConfig config = [] {
+namespace {
+
+EnvConfig& mutable_env_config() {
+  static EnvConfig config = [] {
     EnvConfig c;
     if (const char* dump = std::getenv("LAZYFUSE_DUMP")) {
       for (absl::string_view item : absl::StrSplit(dump, ',')) {
@@ -37,5 +40,12 @@ const EnvConfig& env_config() {
   }();
   return config;
 }
+
+}  // namespace
+
+const EnvConfig& env_config() { return mutable_env_config(); }
+
+void set_cache_dir_for_testing(std::string dir) { mutable_env_config().cache_dir = std::move(dir); }
+void set_fast_math_for_testing(bool fast_math) { mutable_env_config().fast_math = fast_math; }
 
 }  // namespace lazyfuse

@@ -590,3 +590,52 @@ TEST(Fusion, CseKeepsDistinctRandomDraws) {
 
 }  // namespace
 }  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+TEST(Fusion, SoftmaxIsTwoKernelsAndMatchesTheReference) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  std::vector<double> values(6 * 700);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = std::sin(0.37 * static_cast<double>(i)) * 4;
+  Tensor x = from_vector(values, {6, 700});
+  auto softmax = [](const Tensor& t) {
+    Tensor e = (t - t.max(1, true)).exp();
+    return e / e.sum({1}, true);
+  };
+  EXPECT_EQ(kernels_to_eval({softmax(x)}), 2);
+  std::vector<float> got = softmax(x).to_vector<float>();
+  std::vector<double> want(values.size());
+  for (int r = 0; r < 6; ++r) {
+    double m = -INFINITY, total = 0;
+    for (int c = 0; c < 700; ++c)
+      m = std::max(m, static_cast<double>(static_cast<float>(values[r * 700 + c])));
+    for (int c = 0; c < 700; ++c) total += std::exp(static_cast<float>(values[r * 700 + c]) - m);
+    for (int c = 0; c < 700; ++c)
+      want[r * 700 + c] = std::exp(static_cast<float>(values[r * 700 + c]) - m) / total;
+  }
+  expect_near_all(got, want);
+  // Fused and unfused give the same bits: the rows are reduced the same way.
+  Tensor unfused = softmax(x);
+  eval({unfused}, EvalOptions{.fusion = false});
+  EXPECT_EQ(unfused.to_vector<float>(), got);
+}
+
+TEST(Fusion, AReductionsEpilogueNeverTakesAnotherReduction) {
+  // The sum after the normalisation is a reduction step of its own; before the fix the
+  // normalisation's group, already holding that sum, was merged into the first sum's step.
+  Schedule schedule = schedule_of_text(R"(graph @main(%0: f32[8,1024] @cpu) {
+  %1 = max %0 {dims = [1], keepdim = true} : f32[8,1] @cpu
+  %2 = sub %0, %1 : f32[8,1024] @cpu
+  %3 = exp %2 : f32[8,1024] @cpu
+  %4 = sum %3 {dims = [1], keepdim = true} : f32[8,1] @cpu
+  %5 = div %3, %4 : f32[8,1024] @cpu
+  %6 = sum %5 {dims = [1]} : f32[8] @cpu
+  return %6
+})");
+  EXPECT_EQ(count_steps(schedule, StepKind::Reduction), 3);
+}
+
+}  // namespace
+}  // namespace lazyfuse

@@ -295,6 +295,11 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
           epilogue = groups_uf.find(group_of[user]);
       }
       if (epilogue < 0 || epilogue == step_group) continue;
+      // Only a purely elementwise group: one that is itself a reduction's step stays one.
+      bool elementwise = true;
+      for (ValueId m : groups[epilogue].members)
+        elementwise &= is_fusable_elementwise(graph.nodes[m].op);
+      if (!elementwise) continue;
       absl::flat_hash_set<int> step_set = {step_group};
       bool ok = true;
       // Nothing outside may read the prologue, except the epilogue itself.
