@@ -59,7 +59,11 @@ int main() {
   std::cout << "after the passes:\n" << result.fused_ir();
   lf::reset_eval_stats();
   std::cout << "result = " << result << "\n";
-  std::cout << "kernels run: " << lf::eval_stats().kernels << "\n";
+  std::cout << "computed by " << lf::eval_stats().kernels << " kernel"
+            << (lf::eval_stats().kernels == 1 ? "" : "s")
+            << (gpus > 0 ? ", generated as CUDA source and compiled by NVRTC"
+                         : ", a fused CPU program")
+            << "\n";
 
   heading("10. Mixing devices is an error");
   lf::Tensor on_cpu = lf::tensor({1, 2, 3});

@@ -19,8 +19,9 @@ bool is_scalar_const(const Node& node) { return node.op == Op::Const && numel(no
 
 std::string describe_operand(const Graph& graph, int position, ValueId id) {
   const Node& operand = graph.nodes[id];
-  std::string origin =
-      operand.op == Op::Param ? "a tensor made" : absl::StrCat(op_name(operand.op));
+  std::string origin = operand.op == Op::Param
+                           ? "a tensor made"
+                           : absl::StrCat("the result of ", op_name(operand.op), " written");
   return absl::StrCat("operand ", position, " (%", id, ": ", operand.type_str(), ") is ", origin,
                       " at ", operand.where.str());
 }
