@@ -639,3 +639,33 @@ TEST(Fusion, AReductionsEpilogueNeverTakesAnotherReduction) {
 
 }  // namespace
 }  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+TEST(Fusion, ViewsOfElementwiseResultsMoveOntoTheirOperands) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  std::vector<double> av(12), bv(12), cv(12);
+  for (int i = 0; i < 12; ++i) {
+    av[i] = 0.1 * i;
+    bv[i] = 1.0 - 0.05 * i;
+    cv[i] = 0.3 * (i % 5);
+  }
+  Tensor a = from_vector(av, {4, 3}), b = from_vector(bv, {4, 3}), c = from_vector(cv, {3, 4});
+  Tensor r = (a + b).exp().t().narrow(1, 1, 2) * c.narrow(1, 1, 2);
+  EXPECT_EQ(kernels_to_eval({r}), 1);
+  std::vector<float> got = r.to_vector<float>();
+  std::vector<double> want;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 1; j < 3; ++j)
+      want.push_back(
+          std::exp(static_cast<float>(av[j * 3 + i]) + static_cast<float>(bv[j * 3 + i])) *
+          static_cast<float>(cv[i * 4 + j]));
+  expect_near_all(got, want);
+  // A value that is also used elsewhere is not recomputed under the view: it stays stored.
+  Tensor shared = (a * 2).exp();
+  EXPECT_EQ(kernels_to_eval({shared.t() + 1, shared}), 2);
+}
+
+}  // namespace
+}  // namespace lazyfuse

@@ -14,6 +14,8 @@ namespace lazyfuse {
 // placement.cc: scalar constants take their user's device; every other node's operands must be
 // on its device (a transfer excepted), else DeviceMismatchError.
 void run_placement(Graph& graph);
+// sink_views.cc: views of elementwise results move onto their operands, so chains fuse.
+void run_sink_views(Graph& graph);
 // cse.cc: structurally equal nodes become one.
 void run_cse(Graph& graph);
 // dce.cc: nodes no output depends on are removed (params stay: callers bind them by position).
@@ -23,7 +25,8 @@ void run_dce(Graph& graph);
 Schedule run_fusion(Graph graph, const FusionOptions& options);
 
 // The pass names, in pipeline order, as --print-after and LAZYFUSE_DUMP name them.
-inline constexpr std::string_view kPassNames[] = {"placement", "cse", "dce", "fusion"};
+inline constexpr std::string_view kPassNames[] = {"placement", "sink-views", "cse", "dce",
+                                                  "fusion"};
 
 struct PipelineOptions {
   FusionOptions fusion;
@@ -35,7 +38,7 @@ struct PipelineOptions {
   std::function<void(const std::string& ir)> before_all;
 };
 
-// Runs verify, placement, cse, dce, fusion (verifying between passes in debug builds).
+// Runs verify, placement, sink-views, cse, dce, fusion (verifying between passes in debug builds).
 // Without fusion in `only`, every node becomes a step of its own.
 Schedule run_pipeline(Graph graph, const PipelineOptions& options);
 

@@ -21,7 +21,8 @@ constexpr bool kVerifyBetweenPasses = false;
 Schedule run_pipeline(Graph graph, const PipelineOptions& options) {
   for (const std::string& name : options.only) {
     if (std::find(std::begin(kPassNames), std::end(kPassNames), name) == std::end(kPassNames))
-      throw Error(absl::StrCat("unknown pass '", name, "' (passes: placement, cse, dce, fusion)"));
+      throw Error(absl::StrCat("unknown pass '", name,
+                               "' (passes: placement, sink-views, cse, dce, fusion)"));
   }
   auto enabled = [&](std::string_view name) {
     return options.only.empty() ||
@@ -39,6 +40,10 @@ Schedule run_pipeline(Graph graph, const PipelineOptions& options) {
     run_placement(graph);
     placed = true;
     after("placement", graph, placed);
+  }
+  if (enabled("sink-views")) {
+    run_sink_views(graph);
+    after("sink-views", graph, placed);
   }
   if (enabled("cse")) {
     run_cse(graph);

@@ -1,0 +1,97 @@
+// View sinking.
+//
+// A view of an elementwise result, (a + b).t(), would cut a fused group: the view needs its
+// operand stored. But a view commutes with an elementwise op, (a + b).t() == a.t() + b.t(), and
+// a view of a stored value costs nothing (a kernel reads it through strides). So views of
+// elementwise nodes are moved onto those nodes' operands, until they sit on params, generators
+// or library results; the elementwise chain around them then fuses into one kernel.
+//
+// Only permute, narrow and expand move: they are views of any strides. A reshape may need a
+// copy when its operand is strided, which the IR cannot see, so it stays. Only an elementwise
+// node whose one use is the view moves, so no work is duplicated; an operand of another shape is
+// first expanded to the node's shape (a view too); a scalar constant needs no view.
+//
+// Before: a placed graph. After: no permute, narrow or expand reads an elementwise node that has
+// no other use and is not returned; values are unchanged.
+#include "ir/infer.h"
+#include "ir/passes/passes.h"
+
+namespace lazyfuse {
+namespace {
+
+bool movable_view(Op op) { return op == Op::Permute || op == Op::Narrow || op == Op::Expand; }
+
+// One sweep; returns whether anything moved.
+bool sink_once(Graph& graph) {
+  std::vector<std::vector<ValueId>> users = users_of(graph);
+  std::vector<bool> is_output(graph.nodes.size(), false);
+  for (ValueId v : graph.outputs) is_output[v] = true;
+  // The elementwise nodes that move below their one view.
+  std::vector<bool> moves(graph.nodes.size(), false);
+  bool any = false;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& node = graph.nodes[i];
+    if (!movable_view(node.op)) continue;
+    ValueId operand = node.inputs[0];
+    if (is_elementwise(graph.nodes[operand].op) && users[operand].size() == 1 &&
+        !is_output[operand]) {
+      moves[operand] = true;
+      any = true;
+    }
+  }
+  if (!any) return false;
+
+  Graph sunk;
+  sunk.name = graph.name;
+  std::vector<ValueId> remap(graph.nodes.size(), -1);
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& node = graph.nodes[i];
+    if (moves[i]) continue;  // rebuilt under its view
+    if (!movable_view(node.op) || !moves[node.inputs[0]]) {
+      Node copy = node;
+      for (ValueId& in : copy.inputs) in = remap[in];
+      remap[i] = sunk.add(std::move(copy));
+      continue;
+    }
+    // view(op(x, y)) becomes op(view(expand(x)), view(expand(y))).
+    const Node& inner = graph.nodes[node.inputs[0]];
+    Node moved = inner;
+    moved.shape = node.shape;
+    moved.where = node.where;
+    for (ValueId& in : moved.inputs) {
+      const Node& operand = graph.nodes[in];
+      ValueId value = remap[in];
+      if (operand.op == Op::Const && numel(operand.shape) == 1) {
+        in = value;
+        continue;
+      }
+      if (operand.shape != inner.shape) {
+        Node expand = operand;
+        expand.op = Op::Expand;
+        expand.shape = inner.shape;
+        expand.inputs = {value};
+        expand.attrs = Attrs();
+        expand.where = node.where;
+        value = sunk.add(std::move(expand));
+      }
+      Node view = node;
+      view.dtype = operand.dtype;
+      view.inputs = {value};
+      in = sunk.add(std::move(view));
+    }
+    remap[i] = sunk.add(std::move(moved));
+  }
+  for (ValueId output : graph.outputs) sunk.outputs.push_back(remap[output]);
+  graph = std::move(sunk);
+  return true;
+}
+
+}  // namespace
+
+void run_sink_views(Graph& graph) {
+  // Each sweep moves views one op further; a chain of n ops takes n sweeps.
+  for (size_t sweep = 0; sweep <= graph.nodes.size() && sink_once(graph); ++sweep) {
+  }
+}
+
+}  // namespace lazyfuse
