@@ -86,6 +86,34 @@ std::string reduction_tail(Op op, DType acc, DType out) {
 )");
 }
 
+// The start of a kernel over a step's iteration space that reduces rows: its name, the
+// prologue, the argument struct (sizes, inputs, strides, then `fields`), the combining
+// function, the signature and the typed input pointers.
+CudaSource begin_row_kernel(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,
+                            bool fast_math, DType acc, const std::string& comment,
+                            const std::string& fields) {
+  const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
+  const size_t num_inputs = step.inputs.size();
+  CudaSource source;
+  source.kernel_name = absl::StrCat(step.kernel_name(), "_", spec.code());
+  for (char& c : source.kernel_name)
+    if (c == '.') c = '_';
+  std::string& s = source.source;
+  if (fast_math) s += "#define LF_FAST_MATH 1\n";
+  s += cuda_prologue();
+  absl::StrAppend(&s, "\n// ", comment, "\nstruct Args_", source.kernel_name,
+                  " {\n  long long size[", spec.rank, "];\n");
+  if (num_inputs)
+    absl::StrAppend(&s, "  const void* in[", num_inputs, "];\n  long long stride[", num_inputs,
+                    "][", spec.rank, "];\n");
+  absl::StrAppend(&s, fields, "};\n", reduction_preamble(node.op, acc),
+                  "\nextern \"C\" __global__ void __launch_bounds__(", kCudaReduceThreads, ") ",
+                  source.kernel_name, "(const Args_", source.kernel_name, " args) {\n",
+                  "  typedef ", spec.index64 ? "long long" : "unsigned int", " IDX;\n");
+  s += cuda_emit::emit_input_pointers(graph, step.inputs);
+  return source;
+}
+
 }  // namespace
 
 CudaSource generate_cuda_reduction(Op op, DType in, DType out) {
@@ -123,26 +151,11 @@ CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
   const DType acc = cuda_reduction_accumulator(node.op, graph.nodes[operand].dtype);
   const std::vector<ValueId>& prologue = parts.prologue;
   const int rank = spec.rank;
-  const size_t num_inputs = step.inputs.size();
-  CudaSource source;
-  source.kernel_name = absl::StrCat(step.kernel_name(), "_", spec.code());
-  for (char& c : source.kernel_name)
-    if (c == '.') c = '_';
+  CudaSource source = begin_row_kernel(
+      graph, step, spec, fast_math, acc,
+      absl::StrCat(op_name(node.op), " of ", prologue.size(), " fused nodes"),
+      "  void* out;\n  long long rows, columns, chunk, chunks;\n  double divisor;\n");
   std::string& s = source.source;
-  if (fast_math) s += "#define LF_FAST_MATH 1\n";
-  s += cuda_prologue();
-  absl::StrAppend(&s, "\n// ", node.op == Op::Mean ? "mean" : op_name(node.op), " of ",
-                  prologue.size(), " fused nodes\nstruct Args_", source.kernel_name,
-                  " {\n  long long size[", rank, "];\n");
-  if (num_inputs)
-    absl::StrAppend(&s, "  const void* in[", num_inputs, "];\n  long long stride[", num_inputs,
-                    "][", rank, "];\n");
-  absl::StrAppend(
-      &s, "  void* out;\n  long long rows, columns, chunk, chunks;\n  double divisor;\n};\n",
-      reduction_preamble(node.op, acc), "\nextern \"C\" __global__ void __launch_bounds__(",
-      kCudaReduceThreads, ") ", source.kernel_name, "(const Args_", source.kernel_name,
-      " args) {\n", "  typedef ", spec.index64 ? "long long" : "unsigned int", " IDX;\n");
-  s += cuda_emit::emit_input_pointers(graph, step.inputs);
   s += reduction_head(node.op, acc);
   s += "  for (long long j = begin + threadIdx.x; j < end; j += blockDim.x) {\n"
        "    const IDX i = (IDX)(row * args.columns + j);\n";
@@ -161,27 +174,13 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
   const ValueId operand = node.inputs[0];
   const DType acc = cuda_reduction_accumulator(node.op, graph.nodes[operand].dtype);
   const int rank = spec.rank;
-  const size_t num_inputs = step.inputs.size();
-  CudaSource source;
-  source.kernel_name = absl::StrCat(step.kernel_name(), "_", spec.code());
-  for (char& c : source.kernel_name)
-    if (c == '.') c = '_';
+  CudaSource source =
+      begin_row_kernel(graph, step, spec, fast_math, acc,
+                       absl::StrCat(op_name(node.op), " over each row, then ",
+                                    parts.epilogue.size(), " fused nodes over the row again"),
+                       absl::StrCat("  void* out[", step.outputs.size(),
+                                    "];\n  long long rows, columns;\n  double divisor;\n"));
   std::string& s = source.source;
-  if (fast_math) s += "#define LF_FAST_MATH 1\n";
-  s += cuda_prologue();
-  absl::StrAppend(&s, "\n// ", op_name(node.op), " over each row, then ", parts.epilogue.size(),
-                  " fused nodes over the row again\nstruct Args_", source.kernel_name,
-                  " {\n  long long size[", rank, "];\n");
-  if (num_inputs)
-    absl::StrAppend(&s, "  const void* in[", num_inputs, "];\n  long long stride[", num_inputs,
-                    "][", rank, "];\n");
-  absl::StrAppend(&s, "  void* out[", step.outputs.size(),
-                  "];\n  long long rows, columns;\n  double divisor;\n};\n",
-                  reduction_preamble(node.op, acc),
-                  "\nextern \"C\" __global__ void __launch_bounds__(", kCudaReduceThreads, ") ",
-                  source.kernel_name, "(const Args_", source.kernel_name, " args) {\n",
-                  "  typedef ", spec.index64 ? "long long" : "unsigned int", " IDX;\n");
-  s += cuda_emit::emit_input_pointers(graph, step.inputs);
   const std::string identity = combiner(node.op, acc).identity;
   const char* a = type_name(acc);
   absl::StrAppend(&s, "  const long long row = blockIdx.x;\n  ", a, " acc = (", a, ")(", identity,

@@ -1,12 +1,13 @@
-// Launching fused elementwise kernels.
+// Running steps on a GPU: generated kernels (elementwise, reductions with what is fused around
+// them), cuBLAS matmul, views.
 #include "runtime/cuda_executor.h"
 
 #include <algorithm>
 #include <bit>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codegen/cuda_codegen.h"
-
 #include "ir/errors.h"
 #include "ir/infer.h"
 #include "ir/passes/passes.h"
@@ -23,54 +24,72 @@ constexpr unsigned kThreadsPerBlock = 256;
 
 uint64_t address(const BufferView& view) { return reinterpret_cast<uint64_t>(view.data()); }
 
-void launch(int device, cuda::CUfunction function, const std::string& name, int64_t units,
-            std::vector<uint64_t>& args) {
-  const cuda::DeviceProperties& props = cuda::device_properties(device);
-  // A grid-stride loop: enough blocks to fill every multiprocessor many times over, no more.
-  int64_t blocks = std::clamp<int64_t>((units + kThreadsPerBlock - 1) / kThreadsPerBlock, 1,
-                                       static_cast<int64_t>(props.multiprocessors) * 32);
+// Launches `function` with its one struct parameter `args`; under LAZYFUSE_SYNC=1 waits, so
+// an error names the kernel.
+void launch(cuda::CUfunction function, int64_t blocks, unsigned threads,
+            std::vector<uint64_t>& args, const std::string& name) {
+  if (blocks == 0) return;
   void* params[] = {args.data()};
-  cuda::check(cuda::driver()->cuLaunchKernel(function, static_cast<unsigned>(blocks), 1, 1,
-                                             kThreadsPerBlock, 1, 1, 0, nullptr, params, nullptr),
+  cuda::check(cuda::driver()->cuLaunchKernel(function, static_cast<unsigned>(blocks), 1, 1, threads,
+                                             1, 1, 0, nullptr, params, nullptr),
               "cuLaunchKernel");
-  if (env_config().sync) {
-    cuda::CUresult result = cuda::driver()->cuCtxSynchronize();
-    cuda::check(result, absl::StrCat("kernel ", name).c_str());
+  if (env_config().sync)
+    cuda::check(cuda::driver()->cuCtxSynchronize(), absl::StrCat("kernel ", name).c_str());
+}
+
+// A step's operands as codegen sees them, with their addresses.
+struct Operands {
+  std::vector<OperandLayout> layouts;
+  std::vector<uint64_t> addresses;
+};
+Operands operands_of(const Step& step, const std::vector<std::optional<BufferView>>& values) {
+  Operands operands;
+  for (ValueId v : step.inputs) {
+    const BufferView& in = *values[v];
+    operands.layouts.push_back({address(in), dtype_size(in.dtype), in.shape, in.strides});
+    operands.addresses.push_back(address(in));
   }
+  return operands;
+}
+
+// Fresh buffers for the step's results; their addresses, in step order.
+std::vector<uint64_t> allocate_outputs(const Graph& graph, const Step& step,
+                                       std::vector<std::optional<BufferView>>& values) {
+  std::vector<uint64_t> addresses;
+  for (ValueId v : step.outputs) {
+    const Node& node = graph.nodes[v];
+    values[v] = allocate_buffer(node.device, node.dtype, node.shape);
+    addresses.push_back(address(*values[v]));
+  }
+  return addresses;
+}
+
+// What names a generated kernel in the in-memory cache: the step's structure and its variant.
+std::string kernel_cache_key(const Step& step, const CudaElementwiseSpec& spec, bool fast_math) {
+  return absl::StrFormat("%016x.%s%s", step.kernel_key, spec.code(), fast_math ? ".fast" : "");
 }
 
 void run_elementwise(const Graph& graph, const Step& step,
                      std::vector<std::optional<BufferView>>& values) {
   const int device = step.device.index();
   cuda::activate(device);
-  std::vector<OperandLayout> layouts;
-  std::vector<uint64_t> inputs, outputs;
+  const Operands operands = operands_of(step, values);
+  const std::vector<uint64_t> outputs = allocate_outputs(graph, step, values);
   std::vector<int64_t> output_sizes;
-  for (ValueId v : step.inputs) {
-    const BufferView& in = *values[v];
-    layouts.push_back({address(in), dtype_size(in.dtype), in.shape, in.strides});
-    inputs.push_back(address(in));
-  }
-  for (ValueId v : step.outputs) {
-    const Node& node = graph.nodes[v];
-    values[v] = allocate_buffer(node.device, node.dtype, node.shape);
-    outputs.push_back(address(*values[v]));
-    output_sizes.push_back(dtype_size(node.dtype));
-  }
-  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, output_sizes);
+  for (ValueId v : step.outputs) output_sizes.push_back(dtype_size(graph.nodes[v].dtype));
+  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, operands.layouts, outputs, output_sizes);
   if (plan.numel == 0) return;
   const bool fast_math = env_config().fast_math;
-  std::string key =
-      absl::StrFormat("%016x.%s%s", step.kernel_key, plan.spec.code(), fast_math ? ".fast" : "");
-  std::string name;
-  cuda::CUfunction function = cuda::get_kernel(device, key, [&] {
-    CudaSource source = generate_cuda_elementwise(graph, step, plan.spec, fast_math);
-    name = source.kernel_name;
-    return source;
-  });
-  std::vector<uint64_t> args = pack_elementwise_args(plan, inputs, outputs);
-  launch(device, function, name.empty() ? key : name,
-         plan.spec.vectorized ? (plan.numel + 3) / 4 : plan.numel, args);
+  const std::string key = kernel_cache_key(step, plan.spec, fast_math);
+  cuda::CUfunction function = cuda::get_kernel(
+      device, key, [&] { return generate_cuda_elementwise(graph, step, plan.spec, fast_math); });
+  std::vector<uint64_t> args = pack_elementwise_args(plan, operands.addresses, outputs);
+  // A grid-stride loop: enough blocks to fill every multiprocessor many times over, no more.
+  const int64_t units = plan.spec.vectorized ? (plan.numel + 3) / 4 : plan.numel;
+  const int64_t blocks = std::clamp<int64_t>(
+      (units + kThreadsPerBlock - 1) / kThreadsPerBlock, 1,
+      static_cast<int64_t>(cuda::device_properties(device).multiprocessors) * 32);
+  launch(function, blocks, kThreadsPerBlock, args, key);
 }
 
 }  // namespace
@@ -105,8 +124,7 @@ namespace {
 void launch_reduction(int device, Op op, DType in, DType out, const void* input, void* output,
                       int64_t rows, int64_t columns, int64_t chunks, double divisor) {
   CudaSource source = generate_cuda_reduction(op, in, out);
-  std::string name = source.kernel_name;
-  cuda::CUfunction function = cuda::get_kernel(device, name, [&] { return source; });
+  cuda::CUfunction function = cuda::get_kernel(device, source.kernel_name, [&] { return source; });
   std::vector<uint64_t> args = {
       reinterpret_cast<uint64_t>(input),
       reinterpret_cast<uint64_t>(output),
@@ -115,14 +133,7 @@ void launch_reduction(int device, Op op, DType in, DType out, const void* input,
       static_cast<uint64_t>(chunks == 1 ? std::max<int64_t>(columns, 1) : kCudaReduceChunk),
       static_cast<uint64_t>(chunks),
       std::bit_cast<uint64_t>(divisor)};
-  void* params[] = {args.data()};
-  const int64_t blocks = rows * chunks;
-  if (blocks == 0) return;
-  cuda::check(cuda::driver()->cuLaunchKernel(function, static_cast<unsigned>(blocks), 1, 1,
-                                             kCudaReduceThreads, 1, 1, 0, nullptr, params, nullptr),
-              "cuLaunchKernel");
-  if (env_config().sync)
-    cuda::check(cuda::driver()->cuCtxSynchronize(), absl::StrCat("kernel ", name).c_str());
+  launch(function, rows * chunks, kCudaReduceThreads, args, source.kernel_name);
 }
 
 // A reduction with a fused prologue: one kernel computes the prologue's elements and reduces
@@ -132,14 +143,8 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step,
   const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
   const int device = node.device.index();
   cuda::activate(device);
-  std::vector<OperandLayout> layouts;
-  std::vector<uint64_t> inputs;
-  for (ValueId v : step.inputs) {
-    const BufferView& in = *values[v];
-    layouts.push_back({address(in), dtype_size(in.dtype), in.shape, in.strides});
-    inputs.push_back(address(in));
-  }
-  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
+  const Operands operands = operands_of(step, values);
+  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, operands.layouts, {}, {});
   plan.spec.vectorized = false;
   const int64_t rows = numel(node.shape);
   const int64_t columns = rows == 0 ? 0 : plan.numel / rows;
@@ -150,28 +155,18 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step,
   std::optional<BufferView> partial;
   if (chunks > 1) partial = allocate_buffer(node.device, acc, {rows, chunks});
   const bool fast_math = env_config().fast_math;
-  std::string key =
-      absl::StrFormat("%016x.%s%s", step.kernel_key, plan.spec.code(), fast_math ? ".fast" : "");
+  const std::string key = kernel_cache_key(step, plan.spec, fast_math);
   cuda::CUfunction function = cuda::get_kernel(device, key, [&] {
     return generate_cuda_fused_reduction(graph, step, plan.spec, fast_math);
   });
-  // The elementwise part of the arguments without numel and outputs, then the reduction's.
   std::vector<uint64_t> args;
-  for (int d = 0; d < plan.spec.rank; ++d) args.push_back(static_cast<uint64_t>(plan.sizes[d]));
-  for (uint64_t a : inputs) args.push_back(a);
-  for (const Strides& strides : plan.strides)
-    for (int d = 0; d < plan.spec.rank; ++d) args.push_back(static_cast<uint64_t>(strides[d]));
+  append_space_args(plan, operands.addresses, args);
   args.push_back(address(partial ? *partial : out));
   for (int64_t word :
        {rows, columns, chunks == 1 ? std::max<int64_t>(columns, 1) : kCudaReduceChunk, chunks})
     args.push_back(static_cast<uint64_t>(word));
   args.push_back(std::bit_cast<uint64_t>(static_cast<double>(columns)));
-  void* params[] = {args.data()};
-  cuda::check(cuda::driver()->cuLaunchKernel(function, static_cast<unsigned>(rows * chunks), 1, 1,
-                                             kCudaReduceThreads, 1, 1, 0, nullptr, params, nullptr),
-              "cuLaunchKernel");
-  if (env_config().sync)
-    cuda::check(cuda::driver()->cuCtxSynchronize(), absl::StrCat("kernel ", key).c_str());
+  launch(function, rows * chunks, kCudaReduceThreads, args, key);
   if (partial)
     launch_reduction(device, node.op, acc, node.dtype, partial->data(), out.data(), rows, chunks, 1,
                      static_cast<double>(columns));
@@ -181,47 +176,27 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step,
 // A reduction with an epilogue: one block per row reduces it, then computes the epilogue.
 void run_row_kernel(const Graph& graph, const Step& step,
                     std::vector<std::optional<BufferView>>& values) {
-  const ReductionParts parts = reduction_parts(graph, step);
-  const Node& node = graph.nodes[parts.reduction];
+  const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
   const int device = node.device.index();
   cuda::activate(device);
-  std::vector<OperandLayout> layouts;
-  std::vector<uint64_t> inputs, outputs;
-  for (ValueId v : step.inputs) {
-    const BufferView& in = *values[v];
-    layouts.push_back({address(in), dtype_size(in.dtype), in.shape, in.strides});
-    inputs.push_back(address(in));
-  }
-  for (ValueId v : step.outputs) {
-    const Node& out = graph.nodes[v];
-    values[v] = allocate_buffer(out.device, out.dtype, out.shape);
-    outputs.push_back(address(*values[v]));
-  }
-  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
+  const Operands operands = operands_of(step, values);
+  const std::vector<uint64_t> outputs = allocate_outputs(graph, step, values);
+  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, operands.layouts, {}, {});
   plan.spec.vectorized = false;
   const int64_t rows = numel(node.shape);
   if (rows == 0) return;
   const int64_t columns = plan.numel / rows;
   const bool fast_math = env_config().fast_math;
-  std::string key =
-      absl::StrFormat("%016x.%s%s", step.kernel_key, plan.spec.code(), fast_math ? ".fast" : "");
+  const std::string key = kernel_cache_key(step, plan.spec, fast_math);
   cuda::CUfunction function = cuda::get_kernel(
       device, key, [&] { return generate_cuda_row_kernel(graph, step, plan.spec, fast_math); });
   std::vector<uint64_t> args;
-  for (int d = 0; d < plan.spec.rank; ++d) args.push_back(static_cast<uint64_t>(plan.sizes[d]));
-  for (uint64_t a : inputs) args.push_back(a);
-  for (const Strides& strides : plan.strides)
-    for (int d = 0; d < plan.spec.rank; ++d) args.push_back(static_cast<uint64_t>(strides[d]));
-  for (uint64_t a : outputs) args.push_back(a);
+  append_space_args(plan, operands.addresses, args);
+  args.insert(args.end(), outputs.begin(), outputs.end());
   args.push_back(static_cast<uint64_t>(rows));
   args.push_back(static_cast<uint64_t>(columns));
   args.push_back(std::bit_cast<uint64_t>(static_cast<double>(columns)));
-  void* params[] = {args.data()};
-  cuda::check(cuda::driver()->cuLaunchKernel(function, static_cast<unsigned>(rows), 1, 1,
-                                             kCudaReduceThreads, 1, 1, 0, nullptr, params, nullptr),
-              "cuLaunchKernel");
-  if (env_config().sync)
-    cuda::check(cuda::driver()->cuCtxSynchronize(), absl::StrCat("kernel ", key).c_str());
+  launch(function, rows, kCudaReduceThreads, args, key);
 }
 
 BufferView run_reduction(const Node& node, const BufferView& input) {
