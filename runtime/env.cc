@@ -45,7 +45,7 @@ EnvConfig& mutable_env_config() {
 
 const EnvConfig& env_config() { return mutable_env_config(); }
 
-void set_cache_dir_for_testing(std::string dir) { mutable_env_config().cache_dir = std::move(dir); }
+void set_cache_dir(std::string dir) { mutable_env_config().cache_dir = std::move(dir); }
 void set_fast_math_for_testing(bool fast_math) { mutable_env_config().fast_math = fast_math; }
 
 }  // namespace lazyfuse

@@ -20,9 +20,10 @@ struct EnvConfig {
 
 const EnvConfig& env_config();
 
-// Tests only: the environment is parsed once per process, so a test that needs its own cache
-// directory or fast math sets them here. Not safe while another thread evaluates.
-void set_cache_dir_for_testing(std::string dir);
+// The environment is parsed once per process; tests and the benchmark's compile-latency
+// measurement, which need their own cache directory (or fast math), set them here. Not safe
+// while another thread evaluates.
+void set_cache_dir(std::string dir);
 void set_fast_math_for_testing(bool fast_math);
 
 }  // namespace lazyfuse

@@ -4,7 +4,7 @@
 // cache directory that cannot be written costs recompiles but never a wrong result; and two
 // processes filling one directory at once leave only valid entries.
 //
-// Each test points the cache at a fresh directory with set_cache_dir_for_testing, since
+// Each test points the cache at a fresh directory with set_cache_dir, since
 // LAZYFUSE_CACHE_DIR is read once per process and other tests of this binary read it first.
 // Kernels come from evaluating arange(...) * c + 0.25 on the GPU: the constant is part of the
 // kernel's key and source, so each distinct c is a distinct kernel (and cache file).
@@ -105,14 +105,14 @@ class CudaCache : public ::testing::Test {
     root_ = pattern;
     cache_dir_ = root_ / "cache";
     fs::create_directories(cache_dir_);
-    set_cache_dir_for_testing(cache_dir_.string());
+    set_cache_dir(cache_dir_.string());
     // Kernels other tests loaded stay out of the counts.
     cuda::clear_memory_kernel_cache();
     restored_ = true;
   }
   void TearDown() override {
     if (!restored_) return;
-    set_cache_dir_for_testing(saved_cache_dir_);
+    set_cache_dir(saved_cache_dir_);
     std::error_code ec;
     // Writable again, so that the directory can be removed.
     for (const fs::directory_entry& e : fs::recursive_directory_iterator(root_, ec))
@@ -229,7 +229,7 @@ TEST_F(CudaCache, UnwritableCacheDirectoryStillEvaluates) {
   double c = 21.25;
   for (const fs::path& dir : unwritable) {
     SCOPED_TRACE(dir.string());
-    set_cache_dir_for_testing(dir.string());
+    set_cache_dir(dir.string());
     c += 1;
     const cuda::KernelCacheStats start = cuda::kernel_cache_stats();
     evaluate_kernel(c);
@@ -249,7 +249,7 @@ TEST_F(CudaCache, FillsCacheAsChildProcess) {
   if (std::getenv(kChildMarker) == nullptr)
     GTEST_SKIP() << "runs only as a child process of TwoProcessesFillOneDirectoryAtOnce";
   // A fresh process: LAZYFUSE_CACHE_DIR came from the parent, through the environment.
-  set_cache_dir_for_testing(std::getenv("LAZYFUSE_CACHE_DIR"));
+  set_cache_dir(std::getenv("LAZYFUSE_CACHE_DIR"));
   for (double c : kChildConstants) evaluate_kernel(c);
 }
 

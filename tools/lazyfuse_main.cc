@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/bench.h"
 #include "ir/errors.h"
 #include "ir/passes/passes.h"
 #include "ir/verifier.h"
@@ -85,6 +86,24 @@ int main(int argc, char** argv) {
   opt->add_option("--print-after", print_after, "Print the IR after the named pass")
       ->delimiter(',');
 
+  CLI::App* bench =
+      app.add_subcommand("bench", "Run the fusion benchmark: fused, unfused and the copy roof");
+  lazyfuse::bench::BenchOptions bench_options;
+  bench->add_option("--device", bench_options.device, "cuda:N or cpu")->capture_default_str();
+  bench->add_option("--sizes", bench_options.log2_sizes, "log2 of the element counts")
+      ->delimiter(',')
+      ->capture_default_str();
+  bench->add_option("--dtypes", bench_options.dtypes, "f32, bf16, f16, f64")
+      ->delimiter(',')
+      ->capture_default_str();
+  bench
+      ->add_option("--workloads", bench_options.workloads,
+                   "exp_mul, gelu, bias_relu, softmax, sum_squares, chain16, adam (default: all)")
+      ->delimiter(',');
+  bench->add_option("--json", bench_options.json_path, "write the results here");
+  bench->add_option("--batches", bench_options.batches, "timed batches (the median is reported)")
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*devices) {
@@ -92,6 +111,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*opt) return run_opt(input, passes, print_after_all, print_after);
+    if (*bench) return lazyfuse::bench::run_bench(bench_options);
   } catch (const lazyfuse::Error& e) {
     std::cerr << "lazyfuse: error: " << e.what() << "\n";
     return 1;

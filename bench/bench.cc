@@ -1,0 +1,268 @@
+// Measuring: CUDA events around a batch of back-to-back evaluations (wall clock on the CPU),
+// the median over batches after warm-up, inputs rotated among sets large enough together that
+// the L2 cache cannot serve them.
+#include "bench/bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "bench/workloads.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/env.h"
+#include "runtime/kernel_cache.h"
+
+namespace lazyfuse::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Times `body` `count` times back to back; seconds per call.
+class Timer {
+ public:
+  explicit Timer(const Device& device) : device_(device) {
+    if (device_.is_cuda()) {
+      cuda::activate(device_.index());
+      cuda::check(cuda::driver()->cuEventCreate(&start_, 0), "cuEventCreate");
+      cuda::check(cuda::driver()->cuEventCreate(&stop_, 0), "cuEventCreate");
+    }
+  }
+  ~Timer() {
+    if (device_.is_cuda()) {
+      cuda::driver()->cuEventDestroy(start_);
+      cuda::driver()->cuEventDestroy(stop_);
+    }
+  }
+  template <typename F>
+  double seconds_per_call(int count, F&& body) {
+    if (!device_.is_cuda()) {
+      auto begin = Clock::now();
+      for (int i = 0; i < count; ++i) body(i);
+      return std::chrono::duration<double>(Clock::now() - begin).count() / count;
+    }
+    cuda::check(cuda::driver()->cuEventRecord(start_, nullptr), "cuEventRecord");
+    for (int i = 0; i < count; ++i) body(i);
+    cuda::check(cuda::driver()->cuEventRecord(stop_, nullptr), "cuEventRecord");
+    cuda::check(cuda::driver()->cuEventSynchronize(stop_), "cuEventSynchronize");
+    float ms = 0;
+    cuda::check(cuda::driver()->cuEventElapsedTime(&ms, start_, stop_), "cuEventElapsedTime");
+    return ms * 1e-3 / count;
+  }
+  void synchronize() {
+    if (device_.is_cuda()) cuda::check(cuda::driver()->cuCtxSynchronize(), "cuCtxSynchronize");
+  }
+
+ private:
+  Device device_;
+  cuda::CUevent start_ = nullptr, stop_ = nullptr;
+};
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+struct Result {
+  std::string workload, dtype, mode;
+  int64_t n;
+  double seconds, bytes;
+};
+
+DType parse_bench_dtype(const std::string& name) {
+  return name == "bf16" ? kBFloat16 : parse_dtype(name);
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& options) {
+  const Device device = resolve_device(Device(options.device));
+  Timer timer(device);
+  std::vector<Result> results;
+  int failures = 0;
+  std::vector<const Workload*> chosen;
+  for (const Workload& w : workloads())
+    if (options.workloads.empty() || std::find(options.workloads.begin(), options.workloads.end(),
+                                               w.name) != options.workloads.end())
+      chosen.push_back(&w);
+  const int total =
+      static_cast<int>(chosen.size() * options.dtypes.size() * options.log2_sizes.size());
+  int done = 0;
+  for (const Workload* workload : chosen) {
+    for (const std::string& dtype_name : options.dtypes) {
+      const DType dtype = parse_bench_dtype(dtype_name);
+      for (int log2 : options.log2_sizes) {
+        const int64_t n = int64_t{1} << log2;
+        std::fprintf(stderr, "\r[%d/%d] %-12s %-5s 2^%-2d        ", ++done, total,
+                     workload->name.c_str(), dtype_name.c_str(), log2);
+        std::fflush(stderr);
+        const double bytes = workload->unique_bytes(n, dtype_size(dtype));
+        // Enough input sets that together they are four times a 60 MB L2.
+        const int sets = static_cast<int>(std::clamp(std::ceil(240e6 / bytes), 1.0, 8.0));
+        std::vector<std::vector<Tensor>> inputs(sets);
+        for (auto& set : inputs) {
+          for (const Shape& shape : workload->shapes(n))
+            set.push_back(rand(shape, TensorOptions().dtype(dtype).device(device)) + 0.5);
+          eval(set);
+        }
+        // The check: fused and unfused agree (both are compared with float64 references in
+        // the test suite; here the point is that the timed code computes the right thing).
+        {
+          std::vector<Tensor> fused = workload->build(inputs[0]),
+                              unfused = workload->build(inputs[0]);
+          eval(fused);
+          eval(unfused, EvalOptions{.fusion = false});
+          for (size_t k = 0; k < fused.size(); ++k) {
+            if (fused[k].to_vector<double>() != unfused[k].to_vector<double>()) {
+              std::fprintf(stderr, "\n%s %s 2^%d: fused and unfused results differ\n",
+                           workload->name.c_str(), dtype_name.c_str(), log2);
+              ++failures;
+            }
+          }
+        }
+        const int per_batch = static_cast<int>(std::clamp<int64_t>((int64_t{1} << 26) / n, 1, 100));
+        for (const char* mode : {"fused", "unfused"}) {
+          const EvalOptions eval_options{.fusion = std::strcmp(mode, "fused") == 0};
+          auto body = [&](int i) {
+            std::vector<Tensor> outputs = workload->build(inputs[i % sets]);
+            eval(outputs, eval_options);
+          };
+          timer.seconds_per_call(3, body);  // warm-up: compile, fill the allocator's cache
+          std::vector<double> times;
+          for (int b = 0; b < options.batches; ++b)
+            times.push_back(timer.seconds_per_call(per_batch, body));
+          results.push_back({workload->name, dtype_name, mode, n, median(times), bytes});
+        }
+        // The roof: a copy moving the same bytes (half read, half written).
+        {
+          const int64_t copy_elements = static_cast<int64_t>(bytes / 2 / dtype_size(dtype));
+          Tensor source = zeros({copy_elements}, TensorOptions().dtype(dtype).device(device)) + 1;
+          eval(source);
+          BufferView src = *source.value()->buffer;
+          BufferView dst = allocate_buffer(device, dtype, {copy_elements});
+          const size_t copy_bytes = static_cast<size_t>(copy_elements * dtype_size(dtype));
+          auto copy = [&](int) {
+            if (device.is_cuda()) {
+              cuda::check(cuda::driver()->cuMemcpyDtoD(
+                              reinterpret_cast<cuda::CUdeviceptr>(dst.data()),
+                              reinterpret_cast<cuda::CUdeviceptr>(src.data()), copy_bytes),
+                          "cuMemcpyDtoD");
+            } else {
+              std::memcpy(dst.data(), src.data(), copy_bytes);
+            }
+          };
+          timer.seconds_per_call(3, copy);
+          std::vector<double> times;
+          for (int b = 0; b < options.batches; ++b)
+            times.push_back(timer.seconds_per_call(per_batch, copy));
+          results.push_back({workload->name, dtype_name, "roof", n, median(times), bytes});
+        }
+      }
+    }
+  }
+  std::fprintf(stderr, "\r%60s\r", "");
+
+  // Host cost: (z + 2).exp() * y on 4096 elements, its kernel cached, back to back.
+  double host_us = 0;
+  {
+    Tensor y = rand({4096}, device), z = rand({4096}, device);
+    eval({y, z});
+    auto body = [&](int) { eval((z + 2).exp() * y); };
+    timer.seconds_per_call(10, body);
+    std::vector<double> times;
+    for (int b = 0; b < options.batches; ++b) {
+      auto begin = Clock::now();
+      for (int i = 0; i < 1000; ++i) body(i);
+      times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - begin).count() /
+                      1000);
+      timer.synchronize();
+    }
+    host_us = median(times);
+  }
+
+  // Compile latency of a new fused kernel: cold (NVRTC and load, empty disk cache), warm (from
+  // the disk cache), hot (in memory).
+  double cold_ms = 0, warm_ms = 0, hot_ms = 0;
+  if (device.is_cuda()) {
+    std::string dir =
+        (std::filesystem::temp_directory_path() / absl::StrCat("lazyfuse-bench-", getpid()))
+            .string();
+    set_cache_dir(dir);
+    Tensor y = rand({4096}, device);
+    eval(y);
+    auto once = [&](double constant) {
+      auto begin = Clock::now();
+      eval((y + constant).exp() * y);
+      timer.synchronize();
+      return std::chrono::duration<double, std::milli>(Clock::now() - begin).count();
+    };
+    std::vector<double> cold, warm, hot;
+    for (int i = 0; i < 5; ++i) {
+      const double constant = 3.25 + i;  // a new constant is a new kernel
+      cold.push_back(once(constant));
+      cuda::clear_memory_kernel_cache();
+      warm.push_back(once(constant));
+      hot.push_back(once(constant));
+    }
+    cold_ms = median(cold);
+    warm_ms = median(warm);
+    hot_ms = median(hot);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+
+  // The table.
+  std::printf("%-12s %-5s %6s %10s %10s %10s %9s %9s\n", "workload", "dtype", "n", "fused us",
+              "unfused us", "roof us", "fused GB/s", "% roof");
+  for (size_t i = 0; i + 2 < results.size(); i += 3) {
+    const Result &fused = results[i], &unfused = results[i + 1], &roof = results[i + 2];
+    std::printf("%-12s %-5s 2^%-4d %10.1f %10.1f %10.1f %9.0f %8.1f%%\n", fused.workload.c_str(),
+                fused.dtype.c_str(), static_cast<int>(std::log2(fused.n)), fused.seconds * 1e6,
+                unfused.seconds * 1e6, roof.seconds * 1e6, fused.bytes / fused.seconds / 1e9,
+                100 * roof.seconds / fused.seconds);
+  }
+  std::printf("host cost per evaluation, (z + 2).exp() * y on 4096 elements: %.2f us\n", host_us);
+  if (device.is_cuda())
+    std::printf(
+        "new fused kernel: cold %.2f ms (NVRTC and load), warm %.3f ms (disk cache), hot %.3f ms\n",
+        cold_ms, warm_ms, hot_ms);
+
+  if (!options.json_path.empty()) {
+    std::ofstream json(options.json_path);
+    char date[64];
+    std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    std::string device_name = device.str();
+    if (device.is_cuda()) {
+      DeviceReport report = device_report();
+      device_name = absl::StrCat(report.gpus.at(device.index()).name, " (", device.str(),
+                                 "), driver ", report.driver_version);
+    }
+    json << "{\n  \"tool\": \"lazyfuse\",\n  \"date\": \"" << date << "\",\n  \"device\": \""
+         << device_name << "\",\n  \"host_cost_us\": " << host_us
+         << ",\n  \"compile_ms\": {\"cold\": " << cold_ms << ", \"warm\": " << warm_ms
+         << ", \"hot\": " << hot_ms << "},\n  \"results\": [\n";
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Result& r = results[i];
+      json << absl::StrFormat(
+          "    {\"workload\": \"%s\", \"dtype\": \"%s\", \"n\": %d, \"mode\": \"%s\", \"us\": "
+          "%.3f, \"bytes\": %.0f}%s\n",
+          r.workload, r.dtype, r.n, r.mode, r.seconds * 1e6, r.bytes,
+          i + 1 < results.size() ? "," : "");
+    }
+    json << "  ]\n}\n";
+  }
+  return failures ? 1 : 0;
+}
+
+}  // namespace lazyfuse::bench
