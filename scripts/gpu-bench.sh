@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: lazyfuse's benchmark, then the peers (PyTorch, torch.compile, CuPy, JAX)
 # on the same workloads, merged into one report with a plot. Carry gpu-bundle/ (made by
-# scripts/gpu-bundle.sh). Results land in $OUT (default bench-results/).
+# `scripts/gpu-bundle.sh build lazyfuse`). Results land in $OUT (default bench-results/).
 # Usage: scripts/gpu-bench.sh [PEER_SIZES]   (log2 sizes for the peers, default 12,20,26,28)
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Here, after `make build`: the stripped binaries and the one shared library they need, laid
 # out as bin/ and lib/ (the binaries look in $ORIGIN/../lib) under gpu-bundle/, small enough to
-# carry to the GPU machine. Usage: scripts/gpu-bundle.sh [BUILD_DIR]
+# carry to the GPU machine (64 MiB at most: each binary carries OpenBLAS, ~25 MB, so carry
+# only what the run needs). Usage: scripts/gpu-bundle.sh [BUILD_DIR [BINARY...]]
+# (default: the tests and the walkthrough, what scripts/gpu-check.sh runs).
 set -euo pipefail
 build=${1:-build}
+shift || true
+binaries=("$@")
+[ ${#binaries[@]} -eq 0 ] && binaries=(lazyfuse_tests walkthrough)
 cd "$(dirname "$0")/.."
 rm -rf gpu-bundle
 mkdir -p gpu-bundle/bin gpu-bundle/lib
-for binary in lazyfuse lazyfuse_tests walkthrough; do
+for binary in "${binaries[@]}"; do
   strip -o "gpu-bundle/bin/$binary" "$build/bin/$binary"
 done
 cp "$build/lib/libsleef.so.3" gpu-bundle/lib/

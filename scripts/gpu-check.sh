@@ -12,7 +12,6 @@ export LAZYFUSE_CACHE_DIR=$(mktemp -d)
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  $bin/lazyfuse devices
 } > "$out/machine.log" 2>&1
 $bin/walkthrough > "$out/walkthrough.log" 2>&1; echo "walkthrough exit $?" >> "$out/walkthrough.log"
 $bin/lazyfuse_tests --gtest_filter="$filter" > "$out/tests.log" 2>&1; echo "tests exit $?" >> "$out/tests.log"
