@@ -11,6 +11,7 @@ packages=(
   libopenblas-dev      # CPU matmul (static archive)
   libcli11-dev         # the lazyfuse command-line tool
   llvm-14-tools        # FileCheck and not, for the pass tests
+  graphviz             # lazyfuse dot -o graph.svg
 )
 
 missing=()

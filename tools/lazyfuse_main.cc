@@ -1,119 +1,110 @@
-// The lazyfuse command-line tool: `lazyfuse devices` lists devices as nvidia-smi does;
-// `lazyfuse opt` runs passes over IR text as mlir-opt does.
-#include <fstream>
+// The lazyfuse command-line tool: devices (like nvidia-smi), opt (like mlir-opt), codegen,
+// compile, run, dot and bench. Each subcommand lives in tools/cmd_*.cc (bench in bench/).
 #include <iostream>
-#include <sstream>
 
 #include <CLI/CLI.hpp>
 
 #include "bench/bench.h"
+#include "codegen/nvrtc.h"
 #include "ir/errors.h"
-#include "ir/passes/passes.h"
-#include "ir/verifier.h"
 #include "runtime/devices.h"
-
-namespace {
-
-std::string read_input(const std::string& path) {
-  if (path == "-") {
-    std::ostringstream text;
-    text << std::cin.rdbuf();
-    return text.str();
-  }
-  std::ifstream file(path);
-  if (!file) throw lazyfuse::Error("cannot open '" + path + "'");
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-int run_opt(const std::string& path, const std::string& passes, bool print_after_all,
-            const std::vector<std::string>& print_after) {
-  std::string text = read_input(path);
-  std::string name = path == "-" ? "<stdin>" : path;
-  lazyfuse::Graph graph;
-  try {
-    graph = lazyfuse::parse_graph(text);
-  } catch (const lazyfuse::ParseError& e) {
-    std::cerr << name << ":" << e.what() << "\n";
-    return 1;
-  }
-  lazyfuse::PipelineOptions options;
-  if (!passes.empty()) {
-    std::stringstream list(passes);
-    for (std::string pass; std::getline(list, pass, ',');) options.only.push_back(pass);
-  }
-  bool any_after = print_after_all || !print_after.empty();
-  options.after_pass = [&](std::string_view pass, const std::string& ir) {
-    bool wanted = print_after_all ||
-                  std::find(print_after.begin(), print_after.end(), pass) != print_after.end();
-    if (wanted) std::cout << "// -----// IR Dump After " << pass << " //----- //\n" << ir;
-  };
-  try {
-    lazyfuse::Schedule schedule = lazyfuse::run_pipeline(std::move(graph), options);
-    if (!any_after) {
-      bool fused = options.only.empty() || std::find(options.only.begin(), options.only.end(),
-                                                     "fusion") != options.only.end();
-      std::cout << (fused ? lazyfuse::print_schedule(schedule)
-                          : lazyfuse::print_graph(schedule.graph));
-    }
-  } catch (const lazyfuse::Error& e) {
-    std::cerr << name << ": error: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
-}
-
-}  // namespace
+#include "tools/commands.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"lazyfuse: lazy tensors, fused kernels. Inspect devices, IR and passes."};
+  namespace tools = lazyfuse::tools;
+  CLI::App app{
+      "lazyfuse: lazy tensors, fused kernels. Inspect devices, IR, passes and generated code."};
   app.require_subcommand(1);
 
   CLI::App* devices =
-      app.add_subcommand("devices", "List CUDA devices and the CPU, like nvidia-smi");
+      app.add_subcommand("devices", "List the GPUs (like nvidia-smi), NVRTC and the CPU");
 
   CLI::App* opt =
       app.add_subcommand("opt", "Parse IR text, run passes, print the IR (like mlir-opt)");
-  std::string input;
-  std::string passes;
+  std::string file, passes;
   bool print_after_all = false;
   std::vector<std::string> print_after;
-  opt->add_option("file", input, "IR file, or - for standard input")->required();
+  opt->add_option("file", file, "IR file, or - for standard input")->required();
   opt->add_option("--passes", passes,
-                  "Comma-separated passes to run: placement,cse,dce,fusion (default: all)");
+                  "Comma-separated passes: placement,sink-views,cse,dce,fusion (default: all)");
   opt->add_flag("--print-after-all", print_after_all, "Print the IR after every pass");
   opt->add_option("--print-after", print_after, "Print the IR after the named pass")
       ->delimiter(',');
+
+  CLI::App* codegen = app.add_subcommand("codegen", "Print the generated source of each kernel");
+  std::string target = "cuda";
+  bool with_prologue = false;
+  codegen->add_option("file", file, "IR file, or -")->required();
+  codegen->add_option("--target", target, "cuda (CUDA source) or cpu (the CPU block program)")
+      ->capture_default_str();
+  codegen->add_flag("--with-prologue", with_prologue,
+                    "Include the fixed prologue every CUDA kernel starts with");
+
+  CLI::App* compile = app.add_subcommand(
+      "compile", "Compile each kernel with NVRTC (no GPU needed): time and size");
+  std::string arch = "sm_90";
+  compile->add_option("file", file, "IR file, or -")->required();
+  compile->add_option("--arch", arch, "GPU architecture")->capture_default_str();
+
+  CLI::App* run =
+      app.add_subcommand("run", "Evaluate a graph on seeded random inputs and print its outputs");
+  std::string device;
+  uint64_t seed = 0;
+  bool check = false;
+  run->add_option("file", file, "IR file, or -")->required();
+  run->add_option("--device", device,
+                  "cpu or cuda:N for every node (default: the devices in the file)");
+  run->add_option("--seed", seed, "Seed of the random inputs")->capture_default_str();
+  run->add_flag("--check", check,
+                "Compare with the graph evaluated in float64 on the CPU; exit 1 on a mismatch");
+
+  CLI::App* dot = app.add_subcommand("dot", "The graph as Graphviz DOT, fused kernels as clusters");
+  bool fused = false;
+  std::string output;
+  dot->add_option("file", file, "IR file, or -")->required();
+  dot->add_flag("--fused", fused, "Draw the fused kernels as clusters");
+  dot->add_option("-o,--output", output,
+                  "Write FILE.svg or FILE.png (through Graphviz's dot) or FILE.dot");
 
   CLI::App* bench =
       app.add_subcommand("bench", "Run the fusion benchmark: fused, unfused and the copy roof");
   lazyfuse::bench::BenchOptions bench_options;
   bench->add_option("--device", bench_options.device, "cuda:N or cpu")->capture_default_str();
   bench->add_option("--sizes", bench_options.log2_sizes, "log2 of the element counts")
-      ->delimiter(',')
-      ->capture_default_str();
-  bench->add_option("--dtypes", bench_options.dtypes, "f32, bf16, f16, f64")
-      ->delimiter(',')
-      ->capture_default_str();
+      ->delimiter(',');
+  bench->add_option("--dtypes", bench_options.dtypes, "f32, bf16, f16, f64")->delimiter(',');
   bench
       ->add_option("--workloads", bench_options.workloads,
                    "exp_mul, gelu, bias_relu, softmax, sum_squares, chain16, adam (default: all)")
       ->delimiter(',');
-  bench->add_option("--json", bench_options.json_path, "write the results here");
-  bench->add_option("--batches", bench_options.batches, "timed batches (the median is reported)")
+  bench->add_option("--json", bench_options.json_path, "Write the results here");
+  bench->add_option("--batches", bench_options.batches, "Timed batches (the median is reported)")
       ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (*devices) {
       std::cout << lazyfuse::format_device_report(lazyfuse::device_report());
+      std::cout << "NVRTC: "
+                << (lazyfuse::nvrtc_available() ? lazyfuse::nvrtc_version()
+                                                : lazyfuse::nvrtc_unavailable_reason())
+                << "\n";
       return 0;
     }
-    if (*opt) return run_opt(input, passes, print_after_all, print_after);
+    if (*opt) return tools::opt(file, passes, print_after_all, print_after);
+    if (*codegen) return tools::codegen(file, target, with_prologue);
+    if (*compile) return tools::compile(file, arch);
+    if (*run) return tools::run(file, device, seed, check);
+    if (*dot) return tools::dot(file, fused, output);
     if (*bench) return lazyfuse::bench::run_bench(bench_options);
+  } catch (const lazyfuse::ParseError& e) {
+    std::cerr << e.what() << "\n";  // already FILE:LINE:COL: error: ...
+    return 1;
   } catch (const lazyfuse::Error& e) {
-    std::cerr << "lazyfuse: error: " << e.what() << "\n";
+    std::cerr << (file.empty()  ? std::string("lazyfuse")
+                  : file == "-" ? std::string("<stdin>")
+                                : file)
+              << ": error: " << e.what() << "\n";
     return 1;
   }
   return 0;

@@ -1,0 +1,109 @@
+// lazyfuse codegen and lazyfuse compile: the source of each kernel of a graph, and its NVRTC
+// compilation (no GPU needed).
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "codegen/cpu_program.h"
+#include "codegen/cuda_codegen.h"
+#include "codegen/nvrtc.h"
+#include "ir/errors.h"
+#include "ir/passes/passes.h"
+#include "tools/commands.h"
+
+namespace lazyfuse::tools {
+namespace {
+
+// Operands as a freshly made tensor lies: contiguous and 256-byte aligned (what cuMemAlloc
+// gives), so the source is what a first evaluation of these shapes would compile.
+CudaSource cuda_source(const Schedule& schedule, const Step& step) {
+  std::vector<OperandLayout> layouts;
+  uint64_t address = 1 << 20;
+  for (ValueId v : step.inputs) {
+    const Node& node = schedule.graph.nodes[v];
+    layouts.push_back(
+        {address, dtype_size(node.dtype), node.shape, contiguous_strides(node.shape)});
+    address += 1 << 20;
+  }
+  std::vector<uint64_t> outputs;
+  std::vector<int64_t> sizes;
+  for (ValueId v : step.outputs) {
+    outputs.push_back(address += 1 << 20);
+    sizes.push_back(dtype_size(schedule.graph.nodes[v].dtype));
+  }
+  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, sizes);
+  if (step.kind == StepKind::Elementwise)
+    return generate_cuda_elementwise(schedule.graph, step, plan.spec);
+  plan.spec.vectorized = false;
+  const ReductionParts parts = reduction_parts(schedule.graph, step);
+  if (!parts.epilogue.empty()) return generate_cuda_row_kernel(schedule.graph, step, plan.spec);
+  if (!parts.prologue.empty())
+    return generate_cuda_fused_reduction(schedule.graph, step, plan.spec);
+  const Node& node = schedule.graph.nodes[parts.reduction];
+  return generate_cuda_reduction(node.op, schedule.graph.nodes[node.inputs[0]].dtype, node.dtype);
+}
+
+bool has_generated_kernel(const Step& step) {
+  return step.kind == StepKind::Elementwise || step.kind == StepKind::Reduction;
+}
+
+}  // namespace
+
+int codegen(const std::string& path, const std::string& target, bool with_prologue) {
+  if (target != "cuda" && target != "cpu")
+    throw Error("--target must be cuda or cpu, not '" + target + "'");
+  Schedule schedule = run_pipeline(load_graph(path), {});
+  for (const Step& step : schedule.steps) {
+    if (!has_generated_kernel(step)) {
+      std::cout << "// " << print_node(schedule.graph, step.nodes.back())
+                << "  (no generated code)\n\n";
+      continue;
+    }
+    if (target == "cuda") {
+      CudaSource source = cuda_source(schedule, step);
+      std::string text = source.source;
+      if (!with_prologue) text = text.substr(cuda_prologue().size());
+      std::cout << "// ----- " << source.kernel_name << " -----"
+                << (with_prologue ? "\n" : " (prologue left out: --with-prologue)\n") << text
+                << "\n";
+    } else {
+      std::cout << "// ----- " << step.kernel_name() << " (CPU block program) -----\n";
+      if (step.kind == StepKind::Elementwise) {
+        std::cout << CpuProgram::compile(schedule.graph, step).listing() << "\n";
+        continue;
+      }
+      // A reduction step: its prologue and epilogue run as block programs around the reduction.
+      const ReductionParts parts = reduction_parts(schedule.graph, step);
+      Step around = step;
+      around.kind = StepKind::Elementwise;
+      around.nodes = parts.prologue;
+      around.nodes.insert(around.nodes.end(), parts.epilogue.begin(), parts.epilogue.end());
+      std::sort(around.nodes.begin(), around.nodes.end());
+      around.outputs = {schedule.graph.nodes[parts.reduction].inputs[0]};
+      std::cout << "// reduce: " << print_node(schedule.graph, parts.reduction) << "\n";
+      if (!parts.prologue.empty())
+        std::cout << CpuProgram::compile(schedule.graph, around).listing();
+      std::cout << "\n";
+    }
+  }
+  return 0;
+}
+
+int compile(const std::string& path, const std::string& arch) {
+  int major = 0, minor = 0;
+  if (std::sscanf(arch.c_str(), "sm_%1d%1d", &major, &minor) != 2)
+    throw Error("--arch must look like sm_90, not '" + arch + "'");
+  if (!nvrtc_available()) throw UnsupportedError(nvrtc_unavailable_reason());
+  Schedule schedule = run_pipeline(load_graph(path), {});
+  std::cout << "NVRTC " << nvrtc_version() << ", " << arch << "\n";
+  for (const Step& step : schedule.steps) {
+    if (!has_generated_kernel(step)) continue;
+    CudaSource source = cuda_source(schedule, step);
+    CompiledKernel kernel = nvrtc_compile(source.source, source.kernel_name, major, minor);
+    std::printf("%-40s %8.1f ms  %s %zu bytes\n", source.kernel_name.c_str(), kernel.compile_ms,
+                kernel.is_cubin ? "cubin" : "ptx", kernel.image.size());
+  }
+  return 0;
+}
+
+}  // namespace lazyfuse::tools

@@ -1,0 +1,23 @@
+// The subcommands of the lazyfuse tool, one function each (tools/cmd_*.cc). Each returns the
+// process's exit status and reports errors as FILE:LINE:COL: error: ... where a file is at fault.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace lazyfuse::tools {
+
+// Reads and parses an IR file ("-" is standard input); throws ToolError with the
+// FILE:LINE:COL prefix on a parse error.
+Graph load_graph(const std::string& path);
+
+int opt(const std::string& path, const std::string& passes, bool print_after_all,
+        const std::vector<std::string>& print_after);
+int codegen(const std::string& path, const std::string& target, bool with_prologue);
+int compile(const std::string& path, const std::string& arch);
+int run(const std::string& path, const std::string& device, uint64_t seed, bool check);
+int dot(const std::string& path, bool fused, const std::string& output);
+
+}  // namespace lazyfuse::tools
