@@ -17,6 +17,7 @@ EnvConfig& mutable_env_config() {
     if (const char* dump = std::getenv("LAZYFUSE_DUMP")) {
       for (absl::string_view item : absl::StrSplit(dump, ',')) {
         c.dump_ir |= item == "ir";
+        c.dump_fusion |= item == "fusion";
         c.dump_cuda |= item == "cuda";
       }
     }

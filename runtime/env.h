@@ -11,6 +11,7 @@ struct EnvConfig {
   int debug = 0;               // LAZYFUSE_DEBUG=1: one line per evaluation
   bool fusion = true;          // LAZYFUSE_FUSION=0: one kernel per op
   int64_t max_pending = 4096;  // LAZYFUSE_MAX_PENDING: pending nodes that trigger evaluation
+  bool dump_fusion = false;    // LAZYFUSE_DUMP contains "fusion": each graph's kernels
   bool dump_cuda = false;      // LAZYFUSE_DUMP contains "cuda": each generated kernel's source
   std::string dump_dir;        // LAZYFUSE_DUMP_DIR: also write generated sources there as files
   bool sync = false;           // LAZYFUSE_SYNC=1: wait for each kernel, so errors name it

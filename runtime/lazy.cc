@@ -123,10 +123,11 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   const EnvConfig& env = env_config();
   PipelineOptions pipeline;
   pipeline.fusion.enabled = options.fusion && env.fusion;
-  if (env.dump_ir) {
+  if (env.dump_ir)
     pipeline.before_all = [](const std::string& ir) { std::cerr << "// IR before passes\n" << ir; };
-    pipeline.after_pass = [](std::string_view pass, const std::string& ir) {
-      std::cerr << "// IR after " << pass << "\n" << ir;
+  if (env.dump_ir || env.dump_fusion) {
+    pipeline.after_pass = [&env](std::string_view pass, const std::string& ir) {
+      if (env.dump_ir || pass == "fusion") std::cerr << "// IR after " << pass << "\n" << ir;
     };
   }
   Schedule schedule = run_pipeline(built.graph, pipeline);
