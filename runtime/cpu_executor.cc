@@ -94,43 +94,9 @@ void run_cpu_step(const Graph& graph, const Step& step,
       values[step.nodes[0]] = cpu_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);
       break;
     case StepKind::View:
-      values[step.nodes[0]] = cpu_view(node, *values[node.inputs[0]]);
-      break;
     case StepKind::Transfer:
-      throw VerifierError("a transfer is not a CPU step");
+      throw VerifierError("views and transfers are the executor's, not the CPU's");
   }
-}
-
-BufferView cpu_view(const Node& node, const BufferView& input) {
-  BufferView out = input;
-  out.shape = node.shape;
-  switch (node.op) {
-    case Op::Reshape:
-      if (!view_strides(input.shape, input.strides, node.shape, &out.strides))
-        throw ShapeError(absl::StrCat("reshape at ", node.where.str(),
-                                      ": no view of the operand has shape ",
-                                      shape_str(node.shape)));
-      break;
-    case Op::Permute: {
-      const std::vector<int64_t>& dims = node.attrs.get_ints("dims");
-      int64_t rank = static_cast<int64_t>(input.shape.size());
-      for (size_t i = 0; i < dims.size(); ++i)
-        out.strides[i] = input.strides[normalize_dim(dims[i], rank, "permute")];
-      break;
-    }
-    case Op::Expand:
-      out.strides = broadcast_strides(input.shape, input.strides, node.shape);
-      break;
-    case Op::Narrow: {
-      int64_t dim = normalize_dim(node.attrs.get_int("dim"),
-                                  static_cast<int64_t>(input.shape.size()), "narrow");
-      out.offset += node.attrs.get_int("start") * input.strides[dim];
-      break;
-    }
-    default:
-      throw VerifierError(absl::StrCat(op_name(node.op), " is not a view"));
-  }
-  return out;
 }
 
 }  // namespace lazyfuse

@@ -1,5 +1,5 @@
 // The steps that run on the host: fused elementwise programs on all cores (OpenMP),
-// reductions, OpenBLAS matmul, views.
+// reductions, OpenBLAS matmul.
 #pragma once
 
 #include <optional>
@@ -29,7 +29,6 @@ BufferView cpu_reduce(const Node& node, const BufferView& input);
 BufferView cpu_fused_reduce(const Graph& graph, const Step& step,
                             const std::vector<std::optional<BufferView>>& values);
 BufferView cpu_matmul(const Node& node, const BufferView& a, const BufferView& b);
-BufferView cpu_view(const Node& node, const BufferView& input);
 // A contiguous copy of any view.
 BufferView cpu_contiguous(const BufferView& input);
 

@@ -1,5 +1,5 @@
 // Running steps on a GPU: generated kernels (elementwise, reductions with what is fused around
-// them), cuBLAS matmul, views.
+// them), cuBLAS matmul.
 #include "runtime/cuda_executor.h"
 
 #include <algorithm>
@@ -265,9 +265,6 @@ void run_cuda_step(const Graph& graph, const Step& step,
     case StepKind::Elementwise:
       run_elementwise(graph, step, values);
       return;
-    case StepKind::View:
-      values[step.nodes[0]] = cpu_view(node, *values[node.inputs[0]]);
-      return;
     case StepKind::Reduction: {
       const ReductionParts parts = reduction_parts(graph, step);
       if (!parts.epilogue.empty()) {
@@ -283,8 +280,9 @@ void run_cuda_step(const Graph& graph, const Step& step,
     case StepKind::Matmul:
       values[step.nodes[0]] = run_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);
       return;
+    case StepKind::View:
     case StepKind::Transfer:
-      throw VerifierError("a transfer is not a GPU step");
+      throw VerifierError("views and transfers are the executor's, not the GPU's");
   }
 }
 

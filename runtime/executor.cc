@@ -3,11 +3,44 @@
 
 #include "absl/strings/str_cat.h"
 #include "ir/errors.h"
+#include "ir/infer.h"
 #include "runtime/cpu_executor.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_executor.h"
 
 namespace lazyfuse {
+
+BufferView apply_view(const Node& node, const BufferView& input) {
+  BufferView out = input;
+  out.shape = node.shape;
+  switch (node.op) {
+    case Op::Reshape:
+      if (!view_strides(input.shape, input.strides, node.shape, &out.strides))
+        throw ShapeError(absl::StrCat("reshape at ", node.where.str(),
+                                      ": no view of the operand has shape ",
+                                      shape_str(node.shape)));
+      break;
+    case Op::Permute: {
+      const std::vector<int64_t>& dims = node.attrs.get_ints("dims");
+      int64_t rank = static_cast<int64_t>(input.shape.size());
+      for (size_t i = 0; i < dims.size(); ++i)
+        out.strides[i] = input.strides[normalize_dim(dims[i], rank, "permute")];
+      break;
+    }
+    case Op::Expand:
+      out.strides = broadcast_strides(input.shape, input.strides, node.shape);
+      break;
+    case Op::Narrow: {
+      int64_t dim = normalize_dim(node.attrs.get_int("dim"),
+                                  static_cast<int64_t>(input.shape.size()), "narrow");
+      out.offset += node.attrs.get_int("start") * input.strides[dim];
+      break;
+    }
+    default:
+      throw VerifierError(absl::StrCat(op_name(node.op), " is not a view"));
+  }
+  return out;
+}
 
 BufferView contiguous(const BufferView& source) {
   if (source.is_contiguous()) return source;
@@ -56,7 +89,9 @@ void run_schedule(const Schedule& schedule, std::vector<std::optional<BufferView
   for (size_t s = 0; s < schedule.steps.size(); ++s) {
     const Step& step = schedule.steps[s];
     const Node& node = graph.nodes[step.nodes.back()];
-    if (step.kind == StepKind::Transfer) {
+    if (step.kind == StepKind::View) {
+      values[step.nodes[0]] = apply_view(node, *values[node.inputs[0]]);
+    } else if (step.kind == StepKind::Transfer) {
       values[step.nodes[0]] = copy_to_device(*values[node.inputs[0]], node.device);
     } else if (step.device.is_cpu()) {
       run_cpu_step(graph, step, values);

@@ -18,6 +18,8 @@ void run_schedule(const Schedule& schedule, std::vector<std::optional<BufferView
 // peer copies where the driver can, host to host). Returns `source` itself when it is already
 // contiguous there.
 BufferView copy_to_device(const BufferView& source, const Device& device);
+// A view step on any device: the operand's storage with the view's sizes, strides and offset.
+BufferView apply_view(const Node& node, const BufferView& input);
 // A contiguous copy on the same device, or `source` when it is contiguous.
 BufferView contiguous(const BufferView& source);
 
