@@ -11,6 +11,8 @@ namespace lazyfuse::nn {
 
 std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
+  // own_parameters() hands out pointers so that to() can replace parameters; here they are
+  // only copied (handles), so a const module may use it.
   for (Tensor* parameter : const_cast<Module*>(this)->own_parameters())
     if (parameter->defined()) out.push_back(*parameter);
   for (const auto& child : children_) {

@@ -242,11 +242,10 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length, Loc where) const
   } catch (const Error&) {
     detail::rethrow_at(where);
   }
-  if (length >= 0 && length <= shape[d]) shape[d] = length;
+  shape[d] = length;  // the shape rule rejects a length that does not fit
   Attrs attrs;
   attrs.set("dim", d);
   attrs.set("start", start);
-  if (length < 0 || length > sizes()[d]) shape[d] = length;  // the shape rule reports it
   return make_op(Op::Narrow, {*this}, std::move(attrs), where, std::move(shape));
 }
 
