@@ -7,6 +7,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "ir/errors.h"
 #include "runtime/cuda_memory.h"
 
@@ -29,7 +30,11 @@ std::shared_ptr<Storage> Storage::allocate(const Device& device, int64_t nbytes)
   } else {
     size_t size = static_cast<size_t>((std::max<int64_t>(nbytes, 1) + 63) / 64 * 64);
     data = std::aligned_alloc(64, size);
-    if (data == nullptr) throw std::bad_alloc();
+    if (data == nullptr)
+      throw OutOfMemoryError(absl::StrFormat(
+          "out of host memory: tried to allocate %.2f MiB; lazyfuse holds %.2f MiB on the CPU",
+          static_cast<double>(size) / (1 << 20),
+          static_cast<double>(memory_stats(device).allocated_bytes) / (1 << 20)));
   }
   {
     std::lock_guard lock(stats_mutex);
