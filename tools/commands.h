@@ -19,5 +19,6 @@ int codegen(const std::string& path, const std::string& target, bool with_prolog
 int compile(const std::string& path, const std::string& arch);
 int run(const std::string& path, const std::string& device, uint64_t seed, bool check);
 int dot(const std::string& path, bool fused, const std::string& output);
+int fuzz(uint64_t seed, int64_t graphs, const std::string& device);
 
 }  // namespace lazyfuse::tools

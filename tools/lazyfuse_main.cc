@@ -81,6 +81,17 @@ int main(int argc, char** argv) {
   bench->add_option("--batches", bench_options.batches, "Timed batches (the median is reported)")
       ->capture_default_str();
 
+  CLI::App* fuzz =
+      app.add_subcommand("fuzz", "Random graphs evaluated fused and unfused; report mismatches");
+  uint64_t fuzz_seed = 1;
+  int64_t graphs = 100;
+  std::string fuzz_device = "cpu";
+  fuzz->add_option("--seed", fuzz_seed, "First seed")->capture_default_str();
+  fuzz->add_option("--graphs", graphs, "How many graphs")->capture_default_str();
+  fuzz->add_option("--device", fuzz_device,
+                   "cpu (fused against unfused, bit for bit) or cuda:N (against the CPU)")
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*devices) {
@@ -97,6 +108,7 @@ int main(int argc, char** argv) {
     if (*run) return tools::run(file, device, seed, check);
     if (*dot) return tools::dot(file, fused, output);
     if (*bench) return lazyfuse::bench::run_bench(bench_options);
+    if (*fuzz) return tools::fuzz(fuzz_seed, graphs, fuzz_device);
   } catch (const lazyfuse::ParseError& e) {
     std::cerr << e.what() << "\n";  // already FILE:LINE:COL: error: ...
     return 1;

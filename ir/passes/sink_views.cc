@@ -12,7 +12,8 @@
 // first expanded to the node's shape (a view too); a scalar constant needs no view.
 //
 // Before: a placed graph. After: no permute, narrow or expand reads an elementwise node that has
-// no other use and is not returned; values are unchanged.
+// no other use and is not returned; values are unchanged (and, as after cse and dce, no two
+// nodes are equal and none is dead).
 #include "ir/infer.h"
 #include "ir/passes/passes.h"
 
@@ -89,8 +90,13 @@ bool sink_once(Graph& graph) {
 }  // namespace
 
 void run_sink_views(Graph& graph) {
-  // Each sweep moves views one op further; a chain of n ops takes n sweeps.
-  for (size_t sweep = 0; sweep <= graph.nodes.size() && sink_once(graph); ++sweep) {
+  // Each sweep moves views one op further; a chain of n ops takes n sweeps. Before each, cse
+  // merges equal views of one value (the user's, or those a sweep made of one operand), so
+  // that value has one use and can move too.
+  for (size_t sweep = 0; sweep <= graph.nodes.size(); ++sweep) {
+    run_cse(graph);
+    run_dce(graph);
+    if (!sink_once(graph)) break;
   }
 }
 
