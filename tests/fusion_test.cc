@@ -669,3 +669,26 @@ TEST(Fusion, ViewsOfElementwiseResultsMoveOntoTheirOperands) {
 
 }  // namespace
 }  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+TEST(Fusion, AbsorbedPrologueKeepsItsDependencesVisible) {
+  // Found by lazyfuse fuzz: the mean absorbed its prologue (the cast) but not the cast's outside
+  // operand, so the sum's epilogue search could not see that the mean depends on the sum, and
+  // merged the group reading the mean into the sum's step: a cycle between steps.
+  Schedule schedule = schedule_of_text(R"(graph @main(%0: i32[1] @cpu) {
+  %1 = sum %0 {dims = [-1], keepdim = true} : i64[1] @cpu
+  %2 = cast %1 : f32[1] @cpu
+  %3 = mean %2 {dims = [-1], keepdim = true} : f32[1] @cpu
+  %4 = cast %1 : i32[1] @cpu
+  %5 = add %3, %4 : f32[1] @cpu
+  %6 = add %1, %4 : i64[1] @cpu
+  %7 = add %6, %4 : i64[1] @cpu
+  return %5, %7
+})");
+  EXPECT_EQ(count_steps(schedule, StepKind::Reduction), 2);
+}
+
+}  // namespace
+}  // namespace lazyfuse

@@ -1589,3 +1589,38 @@ TEST(OpsFactories, RandStaysBelowOneInEveryFloatingDType) {
 
 }  // namespace
 }  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+// Note [Lane-independent math] in codegen/cpu_math.h: each element's result must not depend
+// on its neighbours in a vector. A huge neighbour once moved SLEEF's sin onto its slow argument
+// reduction for all eight lanes, changing the small lanes' last bit (found by lazyfuse fuzz as
+// a fused/unfused mismatch).
+TEST(OpsElementwise, EachElementsResultIgnoresItsNeighbours) {
+  // -4.81352711 and 4.73783541 are values whose SLEEF sin differed by an ulp depending on a
+  // neighbouring lane of 1e30.
+  const std::vector<double> values = {-4.81352711, 1e30, 4.73783541, -2.5, 3.1,  1e-3,
+                                      -7e20,       0.2,  5.0,        1.5,  -0.9, 4e10};
+  for (DType dtype : {kFloat32, kFloat64}) {
+    Tensor all = from_vector(values, {static_cast<int64_t>(values.size())}, dtype);
+    std::vector<std::vector<double>> together = {
+        all.sin().to_vector<double>(), all.cos().to_vector<double>(), all.exp().to_vector<double>(),
+        all.tanh().to_vector<double>(), all.abs().log().to_vector<double>()};
+    for (size_t i = 0; i < values.size(); ++i) {
+      Tensor alone = from_vector({values[i]}, {1}, dtype);
+      std::vector<double> separately = {alone.sin().item<double>(), alone.cos().item<double>(),
+                                        alone.exp().item<double>(), alone.tanh().item<double>(),
+                                        alone.abs().log().item<double>()};
+      for (size_t f = 0; f < separately.size(); ++f) {
+        EXPECT_TRUE(together[f][i] == separately[f] ||
+                    (std::isnan(together[f][i]) && std::isnan(separately[f])))
+            << "function " << f << ", element " << i << " (" << values[i] << ") in "
+            << dtype_torch_name(dtype);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lazyfuse

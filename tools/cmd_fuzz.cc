@@ -152,8 +152,16 @@ int fuzz(uint64_t seed, int64_t graphs, const std::string& device_name) {
       for (const Tensor& t : fused.outputs) values.push_back(t.value());
       ir = print_graph(build_graph(values).graph);
     }
-    eval(fused.outputs);
-    eval(reference.outputs, EvalOptions{.fusion = false});
+    try {
+      eval(fused.outputs);
+      eval(reference.outputs, EvalOptions{.fusion = false});
+    } catch (const Error& e) {
+      // An evaluation that throws on a graph the frontend accepted is a bug too.
+      ++mismatches;
+      std::cout << absl::StrFormat("ERROR: graph %d (seed %d): %s\n", g, graph_seed, e.what()) << ir
+                << "\n";
+      continue;
+    }
     ++evaluated;
     for (size_t k = 0; k < fused.outputs.size(); ++k) {
       std::vector<double> got = fused.outputs[k].to_vector<double>();

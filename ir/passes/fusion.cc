@@ -135,6 +135,17 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
     return false;
   };
 
+  // Group `from` becomes part of group `target`: its members, and its outside operands, which
+  // depends_on follows (an operand that is now inside is harmless: its group is the target).
+  auto merge = [&](int target, int from) {
+    Group& into = groups[target];
+    into.members.insert(into.members.end(), groups[from].members.begin(),
+                        groups[from].members.end());
+    into.ext_inputs.insert(groups[from].ext_inputs.begin(), groups[from].ext_inputs.end());
+    groups_uf.unite(target, from);
+    groups[from] = Group();
+  };
+
   for (size_t i = 0; i < n; ++i) {
     const Node& node = graph.nodes[i];
     ValueId id = static_cast<ValueId>(i);
@@ -181,12 +192,7 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
       target = *candidates.begin();
       for (int g : candidates) {
         if (g == target) continue;
-        Group& from = groups[g];
-        Group& into = groups[target];
-        into.members.insert(into.members.end(), from.members.begin(), from.members.end());
-        into.ext_inputs.insert(from.ext_inputs.begin(), from.ext_inputs.end());
-        groups_uf.unite(target, g);
-        from = Group();
+        merge(target, g);
       }
       target = groups_uf.find(target);
     } else {
@@ -257,12 +263,7 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
               user == static_cast<ValueId>(i) || groups_uf.find(group_of[user]) == prologue;
       }
       if (!private_values) continue;
-      const int target = groups_uf.find(group_of[i]);
-      Group& into = groups[target];
-      into.members.insert(into.members.end(), groups[prologue].members.begin(),
-                          groups[prologue].members.end());
-      groups_uf.unite(target, prologue);
-      groups[prologue] = Group();
+      merge(groups_uf.find(group_of[i]), prologue);
     }
   }
 
@@ -321,11 +322,7 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
         }
       }
       if (!ok) continue;
-      Group& into = groups[step_group];
-      into.members.insert(into.members.end(), groups[epilogue].members.begin(),
-                          groups[epilogue].members.end());
-      groups_uf.unite(step_group, epilogue);
-      groups[epilogue] = Group();
+      merge(step_group, epilogue);
     }
   }
 
