@@ -11,7 +11,8 @@
 namespace lazyfuse {
 
 // Operand registers in, result register out, n elements. Registers hold at least n rounded up
-// to kCpuVectorPad elements, so vector loops need no scalar tail.
+// to kCpuVectorPad elements, so vector loops run whole vectors into the padding; scalar loops
+// stop at n (padding holds stale bytes, not valid values of every type).
 using CpuApplyFn = void (*)(const void* const* in, void* out, int64_t n);
 using CpuConvertFn = void (*)(const void* in, void* out, int64_t n);
 inline constexpr int kCpuVectorPad = 8;

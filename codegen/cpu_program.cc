@@ -256,7 +256,6 @@ void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuRe
   auto reg = [&](int r) { return scratch + static_cast<size_t>(r) * kRegisterBytes; };
   for (int64_t start = begin; start < end; start += kCpuBlock) {
     const int64_t n = std::min(kCpuBlock, end - start);
-    const int64_t padded = (n + kCpuVectorPad - 1) / kCpuVectorPad * kCpuVectorPad;
     for (const Instr& instr : code_) {
       switch (instr.kind) {
         case Kind::Load:
@@ -298,7 +297,7 @@ void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuRe
         case Kind::Apply: {
           const void* in[3] = {reg(instr.src[0]), instr.src[1] >= 0 ? reg(instr.src[1]) : nullptr,
                                instr.src[2] >= 0 ? reg(instr.src[2]) : nullptr};
-          instr.apply(in, reg(instr.dst), padded);
+          instr.apply(in, reg(instr.dst), n);
           break;
         }
         case Kind::Convert:

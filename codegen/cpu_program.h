@@ -60,6 +60,7 @@ class CpuProgram {
   static constexpr size_t kRegisterBytes = kCpuBlock * 8;
   enum class Kind : uint8_t { Load, Const, Arange, Rand, Randn, Apply, Convert, Round, Store };
   struct Instr {
+    explicit Instr(Kind k) : kind(k) {}
     Kind kind;
     int dst = -1;
     int src[3] = {-1, -1, -1};
