@@ -20,9 +20,11 @@ namespace {
 // threads, so a reduction gives the same bits however many cores run it.
 constexpr int64_t kReduceBlock = 1 << 15;
 
-// Reduces `outer` rows of `inner` elements each. `visit(row, begin, end, f)` calls f on
-// elements [begin, end) of a row, in order, as values of storage type S: read from a buffer, or
-// computed by a fused prologue.
+// Reduces `outer` rows of `inner` elements each. `visit(row, begin, end, consume)` hands
+// elements [begin, end) of a row to consume(values, count, stride) in runs, in order, as values
+// of storage type S: read from a buffer, or computed by a fused prologue. Each run is reduced
+// with four interleaved accumulators, so that additions do not wait on each other; the runs of
+// a contiguous operand and of a fused prologue are the same blocks, so both give the same bits.
 template <typename S, typename Visit>
 void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferView& out,
                  Visit&& visit) {
@@ -34,7 +36,16 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
       const int64_t row = item / blocks, begin = item % blocks * kReduceBlock;
       Acc acc = identity;
       visit(row, begin, std::min(inner, begin + kReduceBlock),
-            [&](S value) { acc = combine(acc, convert_value<Acc>(value)); });
+            [&](const S* values, int64_t count, int64_t stride) {
+              Acc lanes[4] = {identity, identity, identity, identity};
+              int64_t i = 0;
+              for (; i + 4 <= count; i += 4)
+                for (int l = 0; l < 4; ++l)
+                  lanes[l] = combine(lanes[l], convert_value<Acc>(values[(i + l) * stride]));
+              for (; i < count; ++i)
+                lanes[0] = combine(lanes[0], convert_value<Acc>(values[i * stride]));
+              acc = combine(acc, combine(combine(lanes[0], lanes[1]), combine(lanes[2], lanes[3])));
+            });
       partials[item] = acc;
     }
     dispatch_storage(node.dtype, [&]<typename R>() {
@@ -84,16 +95,34 @@ BufferView cpu_reduce(const Node& node, const BufferView& input) {
     (reduced ? inner_shape : outer_shape).push_back(input.shape[d]);
     (reduced ? inner_strides : outer_strides).push_back(input.strides[d]);
   }
+  // Reduced dims that memory walks in order are one: a contiguous operand is one run a block.
+  Shape runs_shape;
+  Strides runs_strides;
+  for (size_t d = 0; d < inner_shape.size(); ++d) {
+    if (!runs_shape.empty() && runs_strides.back() == inner_strides[d] * inner_shape[d]) {
+      runs_shape.back() *= inner_shape[d];
+      runs_strides.back() = inner_strides[d];
+    } else {
+      runs_shape.push_back(inner_shape[d]);
+      runs_strides.push_back(inner_strides[d]);
+    }
+  }
+  inner_shape = runs_shape;
+  inner_strides = runs_strides;
   BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
   dispatch_storage(input.dtype, [&]<typename S>() {
     const S* base = static_cast<const S*>(input.data());
     const int inner_rank = static_cast<int>(inner_shape.size());
-    // Walks a row's elements through the strides, carrying the index from dim to dim.
-    auto visit = [&](int64_t row, int64_t begin, int64_t end, auto&& f) {
+    // Walks a row's elements through the strides, a run along the innermost dim at a time.
+    auto visit = [&](int64_t row, int64_t begin, int64_t end, auto&& consume) {
       int64_t offset = 0;
       for (int64_t d = static_cast<int64_t>(outer_shape.size()) - 1, rest = row; d >= 0; --d) {
         offset += (rest % outer_shape[d]) * outer_strides[d];
         rest /= outer_shape[d];
+      }
+      if (inner_rank == 0) {
+        if (end > begin) consume(base + offset, 1, 1);
+        return;
       }
       int64_t index[16] = {};
       for (int64_t d = inner_rank - 1, rest = begin; d >= 0; --d) {
@@ -101,13 +130,17 @@ BufferView cpu_reduce(const Node& node, const BufferView& input) {
         rest /= inner_shape[d];
         offset += index[d] * inner_strides[d];
       }
-      for (int64_t j = begin; j < end; ++j) {
-        f(base[offset]);
-        for (int d = inner_rank - 1; d >= 0; --d) {
-          offset += inner_strides[d];
-          if (++index[d] < inner_shape[d]) break;
-          offset -= index[d] * inner_strides[d];
+      const int last = inner_rank - 1;
+      for (int64_t j = begin; j < end;) {
+        const int64_t run = std::min(end - j, inner_shape[last] - index[last]);
+        consume(base + offset, run, inner_strides[last]);
+        j += run;
+        offset += run * inner_strides[last];
+        index[last] += run;
+        for (int d = last; d > 0 && index[d] == inner_shape[d]; --d) {
+          offset += inner_strides[d - 1] - inner_shape[d] * inner_strides[d];
           index[d] = 0;
+          ++index[d - 1];
         }
       }
     };
@@ -147,8 +180,7 @@ BufferView cpu_fused_reduce(const Graph& graph, const Step& step,
       CpuResult result{block.data(), dtype};
       program.run(operands, std::span(&result, 1), first, first + (end - begin), scratch.data(),
                   first);
-      const S* computed = reinterpret_cast<const S*>(block.data());
-      for (int64_t j = 0; j < end - begin; ++j) f(computed[j]);
+      f(reinterpret_cast<const S*>(block.data()), end - begin, 1);
     };
     reduce_rows<S>(node, outer, inner, out, visit);
   });
