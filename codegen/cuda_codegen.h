@@ -101,4 +101,10 @@ CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
 CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
                                     const CudaElementwiseSpec& spec, bool fast_math = false);
 
+// The kernel a step with generated code (elementwise or reduction) runs, by its kind and what
+// is fused into it; for a reduction `spec` must not be vectorized. What the runtime launches
+// and what `lazyfuse codegen` shows.
+CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,
+                              bool fast_math = false);
+
 }  // namespace lazyfuse

@@ -236,4 +236,17 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
   return source;
 }
 
+CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,
+                              bool fast_math) {
+  if (step.kind == StepKind::Elementwise)
+    return generate_cuda_elementwise(graph, step, spec, fast_math);
+  if (step.kind != StepKind::Reduction)
+    throw VerifierError("only elementwise and reduction steps have generated kernels");
+  const ReductionParts parts = reduction_parts(graph, step);
+  if (!parts.epilogue.empty()) return generate_cuda_row_kernel(graph, step, spec, fast_math);
+  if (!parts.prologue.empty()) return generate_cuda_fused_reduction(graph, step, spec, fast_math);
+  const Node& node = graph.nodes[parts.reduction];
+  return generate_cuda_reduction(node.op, graph.nodes[node.inputs[0]].dtype, node.dtype);
+}
+
 }  // namespace lazyfuse

@@ -70,18 +70,9 @@ std::vector<CudaSource> generate_all(const Schedule& schedule, bool strided) {
     std::vector<uint64_t> outputs(step.outputs.size(), 8192);
     std::vector<int64_t> sizes(step.outputs.size(), 8);
     CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, sizes);
-    if (step.kind == StepKind::Elementwise) {
-      sources.push_back(generate_cuda_elementwise(schedule.graph, step, plan.spec));
-    } else if (step.kind == StepKind::Reduction &&
-               !reduction_parts(schedule.graph, step).epilogue.empty()) {
-      sources.push_back(generate_cuda_row_kernel(schedule.graph, step, plan.spec));
-    } else if (step.kind == StepKind::Reduction && step.nodes.size() > 1) {
-      sources.push_back(generate_cuda_fused_reduction(schedule.graph, step, plan.spec));
-    } else if (step.kind == StepKind::Reduction) {
-      const Node& node = schedule.graph.nodes[reduction_parts(schedule.graph, step).reduction];
-      sources.push_back(
-          generate_cuda_reduction(node.op, schedule.graph.nodes[node.inputs[0]].dtype, node.dtype));
-    }
+    if (step.kind == StepKind::Reduction) plan.spec.vectorized = false;
+    if (step.kind == StepKind::Elementwise || step.kind == StepKind::Reduction)
+      sources.push_back(generate_cuda_step(schedule.graph, step, plan.spec));
   }
   return sources;
 }

@@ -117,16 +117,10 @@ std::optional<CudaSource> generate_cuda(const Schedule& schedule, const Step& st
     CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, sizes);
     return generate_cuda_elementwise(graph, step, plan.spec);
   }
-  // As run_cuda_step: a plain reduction, one with a prologue, or a row kernel when the step
-  // also has an epilogue. The latter two read their operands element by element.
-  const ReductionParts parts = reduction_parts(graph, step);
-  const Node& node = graph.nodes[parts.reduction];
-  if (parts.prologue.empty() && parts.epilogue.empty())
-    return generate_cuda_reduction(node.op, graph.nodes[node.inputs[0]].dtype, node.dtype);
+  // A reduction reads its operands element by element: never the vector variant.
   CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
   plan.spec.vectorized = false;
-  if (!parts.epilogue.empty()) return generate_cuda_row_kernel(graph, step, plan.spec);
-  return generate_cuda_fused_reduction(graph, step, plan.spec);
+  return generate_cuda_step(graph, step, plan.spec);
 }
 
 // The CPU programs of `step`, as the CPU executor compiles them: an elementwise step's own; for

@@ -32,15 +32,8 @@ CudaSource cuda_source(const Schedule& schedule, const Step& step) {
     sizes.push_back(dtype_size(schedule.graph.nodes[v].dtype));
   }
   CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, sizes);
-  if (step.kind == StepKind::Elementwise)
-    return generate_cuda_elementwise(schedule.graph, step, plan.spec);
-  plan.spec.vectorized = false;
-  const ReductionParts parts = reduction_parts(schedule.graph, step);
-  if (!parts.epilogue.empty()) return generate_cuda_row_kernel(schedule.graph, step, plan.spec);
-  if (!parts.prologue.empty())
-    return generate_cuda_fused_reduction(schedule.graph, step, plan.spec);
-  const Node& node = schedule.graph.nodes[parts.reduction];
-  return generate_cuda_reduction(node.op, schedule.graph.nodes[node.inputs[0]].dtype, node.dtype);
+  if (step.kind == StepKind::Reduction) plan.spec.vectorized = false;
+  return generate_cuda_step(schedule.graph, step, plan.spec);
 }
 
 bool has_generated_kernel(const Step& step) {
