@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "ir/errors.h"
 #include "ir/passes/passes.h"
+#include "ir/stable_hash.h"
 #include "runtime/env.h"
 #include "runtime/executor.h"
 
@@ -56,46 +57,144 @@ LazyRef make_pending(Node node, std::vector<LazyRef> inputs, Strides strides) {
   return value;
 }
 
-BuiltGraph build_graph(std::span<const LazyRef> outputs) {
-  BuiltGraph built;
-  absl::flat_hash_map<const LazyValue*, ValueId> ids;
-  // Post-order DFS without recursion (deep chains must not overflow the stack). Computed values
-  // reached become the params, in order of first use; pending ones follow, inputs first.
-  std::vector<LazyRef> order;
-  std::vector<std::pair<LazyRef, bool>> stack;
-  absl::flat_hash_map<const LazyValue*, bool> visited;
-  for (auto it = outputs.rbegin(); it != outputs.rend(); ++it) stack.push_back({*it, false});
+namespace {
+
+// The pending DAG behind some outputs, in evaluation order: the computed values it reaches
+// (the params, in order of first use), then the pending values, each after its inputs. Each
+// value's position is left in its `walk_index` (valid until the next walk; under eval_mutex).
+struct Walk {
+  std::vector<LazyValue*> params;
+  std::vector<LazyValue*> pending;
+};
+
+Walk walk_pending(std::span<const LazyRef> outputs) {
+  static uint64_t walks = 0;
+  const uint64_t walk = ++walks;
+  Walk result;
+  // Post-order DFS without recursion (deep chains must not overflow the stack).
+  std::vector<std::pair<LazyValue*, bool>> stack;
+  for (auto it = outputs.rbegin(); it != outputs.rend(); ++it) stack.push_back({it->get(), false});
   while (!stack.empty()) {
-    auto [value, expanded] = std::move(stack.back());
+    auto [value, expanded] = stack.back();
     stack.pop_back();
     if (expanded) {
-      order.push_back(std::move(value));
+      result.pending.push_back(value);
       continue;
     }
-    if (!visited.emplace(value.get(), true).second) continue;
+    if (value->walk_id == walk) continue;
+    value->walk_id = walk;
     if (value->computed()) {
-      built.params.push_back(value);
+      result.params.push_back(value);
       continue;
     }
     stack.push_back({value, true});  // popped once every input above it is done
     for (auto it = value->inputs.rbegin(); it != value->inputs.rend(); ++it)
-      if (!visited.contains(it->get())) stack.push_back({*it, false});
+      if ((*it)->walk_id != walk) stack.push_back({it->get(), false});
   }
-  for (const LazyRef& param : built.params) {
-    Node node = param->node;
+  ValueId next = 0;
+  for (LazyValue* value : result.params) value->walk_index = next++;
+  for (LazyValue* value : result.pending) value->walk_index = next++;
+  return result;
+}
+
+// The graph node for a walked value: a param keeps only its type and origin.
+Node graph_node(const LazyValue& value) {
+  Node node = value.node;
+  node.inputs.clear();
+  if (value.computed()) {
     node.op = Op::Param;
-    node.inputs.clear();
     node.attrs = Attrs();
-    ids[param.get()] = built.graph.add(std::move(node));
+  } else {
+    for (const LazyRef& input : value.inputs) node.inputs.push_back(input->walk_index);
   }
-  for (const LazyRef& value : order) {
-    Node node = value->node;
-    node.inputs.clear();
-    for (const LazyRef& input : value->inputs) node.inputs.push_back(ids.at(input.get()));
-    ids[value.get()] = built.graph.add(std::move(node));
-  }
-  for (const LazyRef& output : outputs) built.graph.outputs.push_back(ids.at(output.get()));
+  return node;
+}
+
+Graph walk_to_graph(const Walk& walk, std::span<const LazyRef> outputs) {
+  Graph graph;
+  graph.nodes.reserve(walk.params.size() + walk.pending.size());
+  for (const LazyValue* value : walk.params) graph.add(graph_node(*value));
+  for (const LazyValue* value : walk.pending) graph.add(graph_node(*value));
+  for (const LazyRef& output : outputs) graph.outputs.push_back(output->walk_index);
+  return graph;
+}
+
+BuiltGraph build_graph_locked(std::span<const LazyRef> outputs) {
+  Walk walk = walk_pending(outputs);
+  BuiltGraph built;
+  built.graph = walk_to_graph(walk, outputs);
+  for (LazyValue* param : walk.params) built.params.push_back(param->shared_from_this());
   return built;
+}
+
+// Note [Schedule cache]
+// A loop evaluates the same expression over new data again and again; the pass pipeline's
+// result depends only on the graph (ops, types, shapes, devices, attributes, wiring, where each
+// node was written) and the fusion options, never on the data. So the schedule is kept under a
+// hash of those, and a repeat skips building the graph and every pass: the walk hashes the
+// pending values, and a hit is confirmed node by node against the graph it was made from (a
+// hash collision costs a miss, never a wrong schedule). Params match on type and device alone.
+// Dumps (LAZYFUSE_DUMP) bypass the cache so they always show the passes.
+constexpr size_t kScheduleCacheEntries = 256;
+constexpr size_t kScheduleCacheMaxNodes = 4096;
+
+struct CachedSchedule {
+  Graph graph;  // before the passes
+  Schedule schedule;
+};
+
+uint64_t hash_walk(const Walk& walk, std::span<const LazyRef> outputs, bool fusion) {
+  StableHash h;
+  h.add(fusion).add(walk.params.size()).add(walk.pending.size());
+  for (const LazyValue* value : walk.params)
+    h.add(value->node.dtype).add(value->node.shape).add(value->node.device);
+  for (const LazyValue* value : walk.pending) {
+    const Node& node = value->node;
+    h.add(node.op).add(node.dtype).add(node.shape).add(node.device);
+    h.add(reinterpret_cast<uintptr_t>(node.where.file)).add(node.where.line).add(node.where.column);
+    if (!node.attrs.empty()) h.add(hash_attrs(node.attrs));
+    for (const LazyRef& input : value->inputs) h.add(input->walk_index);
+  }
+  for (const LazyRef& output : outputs) h.add(output->walk_index);
+  return h.value();
+}
+
+bool same_where(const SourceLoc& a, const SourceLoc& b) {
+  return a.file == b.file && a.line == b.line && a.column == b.column;
+}
+
+bool walk_matches(const Walk& walk, std::span<const LazyRef> outputs, const Graph& graph) {
+  if (graph.nodes.size() != walk.params.size() + walk.pending.size() ||
+      graph.outputs.size() != outputs.size())
+    return false;
+  for (size_t i = 0; i < walk.params.size(); ++i) {
+    const Node &node = graph.nodes[i], &param = walk.params[i]->node;
+    if (node.dtype != param.dtype || node.shape != param.shape || node.device != param.device)
+      return false;
+  }
+  for (size_t i = 0; i < walk.pending.size(); ++i) {
+    const Node& node = graph.nodes[walk.params.size() + i];
+    const LazyValue& value = *walk.pending[i];
+    if (node.op != value.node.op || node.dtype != value.node.dtype ||
+        node.shape != value.node.shape || node.device != value.node.device ||
+        !same_where(node.where, value.node.where) || node.attrs != value.node.attrs ||
+        node.inputs.size() != value.inputs.size())
+      return false;
+    for (size_t k = 0; k < node.inputs.size(); ++k)
+      if (node.inputs[k] != value.inputs[k]->walk_index) return false;
+  }
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (graph.outputs[i] != outputs[i]->walk_index) return false;
+  return true;
+}
+
+absl::flat_hash_map<uint64_t, std::shared_ptr<const CachedSchedule>> schedule_cache;
+
+}  // namespace
+
+BuiltGraph build_graph(std::span<const LazyRef> outputs) {
+  std::lock_guard lock(eval_mutex);
+  return build_graph_locked(outputs);
 }
 
 namespace {
@@ -119,21 +218,48 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
     if (!output->computed()) pending.push_back(output);
   if (pending.empty()) return;
   auto started = std::chrono::steady_clock::now();
-  BuiltGraph built = build_graph(pending);
+  const Walk walk = walk_pending(pending);
   const EnvConfig& env = env_config();
-  PipelineOptions pipeline;
-  pipeline.fusion.enabled = options.fusion && env.fusion;
-  if (env.dump_ir)
-    pipeline.before_all = [](const std::string& ir) { std::cerr << "// IR before passes\n" << ir; };
-  if (env.dump_ir || env.dump_fusion) {
-    pipeline.after_pass = [&env](std::string_view pass, const std::string& ir) {
-      if (env.dump_ir || pass == "fusion") std::cerr << "// IR after " << pass << "\n" << ir;
-    };
+  const bool fusion = options.fusion && env.fusion;
+  const bool dumping = env.dump_ir || env.dump_fusion;
+  const size_t num_nodes = walk.params.size() + walk.pending.size();
+  const bool cacheable = !dumping && num_nodes <= kScheduleCacheMaxNodes;
+  const uint64_t key = cacheable ? hash_walk(walk, pending, fusion) : 0;
+  std::shared_ptr<const CachedSchedule> cached;
+  if (cacheable) {
+    auto it = schedule_cache.find(key);
+    if (it != schedule_cache.end() && walk_matches(walk, pending, it->second->graph))
+      cached = it->second;
   }
-  Schedule schedule = run_pipeline(built.graph, pipeline);
+  if (cached == nullptr) {
+    auto made = std::make_shared<CachedSchedule>();
+    made->graph = walk_to_graph(walk, pending);
+    PipelineOptions pipeline;
+    pipeline.fusion.enabled = fusion;
+    if (env.dump_ir)
+      pipeline.before_all = [](const std::string& ir) {
+        std::cerr << "// IR before passes\n" << ir;
+      };
+    if (dumping) {
+      pipeline.after_pass = [&env](std::string_view pass, const std::string& ir) {
+        if (env.dump_ir || pass == "fusion") std::cerr << "// IR after " << pass << "\n" << ir;
+      };
+    }
+    made->schedule = run_pipeline(made->graph, pipeline);
+    cached = made;
+    if (cacheable) {
+      if (schedule_cache.size() >= kScheduleCacheEntries) schedule_cache.clear();
+      schedule_cache[key] = cached;
+    } else {
+      ++stats.schedule_cache_bypasses;
+    }
+  } else {
+    ++stats.schedule_cache_hits;
+  }
+  const Schedule& schedule = cached->schedule;
 
   std::vector<std::optional<BufferView>> values(schedule.graph.nodes.size());
-  for (size_t i = 0; i < built.params.size(); ++i) values[i] = *built.params[i]->buffer;
+  for (size_t i = 0; i < walk.params.size(); ++i) values[i] = *walk.params[i]->buffer;
   run_schedule(schedule, values);
 
   // Only now, with every result in hand, do values change: a failure above loses nothing.

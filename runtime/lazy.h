@@ -14,7 +14,7 @@
 
 namespace lazyfuse {
 
-struct LazyValue {
+struct LazyValue : std::enable_shared_from_this<LazyValue> {
   Node node;  // op, dtype, shape, device, attrs, where; node.inputs is unused here
   std::vector<std::shared_ptr<LazyValue>> inputs;
   std::optional<BufferView> buffer;  // set once computed; `inputs` is then cleared
@@ -22,6 +22,10 @@ struct LazyValue {
   Strides strides;
   // Nodes still pending behind this value (counted with repetition; a bound, not a census).
   int64_t pending_nodes = 0;
+  // Scratch for walks over the pending graph (under the evaluation lock): the walk that last
+  // reached this value, and its position in that walk's graph.
+  uint64_t walk_id = 0;
+  ValueId walk_index = -1;
 
   bool computed() const { return buffer.has_value(); }
 };
@@ -56,6 +60,10 @@ struct EvalStats {
   int64_t evaluations = 0;
   int64_t kernels = 0;  // Schedule::num_kernels() summed: no views, no transfers
   int64_t elementwise_kernels = 0;
+  // Evaluations that reused a schedule (Note [Schedule cache] in lazy.cc), and those that could
+  // not be cached (dumping, or too many nodes); the rest ran the passes and cached the result.
+  int64_t schedule_cache_hits = 0;
+  int64_t schedule_cache_bypasses = 0;
 };
 EvalStats eval_stats();
 void reset_eval_stats();

@@ -105,6 +105,34 @@ TEST(Lazy, EvalOfSeveralTensorsIsOneEvaluationThatSharesWork) {
   EXPECT_EQ(eval_stats().evaluations, 1);
 }
 
+// Note [Schedule cache]: the same expression over new data reuses its schedule; a new
+// constant, shape, dtype or fusion setting is a new schedule; every result is the reference's.
+TEST(Lazy, RepeatedExpressionReusesItsSchedule) {
+  auto expression = [](const Tensor& z, const Tensor& y, double c) { return (z + c).exp() * y; };
+  auto check = [&](int64_t n, DType dtype, double c, bool fusion) {
+    std::vector<double> zs(n), ys(n);
+    for (int64_t i = 0; i < n; ++i) zs[i] = 0.01 * i - 1, ys[i] = 1.5 - 0.02 * i;
+    Tensor z = from_vector(zs, {n}, dtype), y = from_vector(ys, {n}, dtype);
+    Tensor out = expression(z, y, c);
+    EvalOptions options;
+    options.fusion = fusion;
+    eval({out}, options);
+    std::vector<double> got = out.to_vector<double>();
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_NEAR(got[i], std::exp(zs[i] + c) * ys[i], 1e-5 * std::exp(zs[i] + c) + 1e-6);
+  };
+  check(100, DType::Float32, 2, true);
+  reset_eval_stats();
+  for (int repeat = 0; repeat < 3; ++repeat) check(100, DType::Float32, 2, true);
+  EXPECT_EQ(eval_stats().schedule_cache_hits, 3);
+  check(101, DType::Float32, 2, true);   // another shape
+  check(100, DType::Float64, 2, true);   // another dtype
+  check(100, DType::Float32, 3, true);   // another constant
+  check(100, DType::Float32, 2, false);  // fusion off
+  EXPECT_EQ(eval_stats().schedule_cache_hits, 3);
+  EXPECT_EQ(eval_stats().evaluations, 7);
+}
+
 TEST(Lazy, ComputedTensorIsALeafThatLaterGraphsStartFrom) {
   Tensor x = tensor({1, 2, 3});
   Tensor r = (x + 1).exp();
