@@ -177,6 +177,9 @@ std::vector<std::string> strided_loads(const CudaElementwiseSpec& spec) {
       case OperandAccess::Contiguous:
         load[k] = absl::StrCat("in", k, "[i]");
         break;
+      case OperandAccess::Repeated:
+        load[k] = absl::StrCat("in", k, "[i % (IDX)args.stride[", k, "][0]]");
+        break;
       case OperandAccess::Strided: {
         std::string offset;
         for (int d = 0; d < spec.rank; ++d)
@@ -218,8 +221,7 @@ const std::string& cuda_prologue() {
 
 std::string CudaElementwiseSpec::code() const {
   std::string access;
-  for (OperandAccess a : inputs)
-    access += a == OperandAccess::Contiguous ? 'c' : a == OperandAccess::Broadcast ? 'b' : 's';
+  for (OperandAccess a : inputs) access += "cbrs"[static_cast<int>(a)];
   return absl::StrCat("r", rank, vectorized ? "v4" : "", index64 ? "i64" : "",
                       access.empty() ? "" : "_", access);
 }
@@ -256,35 +258,55 @@ CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
     for (Strides& s : strides) s.push_back(0);
   }
   CudaElementwiseSpec& spec = launch.spec;
+  const Strides dense = contiguous_strides(sizes);
+  std::vector<int64_t> periods(inputs.size(), 0);
   bool any_strided = false;
   int64_t max_offset = launch.numel;
   for (size_t k = 0; k < inputs.size(); ++k) {
-    bool broadcast =
-        std::all_of(strides[k].begin(), strides[k].end(), [](int64_t s) { return s == 0; });
-    bool contiguous = sizes.size() == 1 && strides[k][0] == 1;
-    OperandAccess access = broadcast    ? OperandAccess::Broadcast
-                           : contiguous ? OperandAccess::Contiguous
-                                        : OperandAccess::Strided;
+    const Strides& s = strides[k];
+    const size_t leading_zeros =
+        std::find_if(s.begin(), s.end(), [](int64_t x) { return x != 0; }) - s.begin();
+    const bool broadcast = leading_zeros == s.size();
+    const bool dense_after =
+        std::equal(s.begin() + leading_zeros, s.end(), dense.begin() + leading_zeros);
+    OperandAccess access = broadcast                           ? OperandAccess::Broadcast
+                           : dense_after && leading_zeros == 0 ? OperandAccess::Contiguous
+                           : dense_after                       ? OperandAccess::Repeated
+                                                               : OperandAccess::Strided;
+    if (access == OperandAccess::Repeated) periods[k] = dense[leading_zeros] * sizes[leading_zeros];
     any_strided |= access == OperandAccess::Strided;
     spec.inputs.push_back(access);
     int64_t reach = 0;
-    for (size_t d = 0; d < sizes.size(); ++d) reach += (sizes[d] - 1) * strides[k][d];
+    for (size_t d = 0; d < sizes.size(); ++d) reach += (sizes[d] - 1) * s[d];
     max_offset = std::max(max_offset, reach + 1);
+  }
+  // With a strided operand the kernel walks coordinates and the stride arguments are strides,
+  // so a repeated operand is read through its strides too.
+  if (any_strided) {
+    for (OperandAccess& access : spec.inputs)
+      if (access == OperandAccess::Repeated) access = OperandAccess::Strided;
   }
   spec.rank = any_strided ? static_cast<int>(sizes.size()) : 1;
   spec.index64 = max_offset >= (int64_t{1} << 31);
+  // Four elements at a time: every vector read lies in one period of a repeated operand, and
+  // every vector access is 16-byte (or narrower) aligned.
   bool aligned = !any_strided && launch.numel >= 4;
   for (size_t k = 0; aligned && k < inputs.size(); ++k) {
-    if (spec.inputs[k] == OperandAccess::Contiguous)
-      aligned = inputs[k].address % (4 * inputs[k].element_size) == 0;
+    if (spec.inputs[k] == OperandAccess::Repeated) aligned = periods[k] % 4 == 0;
+    if (spec.inputs[k] != OperandAccess::Broadcast)
+      aligned = aligned && inputs[k].address % (4 * inputs[k].element_size) == 0;
   }
   for (size_t k = 0; aligned && k < output_addresses.size(); ++k)
     aligned = output_addresses[k] % (4 * output_element_sizes[k]) == 0;
   spec.vectorized = aligned;
   if (!any_strided) {
     sizes = {launch.numel};
-    for (size_t k = 0; k < inputs.size(); ++k)
-      strides[k] = {spec.inputs[k] == OperandAccess::Broadcast ? 0 : 1};
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const OperandAccess access = spec.inputs[k];
+      strides[k] = {access == OperandAccess::Broadcast  ? 0
+                    : access == OperandAccess::Repeated ? periods[k]
+                                                        : 1};
+    }
   }
   launch.sizes = std::move(sizes);
   launch.strides = std::move(strides);
@@ -353,20 +375,20 @@ CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
   std::vector<std::string> load(num_inputs), store(step.outputs.size());
   std::string start = "tid";
   if (spec.vectorized) {
-    for (size_t k = 0; k < num_inputs; ++k) {
-      const char* type = storage_type(graph.nodes[step.inputs[k]].dtype);
+    for (size_t k = 0; k < num_inputs; ++k)
       load[k] = spec.inputs[k] == OperandAccess::Broadcast ? absl::StrCat("in", k, "[0]")
                                                            : absl::StrCat("x", k, ".v[l]");
-      (void)type;
-    }
     for (size_t k = 0; k < step.outputs.size(); ++k) store[k] = absl::StrCat("y", k, ".v[l]");
     s += "  const IDX nv = n / 4;\n  for (IDX v = tid; v < nv; v += step) {\n    const IDX i0 = v "
          "* 4;\n";
     for (size_t k = 0; k < num_inputs; ++k) {
-      if (spec.inputs[k] != OperandAccess::Contiguous) continue;
+      if (spec.inputs[k] == OperandAccess::Broadcast) continue;
       const char* type = storage_type(graph.nodes[step.inputs[k]].dtype);
+      const std::string at = spec.inputs[k] == OperandAccess::Repeated
+                                 ? absl::StrCat("i0 % (IDX)args.stride[", k, "][0]")
+                                 : "i0";
       absl::StrAppend(&s, "    const lf_vec4<", type, "> x", k, " = *(const lf_vec4<", type,
-                      ">*)(in", k, " + i0);\n");
+                      ">*)(in", k, " + ", at, ");\n");
     }
     for (size_t k = 0; k < step.outputs.size(); ++k)
       absl::StrAppend(&s, "    lf_vec4<", storage_type(graph.nodes[step.outputs[k]].dtype), "> y",

@@ -1,7 +1,7 @@
 // CUDA source for a fused elementwise step. A kernel is specialised on what changes its code:
 // dtypes and ops (the step), the rank of the collapsed iteration space, how each operand is
-// read (contiguous, one broadcast element, or strided), 16-byte vector access, and 32- or
-// 64-bit index math. Sizes and strides are arguments, so a new size never recompiles.
+// read (contiguous, one broadcast element, repeated rows, or strided), 16-byte vector access,
+// and 32- or 64-bit index math. Sizes and strides are arguments, so a new size never recompiles.
 #pragma once
 
 #include <cstdint>
@@ -13,14 +13,21 @@
 
 namespace lazyfuse {
 
-enum class OperandAccess : uint8_t { Contiguous, Broadcast, Strided };
+enum class OperandAccess : uint8_t {
+  Contiguous,  // element i
+  Broadcast,   // element 0
+  // Element i % period: broadcast over leading dims, dense over the rest (a bias over rows);
+  // the period is the operand's stride argument.
+  Repeated,
+  Strided,  // by coordinates and strides
+};
 
 struct CudaElementwiseSpec {
   int rank = 1;
   bool vectorized = false;  // four elements per thread through 16-byte (or narrower) accesses
   bool index64 = false;
   std::vector<OperandAccess> inputs;
-  std::string code() const;  // "r1.v4.i32.cb": part of the kernel's name
+  std::string code() const;  // "r1v4_cbr": part of the kernel's name
 };
 
 // What one launch needs besides the kernel: sizes and strides after collapsing dims.

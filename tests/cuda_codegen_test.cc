@@ -175,6 +175,35 @@ TEST(CudaCodegen, EveryKernelCompilesForSm90) {
   EXPECT_GE(compiled, 20);
 }
 
+// A bias broadcast over rows is read at i % period, four at a time when the period allows;
+// one transposed operand makes every operand strided.
+TEST(CudaCodegen, RowBroadcastIsReadByPeriodNotByCoordinates) {
+  auto plan = [](int64_t columns, bool transposed) {
+    const std::string c = std::to_string(columns);
+    Schedule schedule =
+        lower("graph @bias(%0: f32[64," + c + "] @cuda:0, %1: f32[" + c +
+              "] @cuda:0) {\n  %2 = add %0, %1 : f32[64," + c + "] @cuda:0\n  return %2\n}");
+    const Step& step = schedule.steps.at(0);
+    std::vector<OperandLayout> layouts = contiguous_layouts(schedule, step);
+    if (transposed) layouts[0].strides = {1, 64};
+    return std::make_pair(plan_cuda_elementwise(step, layouts, {8192}, {4}), schedule);
+  };
+  auto [rows32, schedule32] = plan(32, false);
+  EXPECT_EQ(rows32.spec.code(), "r1v4_cr");
+  EXPECT_EQ(rows32.strides.at(1), Strides{32});  // the period
+  auto [rows33, schedule33] = plan(33, false);
+  EXPECT_EQ(rows33.spec.code(), "r1_cr") << "a period of 33 cannot be read four at a time";
+  auto [transposed, schedule_t] = plan(32, true);
+  EXPECT_EQ(transposed.spec.code(), "r2_ss");
+  if (!nvrtc_available()) GTEST_SKIP() << nvrtc_unavailable_reason();
+  for (auto* p : {&rows32, &rows33}) {
+    const Schedule& schedule = p == &rows32 ? schedule32 : schedule33;
+    CudaSource source = generate_cuda_elementwise(schedule.graph, schedule.steps[0], p->spec);
+    EXPECT_NE(source.source.find("% (IDX)args.stride[1][0]"), std::string::npos);
+    EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+  }
+}
+
 TEST(CudaCodegen, SoftmaxAndSumOfSquaresFuseTheirProducers) {
   Schedule softmax = lower(R"(graph @softmax(%0: f32[8,1024] @cuda:0) {
   %1 = max %0 {dims = [1], keepdim = true} : f32[8,1] @cuda:0

@@ -124,6 +124,25 @@ TEST_F(Cuda, BroadcastAndStridedInputs) {
                   1e-6);
 }
 
+// Rows of 64 and 66 (four at a time and one at a time), and a bias over the last two dims of a
+// 3-D tensor: each read by period on the GPU, checked element by element against float64.
+TEST_F(Cuda, RowBroadcastMatchesTheReference) {
+  for (Shape shape : {Shape{50, 64}, Shape{50, 66}, Shape{7, 6, 12}}) {
+    SCOPED_TRACE(shape_str(shape));
+    const int64_t n = numel(shape);
+    Shape tail(shape.begin() + 1, shape.end());
+    const int64_t period = numel(tail);
+    std::vector<double> x = random_values(n, -1, 1, 5), b = random_values(period, -1, 1, 6);
+    Tensor gx = from_vector(x, shape).to("cuda"), gb = from_vector(b, tail).to("cuda");
+    std::vector<double> got = ((gx + gb).relu() * 0.5).to_vector<double>();
+    for (int64_t i = 0; i < n; ++i) {
+      const double sum =
+          static_cast<float>(static_cast<float>(x[i]) + static_cast<float>(b[i % period]));
+      ASSERT_EQ(got[i], std::max(0.0, sum) * 0.5) << "element " << i;
+    }
+  }
+}
+
 TEST_F(Cuda, RandomNumbersMatchTheCpu) {
   manual_seed(7);
   Tensor g = rand({1000}, Device("cuda"));
