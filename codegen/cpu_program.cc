@@ -338,4 +338,26 @@ std::string CpuProgram::listing() const {
   return out;
 }
 
+std::string cpu_step_listing(const Graph& graph, const Step& step) {
+  if (step.kind == StepKind::Elementwise) return CpuProgram::compile(graph, step).listing();
+  if (step.kind != StepKind::Reduction)
+    return "// (no CPU program: a library call, a view or a transfer)\n";
+  std::string out;
+  for (const Step& part : split_reduction_step(graph, step)) {
+    if (part.kind == StepKind::Elementwise) {
+      absl::StrAppend(&out, "// then\n", CpuProgram::compile(graph, part).listing());
+      continue;
+    }
+    const ValueId reduction = part.outputs[0];
+    absl::StrAppend(&out, "// reduce: ", print_node(graph, reduction), "\n");
+    if (part.nodes.size() == 1) continue;  // the library reduction of a stored value
+    Step operand = part;
+    operand.kind = StepKind::Elementwise;
+    std::erase(operand.nodes, reduction);
+    operand.outputs = {graph.nodes[reduction].inputs[0]};
+    out += CpuProgram::compile(graph, operand).listing();
+  }
+  return out;
+}
+
 }  // namespace lazyfuse

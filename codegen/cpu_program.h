@@ -80,4 +80,9 @@ class CpuProgram {
   int64_t numel_ = 0;
 };
 
+// The CPU programs a step runs, as text: an elementwise step's program; for a reduction step,
+// per reduction (split_reduction_step) the program computing its operand, then the program of
+// what is stored besides. What `lazyfuse codegen --target=cpu` prints.
+std::string cpu_step_listing(const Graph& graph, const Step& step);
+
 }  // namespace lazyfuse

@@ -99,12 +99,13 @@ CudaSource generate_cuda_reduction(Op op, DType in, DType out);
 // kernel for (accumulator, out) then reduces.
 CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
                                          const CudaElementwiseSpec& spec, bool fast_math = false);
-// A reduction step with an epilogue (ReductionParts): one block per row reduces the row, then
-// walks it again computing the epilogue with the row's result. Rows are at most
-// kCudaReduceChunk long (the fusion pass's cap), so the reduction is the unfused one's, bit for
-// bit. Parameters: sizes and strides over step.shape, input and output pointers (outputs in
-// step order; the reduction's own result, if stored, one element per row), rows, columns,
-// divisor.
+// A row step (ReductionParts::is_row_program: reductions of the same rows, an epilogue): one
+// warp per row makes a pass over the row per reduction, its lanes combining through shuffles in
+// a fixed order, then a last pass computing and storing the rest with the rows' results. Rows
+// are at most 32768 elements (the fusion pass's cap) and reread from cache. Parameters: sizes
+// and strides over step.shape, input and output pointers (outputs in step order; a stored
+// reduction has one element per row), rows, columns, divisor. Launch blocks of
+// kCudaReduceThreads threads, kCudaReduceThreads / 32 rows each.
 CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
                                     const CudaElementwiseSpec& spec, bool fast_math = false);
 

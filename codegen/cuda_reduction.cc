@@ -42,9 +42,9 @@ Combiner combiner(Op op, DType acc) {
 }
 
 // Before the kernel: the combining function.
-std::string reduction_preamble(Op op, DType acc) {
+std::string reduction_preamble(Op op, DType acc, const std::string& name = "lf_combine") {
   const char* a = type_name(acc);
-  return absl::StrCat("\n__device__ __forceinline__ ", a, " lf_combine(", a, " x, ", a,
+  return absl::StrCat("\n__device__ __forceinline__ ", a, " ", name, "(", a, " x, ", a,
                       " y) { return ", combiner(op, acc).combine, "; }\n");
 }
 
@@ -90,9 +90,8 @@ std::string reduction_tail(Op op, DType acc, DType out) {
 // prologue, the argument struct (sizes, inputs, strides, then `fields`), the combining
 // function, the signature and the typed input pointers.
 CudaSource begin_row_kernel(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,
-                            bool fast_math, DType acc, const std::string& comment,
+                            bool fast_math, const std::string& preamble, const std::string& comment,
                             const std::string& fields) {
-  const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
   const size_t num_inputs = step.inputs.size();
   CudaSource source;
   source.kernel_name = absl::StrCat(step.kernel_name(), "_", spec.code());
@@ -106,10 +105,10 @@ CudaSource begin_row_kernel(const Graph& graph, const Step& step, const CudaElem
   if (num_inputs)
     absl::StrAppend(&s, "  const void* in[", num_inputs, "];\n  long long stride[", num_inputs,
                     "][", spec.rank, "];\n");
-  absl::StrAppend(&s, fields, "};\n", reduction_preamble(node.op, acc),
-                  "\nextern \"C\" __global__ void __launch_bounds__(", kCudaReduceThreads, ") ",
-                  source.kernel_name, "(const Args_", source.kernel_name, " args) {\n",
-                  "  typedef ", spec.index64 ? "long long" : "unsigned int", " IDX;\n");
+  absl::StrAppend(&s, fields, "};\n", preamble, "\nextern \"C\" __global__ void __launch_bounds__(",
+                  kCudaReduceThreads, ") ", source.kernel_name, "(const Args_", source.kernel_name,
+                  " args) {\n", "  typedef ", spec.index64 ? "long long" : "unsigned int",
+                  " IDX;\n");
   s += cuda_emit::emit_input_pointers(graph, step.inputs);
   return source;
 }
@@ -152,7 +151,7 @@ CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
   const std::vector<ValueId>& prologue = parts.prologue;
   const int rank = spec.rank;
   CudaSource source = begin_row_kernel(
-      graph, step, spec, fast_math, acc,
+      graph, step, spec, fast_math, reduction_preamble(node.op, acc),
       absl::StrCat(op_name(node.op), " of ", prologue.size(), " fused nodes"),
       "  void* out;\n  long long rows, columns, chunk, chunks;\n  double divisor;\n");
   std::string& s = source.source;
@@ -170,69 +169,80 @@ CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
 CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
                                     const CudaElementwiseSpec& spec, bool fast_math) {
   const ReductionParts parts = reduction_parts(graph, step);
-  const Node& node = graph.nodes[parts.reduction];
-  const ValueId operand = node.inputs[0];
-  const DType acc = cuda_reduction_accumulator(node.op, graph.nodes[operand].dtype);
-  const int rank = spec.rank;
+  std::string preamble, names;
+  for (size_t k = 0; k < parts.reductions.size(); ++k) {
+    const Node& node = graph.nodes[parts.reductions[k]];
+    preamble += reduction_preamble(
+        node.op, cuda_reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype),
+        absl::StrCat("lf_combine", k));
+    absl::StrAppend(&names, k ? ", then " : "", op_name(node.op));
+  }
   CudaSource source =
-      begin_row_kernel(graph, step, spec, fast_math, acc,
-                       absl::StrCat(op_name(node.op), " over each row, then ",
-                                    parts.epilogue.size(), " fused nodes over the row again"),
+      begin_row_kernel(graph, step, spec, fast_math, preamble,
+                       absl::StrCat(names, " over each row, then ", parts.epilogue.size(),
+                                    " fused nodes over the row again"),
                        absl::StrCat("  void* out[", step.outputs.size(),
                                     "];\n  long long rows, columns;\n  double divisor;\n"));
   std::string& s = source.source;
-  const std::string identity = combiner(node.op, acc).identity;
-  const char* a = type_name(acc);
-  absl::StrAppend(&s, "  const long long row = blockIdx.x;\n  ", a, " acc = (", a, ")(", identity,
-                  ");\n",
-                  "  for (long long j = threadIdx.x; j < args.columns; j += blockDim.x) {\n",
-                  "    const IDX i = (IDX)(row * args.columns + j);\n");
   const std::vector<std::string> loads = cuda_emit::strided_loads(spec);
-  s += cuda_emit::emit_coordinates(rank, "    ");
-  s += cuda_emit::emit_members(graph, step.inputs, parts.prologue, loads, "    ");
-  absl::StrAppend(&s, "    acc = lf_combine(acc, (", a, ")v", operand, ");\n  }\n");
-  // The row's result reaches every thread through shared memory, stored in the reduction's
-  // dtype exactly as an unfused reduction would store it.
-  const char* result_type = type_name(node.dtype);
-  absl::StrAppend(
-      &s,
-      R"(  for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
-  __shared__ )",
-      a, R"( warp_results[32];
-  __shared__ )",
-      result_type, R"( total;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warp_results[warp] = acc;
-  __syncthreads();
-  if (warp == 0) {
-    acc = lane < (int)(blockDim.x / 32) ? warp_results[lane] : ()",
-      a, ")(", identity, R"();
-    for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
-)",
-      node.op == Op::Mean ? "    acc = acc / args.divisor;\n" : "",
-      "    if (lane == 0) total = lf_store<", result_type,
-      ">(acc);\n  }\n  __syncthreads();\n  const ", type_name(compute_dtype(node.dtype)), " v",
-      parts.reduction, " = lf_load(total);\n");
-  for (size_t k = 0; k < step.outputs.size(); ++k) {
-    if (step.outputs[k] == parts.reduction)
-      absl::StrAppend(&s, "  if (threadIdx.x == 0) ((", result_type, "*)args.out[", k,
-                      "])[row] = total;\n");
+  // One warp per row: its lanes walk the row, then combine through shuffles.
+  s += "  const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;\n"
+       "  const int lane = threadIdx.x % 32;\n"
+       "  if (row >= args.rows) return;\n";
+  // A pass over the row computing `members`.
+  auto pass_head = [&](const std::vector<ValueId>& members) {
+    std::string p =
+        "#pragma unroll 4\n"
+        "  for (long long j = lane; j < args.columns; j += 32) {\n"
+        "    const IDX i = (IDX)(row * args.columns + j);\n";
+    p += cuda_emit::emit_coordinates(spec.rank, "    ");
+    p += cuda_emit::emit_members(graph, step.inputs, members, loads, "    ");
+    return p;
+  };
+  std::vector<ValueId> elementwise = parts.prologue;
+  elementwise.insert(elementwise.end(), parts.epilogue.begin(), parts.epilogue.end());
+  std::sort(elementwise.begin(), elementwise.end());
+  for (size_t k = 0; k < parts.reductions.size(); ++k) {
+    const ValueId r = parts.reductions[k];
+    const Node& node = graph.nodes[r];
+    const ValueId operand = node.inputs[0];
+    const DType acc = cuda_reduction_accumulator(node.op, graph.nodes[operand].dtype);
+    const char* a = type_name(acc);
+    const std::string combine = absl::StrCat("lf_combine", k);
+    // Every member before the reduction; what it does not need the compiler drops.
+    std::vector<ValueId> before;
+    for (ValueId m : elementwise)
+      if (m < r) before.push_back(m);
+    absl::StrAppend(&s, "  ", a, " acc", k, " = (", a, ")(", combiner(node.op, acc).identity,
+                    ");\n", pass_head(before), "    acc", k, " = ", combine, "(acc", k, ", (", a,
+                    ")v", operand, ");\n  }\n");
+    // The row's result, rounded to the reduction's dtype exactly as a stored one would be.
+    const char* result_type = type_name(node.dtype);
+    absl::StrAppend(&s, "  for (int offset = 16; offset > 0; offset /= 2) acc", k, " = ", combine,
+                    "(acc", k, ", __shfl_xor_sync(0xffffffffu, acc", k, ", offset));\n");
+    if (node.op == Op::Mean) absl::StrAppend(&s, "  acc", k, " = acc", k, " / args.divisor;\n");
+    absl::StrAppend(&s, "  const ", result_type, " total", k, " = lf_store<", result_type, ">(acc",
+                    k, ");\n  const ", type_name(compute_dtype(node.dtype)), " v", r,
+                    " = lf_load(total", k, ");\n");
+    for (size_t o = 0; o < step.outputs.size(); ++o)
+      if (step.outputs[o] == r)
+        absl::StrAppend(&s, "  if (lane == 0) ((", result_type, "*)args.out[", o, "])[row] = total",
+                        k, ";\n");
   }
-  // The second pass: the prologue again (its values are not kept), then the epilogue.
-  std::vector<ValueId> second = parts.prologue;
-  second.insert(second.end(), parts.epilogue.begin(), parts.epilogue.end());
-  std::sort(second.begin(), second.end());
-  absl::StrAppend(&s, "  for (long long j = threadIdx.x; j < args.columns; j += blockDim.x) {\n",
-                  "    const IDX i = (IDX)(row * args.columns + j);\n");
-  s += cuda_emit::emit_coordinates(rank, "    ");
-  s += cuda_emit::emit_members(graph, step.inputs, second, loads, "    ");
-  for (size_t k = 0; k < step.outputs.size(); ++k) {
-    if (step.outputs[k] == parts.reduction) continue;
-    const char* type = type_name(graph.nodes[step.outputs[k]].dtype);
-    absl::StrAppend(&s, "    ((", type, "*)args.out[", k, "])[i] = lf_store<", type, ">(v",
-                    step.outputs[k], ");\n");
+  // The last pass stores what is stored besides the reductions.
+  bool stores = false;
+  for (ValueId v : step.outputs) stores |= !is_reduction(graph.nodes[v].op);
+  if (stores) {
+    s += pass_head(elementwise);
+    for (size_t k = 0; k < step.outputs.size(); ++k) {
+      if (is_reduction(graph.nodes[step.outputs[k]].op)) continue;
+      const char* type = type_name(graph.nodes[step.outputs[k]].dtype);
+      absl::StrAppend(&s, "    ((", type, "*)args.out[", k, "])[i] = lf_store<", type, ">(v",
+                      step.outputs[k], ");\n");
+    }
+    s += "  }\n";
   }
-  s += "  }\n}\n";
+  s += "}\n";
   return source;
 }
 
@@ -243,7 +253,7 @@ CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaEl
   if (step.kind != StepKind::Reduction)
     throw VerifierError("only elementwise and reduction steps have generated kernels");
   const ReductionParts parts = reduction_parts(graph, step);
-  if (!parts.epilogue.empty()) return generate_cuda_row_kernel(graph, step, spec, fast_math);
+  if (parts.is_row_program()) return generate_cuda_row_kernel(graph, step, spec, fast_math);
   if (!parts.prologue.empty()) return generate_cuda_fused_reduction(graph, step, spec, fast_math);
   const Node& node = graph.nodes[parts.reduction];
   return generate_cuda_reduction(node.op, graph.nodes[node.inputs[0]].dtype, node.dtype);

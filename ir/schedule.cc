@@ -1,6 +1,8 @@
 // Printing a schedule: the graph with each fused kernel as a region.
 #include "ir/schedule.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -18,27 +20,84 @@ int Schedule::num_kernels() const {
   return count;
 }
 
+namespace {
+
+// The members of `step` that `value` depends on, `value` included, in order; a reduction other
+// than `value` is a boundary: its result is read, not recomputed.
+std::vector<ValueId> members_needed_by(const Graph& graph, const Step& step, ValueId value) {
+  std::vector<bool> needed(graph.nodes.size(), false);
+  needed[value] = true;
+  std::vector<ValueId> members;
+  for (auto it = step.nodes.rbegin(); it != step.nodes.rend(); ++it) {
+    const ValueId v = *it;
+    if (!needed[v]) continue;
+    members.push_back(v);
+    if (v != value && is_reduction(graph.nodes[v].op)) continue;
+    for (ValueId in : graph.nodes[v].inputs) needed[in] = true;
+  }
+  std::reverse(members.begin(), members.end());
+  return members;
+}
+
+}  // namespace
+
 ReductionParts reduction_parts(const Graph& graph, const Step& step) {
   ReductionParts parts;
   for (ValueId v : step.nodes)
-    if (is_reduction(graph.nodes[v].op)) parts.reduction = v;
-  // The prologue is what the reduction depends on inside the step; members are in
-  // topological order, so one backward sweep finds it.
-  std::vector<ValueId> needed = {parts.reduction};
+    if (is_reduction(graph.nodes[v].op)) parts.reductions.push_back(v);
+  if (!parts.reductions.empty()) parts.reduction = parts.reductions.back();
   std::vector<bool> in_prologue(graph.nodes.size(), false);
-  for (auto it = step.nodes.rbegin(); it != step.nodes.rend(); ++it) {
-    ValueId v = *it;
-    bool needed_here = false;
-    for (ValueId n : needed) needed_here |= n == v;
-    if (!needed_here) continue;
-    if (v != parts.reduction) in_prologue[v] = true;
-    for (ValueId in : graph.nodes[v].inputs) needed.push_back(in);
-  }
+  for (ValueId r : parts.reductions)
+    for (ValueId m : members_needed_by(graph, step, r)) in_prologue[m] = true;
   for (ValueId v : step.nodes) {
-    if (v == parts.reduction) continue;
+    if (is_reduction(graph.nodes[v].op)) continue;
     (in_prologue[v] ? parts.prologue : parts.epilogue).push_back(v);
   }
   return parts;
+}
+
+std::vector<Step> split_reduction_step(const Graph& graph, const Step& step) {
+  const ReductionParts parts = reduction_parts(graph, step);
+  // A step over `nodes` that stores `outputs`; its inputs are whatever the nodes read that they
+  // do not compute.
+  auto make = [&](StepKind kind, std::vector<ValueId> nodes, std::vector<ValueId> outputs) {
+    Step sub = step;
+    sub.kind = kind;
+    sub.nodes = std::move(nodes);
+    sub.outputs = std::move(outputs);
+    sub.inputs.clear();
+    std::vector<bool> member(graph.nodes.size(), false), read(graph.nodes.size(), false);
+    for (ValueId m : sub.nodes) member[m] = true;
+    for (ValueId m : sub.nodes) {
+      for (ValueId in : graph.nodes[m].inputs) {
+        if (member[in] || read[in]) continue;
+        read[in] = true;
+        sub.inputs.push_back(in);
+      }
+    }
+    return sub;
+  };
+  std::vector<Step> steps;
+  for (ValueId r : parts.reductions) {
+    std::vector<ValueId> nodes;
+    for (ValueId m : members_needed_by(graph, step, r))
+      if (m == r || !is_reduction(graph.nodes[m].op)) nodes.push_back(m);
+    steps.push_back(make(StepKind::Reduction, std::move(nodes), {r}));
+  }
+  // The last step: what the stored non-reductions need, reading the reductions' results.
+  std::vector<bool> needed(graph.nodes.size(), false);
+  std::vector<ValueId> stored;
+  for (ValueId v : step.outputs) {
+    if (is_reduction(graph.nodes[v].op)) continue;
+    stored.push_back(v);
+    for (ValueId m : members_needed_by(graph, step, v))
+      needed[m] = !is_reduction(graph.nodes[m].op);
+  }
+  std::vector<ValueId> rest;
+  for (ValueId v : step.nodes)
+    if (needed[v]) rest.push_back(v);
+  if (!stored.empty()) steps.push_back(make(StepKind::Elementwise, std::move(rest), stored));
+  return steps;
 }
 
 std::string print_schedule(const Schedule& schedule, const PrintOptions& options) {

@@ -53,15 +53,27 @@ struct Schedule {
   int num_kernels() const;
 };
 
-// A reduction step's members by role: the reduction, the members it reads (its prologue), and
-// the members that read its result (its epilogue: softmax's normalisation, computed in a second
-// pass over each row once the row is reduced). Each list is in topological order.
+// A reduction step's members by role. A step holds one reduction or, as a row step, a chain of
+// keepdim reductions over the same rows, each reading values computed from the step's inputs
+// and the results of those before it (softmax's max, then its sum). The prologue is what the
+// reductions read; the epilogue the members that read a result and that no reduction needs
+// (softmax's normalisation), computed in a last pass over each row. Lists in topological order.
 struct ReductionParts {
-  ValueId reduction = -1;
+  ValueId reduction = -1;           // the last of `reductions`
+  std::vector<ValueId> reductions;  // in order
   std::vector<ValueId> prologue;
   std::vector<ValueId> epilogue;
+  // One block program per row (a pass per reduction, then the epilogue), rather than a
+  // reduction of a computed operand.
+  bool is_row_program() const { return reductions.size() > 1 || !epilogue.empty(); }
 };
 ReductionParts reduction_parts(const Graph& graph, const Step& step);
+
+// A reduction step as steps of one reduction each, in order, every one with the members it
+// needs (earlier reductions become inputs), then an elementwise step for the members stored
+// that are not reductions, reading the reductions' results (absent when nothing is left to
+// store). Backends without a row program run these.
+std::vector<Step> split_reduction_step(const Graph& graph, const Step& step);
 
 // The graph with each fused kernel shown as a region:
 //   %5 = kernel @k_3f9a1c0b(%0, %1) : f32[3] @cpu { ...members... }

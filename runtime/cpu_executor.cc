@@ -57,25 +57,23 @@ void run_elementwise(const Graph& graph, const Step& step,
   }
 }
 
-// A reduction step: the rows reduced (through the prologue, when there is one), then the
-// epilogue as an elementwise program over the operand's shape that reads the reduced rows.
+// A reduction step, one reduction at a time (through the members it reads, when there are
+// any), then what is stored besides the reductions, as an elementwise program that reads them.
 void run_reduction(const Graph& graph, const Step& step,
                    std::vector<std::optional<BufferView>>& values) {
-  const ReductionParts parts = reduction_parts(graph, step);
-  const Node& node = graph.nodes[parts.reduction];
-  values[parts.reduction] = parts.prologue.empty() ? cpu_reduce(node, *values[node.inputs[0]])
-                                                   : cpu_fused_reduce(graph, step, values);
-  if (parts.epilogue.empty()) return;
-  Step epilogue = step;
-  epilogue.kind = StepKind::Elementwise;
-  epilogue.nodes = parts.prologue;
-  epilogue.nodes.insert(epilogue.nodes.end(), parts.epilogue.begin(), parts.epilogue.end());
-  std::sort(epilogue.nodes.begin(), epilogue.nodes.end());
-  epilogue.inputs.push_back(parts.reduction);
-  std::erase(epilogue.outputs, parts.reduction);
-  run_elementwise(graph, epilogue, values);
-  if (std::find(step.outputs.begin(), step.outputs.end(), parts.reduction) == step.outputs.end())
-    values[parts.reduction].reset();
+  for (const Step& part : split_reduction_step(graph, step)) {
+    if (part.kind == StepKind::Elementwise) {
+      run_elementwise(graph, part, values);
+      continue;
+    }
+    const ValueId reduction = part.outputs[0];
+    const Node& node = graph.nodes[reduction];
+    values[reduction] = part.nodes.size() == 1 ? cpu_reduce(node, *values[node.inputs[0]])
+                                               : cpu_fused_reduce(graph, part, values);
+  }
+  for (ValueId r : reduction_parts(graph, step).reductions)
+    if (std::find(step.outputs.begin(), step.outputs.end(), r) == step.outputs.end())
+      values[r].reset();
 }
 
 }  // namespace

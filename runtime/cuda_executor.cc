@@ -173,7 +173,7 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step,
   return out;
 }
 
-// A reduction with an epilogue: one block per row reduces it, then computes the epilogue.
+// A row step (reductions of the same rows, an epilogue): one warp per row.
 void run_row_kernel(const Graph& graph, const Step& step,
                     std::vector<std::optional<BufferView>>& values) {
   const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
@@ -196,7 +196,8 @@ void run_row_kernel(const Graph& graph, const Step& step,
   args.push_back(static_cast<uint64_t>(rows));
   args.push_back(static_cast<uint64_t>(columns));
   args.push_back(std::bit_cast<uint64_t>(static_cast<double>(columns)));
-  launch(function, rows, kCudaReduceThreads, args, key);
+  constexpr int64_t kRowsPerBlock = kCudaReduceThreads / 32;
+  launch(function, (rows + kRowsPerBlock - 1) / kRowsPerBlock, kCudaReduceThreads, args, key);
 }
 
 BufferView run_reduction(const Node& node, const BufferView& input) {
@@ -267,7 +268,7 @@ void run_cuda_step(const Graph& graph, const Step& step,
       return;
     case StepKind::Reduction: {
       const ReductionParts parts = reduction_parts(graph, step);
-      if (!parts.epilogue.empty()) {
+      if (parts.is_row_program()) {
         run_row_kernel(graph, step, values);
       } else {
         const Node& reduction = graph.nodes[parts.reduction];

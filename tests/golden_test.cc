@@ -123,36 +123,6 @@ std::optional<CudaSource> generate_cuda(const Schedule& schedule, const Step& st
   return generate_cuda_step(graph, step, plan.spec);
 }
 
-// The CPU programs of `step`, as the CPU executor compiles them: an elementwise step's own; for
-// a reduction step, its prologue's (cpu_fused_reduce) and its epilogue's (run_reduction).
-std::string cpu_listing(const Schedule& schedule, const Step& step) {
-  const Graph& graph = schedule.graph;
-  if (step.kind == StepKind::Elementwise) return CpuProgram::compile(graph, step).listing();
-  if (step.kind != StepKind::Reduction)
-    return "// (no CPU program: a library call, a view or a transfer)\n";
-  const ReductionParts parts = reduction_parts(graph, step);
-  std::string out;
-  if (!parts.prologue.empty()) {
-    Step prologue = step;
-    prologue.kind = StepKind::Elementwise;
-    prologue.nodes = parts.prologue;
-    prologue.outputs = {graph.nodes[parts.reduction].inputs[0]};
-    absl::StrAppend(&out, "// prologue\n", CpuProgram::compile(graph, prologue).listing());
-  }
-  if (!parts.epilogue.empty()) {
-    Step epilogue = step;
-    epilogue.kind = StepKind::Elementwise;
-    epilogue.nodes = parts.prologue;
-    epilogue.nodes.insert(epilogue.nodes.end(), parts.epilogue.begin(), parts.epilogue.end());
-    std::sort(epilogue.nodes.begin(), epilogue.nodes.end());
-    epilogue.inputs.push_back(parts.reduction);
-    std::erase(epilogue.outputs, parts.reduction);
-    absl::StrAppend(&out, "// epilogue\n", CpuProgram::compile(graph, epilogue).listing());
-  }
-  if (out.empty()) out = "// (no CPU program: the library reduction)\n";
-  return out;
-}
-
 struct Generated {
   std::string cuda;
   std::string cpu;
@@ -174,7 +144,7 @@ Generated generate(const GoldenCase& c) {
       absl::StrAppend(&out.cuda, "\n", title, "// kernel ", source->kernel_name, "\n",
                       strip_prologue(*source));
     }
-    absl::StrAppend(&out.cpu, "\n", title, cpu_listing(schedule, step));
+    absl::StrAppend(&out.cpu, "\n", title, cpu_step_listing(schedule.graph, step));
   }
   return out;
 }

@@ -60,23 +60,8 @@ int codegen(const std::string& path, const std::string& target, bool with_prolog
                 << (with_prologue ? "\n" : " (prologue left out: --with-prologue)\n") << text
                 << "\n";
     } else {
-      std::cout << "// ----- " << step.kernel_name() << " (CPU block program) -----\n";
-      if (step.kind == StepKind::Elementwise) {
-        std::cout << CpuProgram::compile(schedule.graph, step).listing() << "\n";
-        continue;
-      }
-      // A reduction step: its prologue and epilogue run as block programs around the reduction.
-      const ReductionParts parts = reduction_parts(schedule.graph, step);
-      Step around = step;
-      around.kind = StepKind::Elementwise;
-      around.nodes = parts.prologue;
-      around.nodes.insert(around.nodes.end(), parts.epilogue.begin(), parts.epilogue.end());
-      std::sort(around.nodes.begin(), around.nodes.end());
-      around.outputs = {schedule.graph.nodes[parts.reduction].inputs[0]};
-      std::cout << "// reduce: " << print_node(schedule.graph, parts.reduction) << "\n";
-      if (!parts.prologue.empty())
-        std::cout << CpuProgram::compile(schedule.graph, around).listing();
-      std::cout << "\n";
+      std::cout << "// ----- " << step.kernel_name() << " (CPU block program) -----\n"
+                << cpu_step_listing(schedule.graph, step) << "\n";
     }
   }
   return 0;

@@ -15,7 +15,9 @@
 // absorbs, where the shapes allow, the group computing its operand (its prologue: when nothing
 // else reads that group and the reduced dims are trailing) and, for a keepdim row reduction of
 // rows up to kMaxEpilogueRow elements, the group reading its result over the operand's shape
-// (its epilogue: softmax's normalisation). ReductionParts (ir/schedule.h) tells them apart.
+// (its epilogue: softmax's normalisation). Last, a row reduction whose operand such a row step
+// computes joins it when both reduce the same rows (softmax's sum joins its max's step: one
+// kernel). ReductionParts (ir/schedule.h) tells the roles apart.
 //
 // Caps, each cutting an elementwise group when exceeded: `max_nodes` members (compile time and
 // registers grow with the body), `max_inputs` operands read from storage (kernel parameter
@@ -57,6 +59,21 @@ StepKind step_kind(Op op) {
     default:
       return StepKind::Elementwise;
   }
+}
+
+// A keepdim reduction over trailing dims whose rows have at most `max_row` elements: one block
+// (one thread on the CPU) can walk each row several times while it is in cache.
+bool is_row_reduction(const Graph& graph, ValueId id, int64_t max_row) {
+  const Node& node = graph.nodes[id];
+  if (!is_reduction(node.op) || !node.attrs.has("keepdim") || !node.attrs.get_bool("keepdim"))
+    return false;
+  const Shape& space = graph.nodes[node.inputs[0]].shape;
+  const int64_t rank = static_cast<int64_t>(space.size());
+  const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
+  for (size_t k = 0; k < dims.size(); ++k)
+    if (dims[k] != rank - static_cast<int64_t>(dims.size()) + static_cast<int64_t>(k)) return false;
+  const int64_t row = numel(node.shape) == 0 ? 0 : numel(space) / numel(node.shape);
+  return row <= max_row;
 }
 
 class UnionFind {
@@ -108,6 +125,9 @@ uint64_t kernel_key(const Graph& graph, const Step& step) {
 }
 
 }  // namespace
+
+// Rows a row step (a reduction with an epilogue, or several reductions) may have.
+constexpr int64_t kMaxEpilogueRow = 32768;
 
 Schedule run_fusion(Graph graph, const FusionOptions& options) {
   const size_t n = graph.nodes.size();
@@ -272,20 +292,11 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
   // again to compute that group. Only for rows up to kMaxEpilogueRow elements, which one block
   // (one thread on the CPU) walks twice while they are still in cache. The group may read the
   // prologue's values (recomputed in the second pass) but nothing that depends on the step.
-  constexpr int64_t kMaxEpilogueRow = 32768;
   if (options.enabled) {
     for (size_t i = 0; i < n; ++i) {
       const Node& node = graph.nodes[i];
-      if (!is_reduction(node.op) || !node.attrs.has("keepdim") || !node.attrs.get_bool("keepdim"))
-        continue;
+      if (!is_row_reduction(graph, static_cast<ValueId>(i), kMaxEpilogueRow)) continue;
       const Shape& space = graph.nodes[node.inputs[0]].shape;
-      const int64_t rank = static_cast<int64_t>(space.size());
-      const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
-      bool trailing = true;
-      for (size_t k = 0; k < dims.size(); ++k)
-        trailing &= dims[k] == rank - static_cast<int64_t>(dims.size()) + static_cast<int64_t>(k);
-      const int64_t row = numel(node.shape) == 0 ? 0 : numel(space) / numel(node.shape);
-      if (!trailing || row > kMaxEpilogueRow) continue;
       const int step_group = groups_uf.find(group_of[i]);
       // The consumer group: elementwise users of the reduction over the operand's shape.
       int epilogue = -1;
@@ -323,6 +334,40 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
       }
       if (!ok) continue;
       merge(step_group, epilogue);
+    }
+  }
+
+  // A row reduction whose operand a row step computes joins that step when both reduce the
+  // same rows (softmax's sum joins the step of its max, whose epilogue computes exp(x - max)):
+  // one kernel then makes a pass over each row per reduction, rereading the row from cache,
+  // instead of storing the operand and reading it back.
+  if (options.enabled) {
+    auto row_space = [&](ValueId r) -> std::pair<Shape, Shape> {
+      const Node& node = graph.nodes[r];
+      return {graph.nodes[node.inputs[0]].shape, node.shape};
+    };
+    for (size_t i = 0; i < n; ++i) {
+      const Node& node = graph.nodes[i];
+      if (!is_row_reduction(graph, static_cast<ValueId>(i), kMaxEpilogueRow)) continue;
+      const ValueId operand = node.inputs[0];
+      if (group_of[operand] < 0 || !is_fusable_elementwise(graph.nodes[operand].op)) continue;
+      const int step_group = groups_uf.find(group_of[i]);
+      const int producer = groups_uf.find(group_of[operand]);
+      if (producer == step_group) continue;
+      // The producer must be a row step over the same rows.
+      bool same_rows = false;
+      for (ValueId m : groups[producer].members)
+        same_rows |= is_row_reduction(graph, m, kMaxEpilogueRow) &&
+                     row_space(m) == row_space(static_cast<ValueId>(i));
+      if (!same_rows) continue;
+      // Nothing else the step reads may depend on the producer (that would be a cycle).
+      std::vector<int> others;
+      for (ValueId in : groups[step_group].ext_inputs) {
+        const int g = group_of[in] >= 0 ? groups_uf.find(group_of[in]) : -1;
+        if (g >= 0 && g != producer && g != step_group) others.push_back(g);
+      }
+      if (depends_on(std::move(others), {producer})) continue;
+      merge(producer, step_group);
     }
   }
 
