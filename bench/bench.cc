@@ -123,9 +123,24 @@ int run_bench(const BenchOptions& options) {
           eval(fused);
           eval(unfused, EvalOptions{.fusion = false});
           for (size_t k = 0; k < fused.size(); ++k) {
-            if (fused[k].to_vector<double>() != unfused[k].to_vector<double>()) {
-              std::fprintf(stderr, "\n%s %s 2^%d: fused and unfused results differ\n",
-                           workload->name.c_str(), dtype_name.c_str(), log2);
+            const std::vector<double> a = fused[k].to_vector<double>(),
+                                      b = unfused[k].to_vector<double>();
+            // NaN equals NaN here: the same value computed both ways.
+            int64_t differ = 0, first = -1;
+            double largest = 0;
+            for (size_t e = 0; e < a.size(); ++e) {
+              if (a[e] == b[e] || (std::isnan(a[e]) && std::isnan(b[e]))) continue;
+              if (differ++ == 0) first = static_cast<int64_t>(e);
+              largest = std::max(largest, std::abs(a[e] - b[e]) / std::max(std::abs(b[e]), 1e-30));
+            }
+            if (differ > 0) {
+              std::fprintf(stderr,
+                           "\n%s %s 2^%d output %zu: fused and unfused differ in %lld of %zu "
+                           "elements (first [%lld]: %.9g fused, %.9g unfused; largest relative "
+                           "difference %.3g)\n",
+                           workload->name.c_str(), dtype_name.c_str(), log2, k,
+                           static_cast<long long>(differ), a.size(), static_cast<long long>(first),
+                           a[first], b[first], largest);
               ++failures;
             }
           }

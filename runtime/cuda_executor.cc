@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -86,9 +87,11 @@ void run_elementwise(const Graph& graph, const Step& step,
   std::vector<uint64_t> args = pack_elementwise_args(plan, operands.addresses, outputs);
   // A grid-stride loop: enough blocks to fill every multiprocessor many times over, no more.
   const int64_t units = plan.spec.vectorized ? (plan.numel + 3) / 4 : plan.numel;
-  const int64_t blocks = std::clamp<int64_t>(
-      (units + kThreadsPerBlock - 1) / kThreadsPerBlock, 1,
-      static_cast<int64_t>(cuda::device_properties(device).multiprocessors) * 32);
+  const int64_t per_sm = env_config().blocks_per_sm;
+  const int64_t cap = per_sm > 0 ? cuda::device_properties(device).multiprocessors * per_sm
+                                 : std::numeric_limits<int32_t>::max();
+  const int64_t blocks =
+      std::clamp<int64_t>((units + kThreadsPerBlock - 1) / kThreadsPerBlock, 1, cap);
   launch(function, blocks, kThreadsPerBlock, args, key);
 }
 

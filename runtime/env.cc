@@ -27,6 +27,8 @@ EnvConfig& mutable_env_config() {
       c.fusion = std::string_view(fusion) != "0";
     if (const char* bound = std::getenv("LAZYFUSE_MAX_PENDING"))
       (void)absl::SimpleAtoi(bound, &c.max_pending);
+    if (const char* blocks = std::getenv("LAZYFUSE_BLOCKS_PER_SM"))
+      (void)absl::SimpleAtoi(blocks, &c.blocks_per_sm);
     if (c.debug >= 3) c.dump_cuda = true;
     if (const char* dir = std::getenv("LAZYFUSE_DUMP_DIR")) c.dump_dir = dir;
     if (const char* sync = std::getenv("LAZYFUSE_SYNC")) c.sync = std::string_view(sync) == "1";

@@ -17,6 +17,9 @@ struct EnvConfig {
   bool sync = false;           // LAZYFUSE_SYNC=1: wait for each kernel, so errors name it
   std::string cache_dir;       // LAZYFUSE_CACHE_DIR (default ~/.cache/lazyfuse; "" disables)
   bool fast_math = false;      // LAZYFUSE_FAST_MATH=1: hardware approximations on the GPU
+  // LAZYFUSE_BLOCKS_PER_SM: the cap on an elementwise kernel's grid, in blocks per
+  // multiprocessor (each thread loops over the rest); 0: no cap, a thread per element or vector.
+  int64_t blocks_per_sm = 32;
 };
 
 const EnvConfig& env_config();

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codegen/nvrtc.h"
@@ -25,7 +26,7 @@ namespace {
 
 struct CacheState {
   std::mutex mutex;
-  std::map<std::pair<int, std::string>, CUfunction> functions;  // (device, key)
+  absl::flat_hash_map<std::pair<int, std::string>, CUfunction> functions;  // (device, key)
   KernelCacheStats stats;
 };
 CacheState& state() {
