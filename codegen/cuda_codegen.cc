@@ -223,7 +223,7 @@ std::string CudaElementwiseSpec::code() const {
   std::string access;
   for (OperandAccess a : inputs) access += "cbrs"[static_cast<int>(a)];
   return absl::StrCat("r", rank, vectorized ? "v4" : "", index64 ? "i64" : "",
-                      access.empty() ? "" : "_", access);
+                      row_in_registers ? "rr" : "", access.empty() ? "" : "_", access);
 }
 
 CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,

@@ -26,6 +26,9 @@ struct CudaElementwiseSpec {
   int rank = 1;
   bool vectorized = false;  // four elements per thread through 16-byte (or narrower) accesses
   bool index64 = false;
+  // Row kernels only: each lane keeps its elements of the row's operands in registers
+  // (kCudaRowRegisters each), read once, instead of rereading the row in every pass.
+  bool row_in_registers = false;
   std::vector<OperandAccess> inputs;
   std::string code() const;  // "r1v4_cbr": part of the kernel's name
 };
@@ -85,6 +88,10 @@ namespace lazyfuse {
 // (accumulator, out) reduces the partials. The chunking depends only on sizes, so a result's
 // bits never depend on the GPU.
 inline constexpr int kCudaReduceThreads = 256;
+// A row kernel keeps rows of up to 32 x kCudaRowRegisters elements in registers when it reads
+// at most kCudaRowRegisterInputs operands.
+inline constexpr int kCudaRowRegisters = 32;
+inline constexpr int kCudaRowRegisterInputs = 4;
 inline constexpr int64_t kCudaReduceChunk = 32768;
 
 // The accumulator: double for floating sums (as on the CPU), int64 for integer and bool sums,

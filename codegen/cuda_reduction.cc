@@ -189,14 +189,38 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
   s += "  const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;\n"
        "  const int lane = threadIdx.x % 32;\n"
        "  if (row >= args.rows) return;\n";
+  // With the row in registers, lane element t is column lane + 32 * t; every pass is unrolled
+  // so the registers are named statically.
+  std::vector<std::string> pass_loads = loads;
+  if (spec.row_in_registers) {
+    absl::StrAppend(&s, "  // The lane's elements of each operand, read once.\n");
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      absl::StrAppend(&s, "  ", type_name(graph.nodes[step.inputs[k]].dtype), " row", k, "[",
+                      kCudaRowRegisters, "];\n");
+      pass_loads[k] = absl::StrCat("row", k, "[t]");
+    }
+    absl::StrAppend(&s, "#pragma unroll\n  for (int t = 0; t < ", kCudaRowRegisters,
+                    "; ++t) {\n    const long long j = lane + 32 * t;\n"
+                    "    if (j >= args.columns) break;\n"
+                    "    const IDX i = (IDX)(row * args.columns + j);\n");
+    s += cuda_emit::emit_coordinates(spec.rank, "    ");
+    for (size_t k = 0; k < step.inputs.size(); ++k)
+      absl::StrAppend(&s, "    row", k, "[t] = ", loads[k], ";\n");
+    s += "  }\n";
+  }
   // A pass over the row computing `members`.
   auto pass_head = [&](const std::vector<ValueId>& members) {
-    std::string p =
-        "#pragma unroll 4\n"
-        "  for (long long j = lane; j < args.columns; j += 32) {\n"
-        "    const IDX i = (IDX)(row * args.columns + j);\n";
+    std::string p;
+    if (spec.row_in_registers) {
+      absl::StrAppend(&p, "#pragma unroll\n  for (int t = 0; t < ", kCudaRowRegisters,
+                      "; ++t) {\n    const long long j = lane + 32 * t;\n"
+                      "    if (j >= args.columns) break;\n");
+    } else {
+      p += "#pragma unroll 4\n  for (long long j = lane; j < args.columns; j += 32) {\n";
+    }
+    p += "    const IDX i = (IDX)(row * args.columns + j);\n";
     p += cuda_emit::emit_coordinates(spec.rank, "    ");
-    p += cuda_emit::emit_members(graph, step.inputs, members, loads, "    ");
+    p += cuda_emit::emit_members(graph, step.inputs, members, pass_loads, "    ");
     return p;
   };
   std::vector<ValueId> elementwise = parts.prologue;

@@ -85,7 +85,8 @@ void run_elementwise(const Graph& graph, const Step& step,
   cuda::CUfunction function = cuda::get_kernel(
       device, key, [&] { return generate_cuda_elementwise(graph, step, plan.spec, fast_math); });
   std::vector<uint64_t> args = pack_elementwise_args(plan, operands.addresses, outputs);
-  // A grid-stride loop: enough blocks to fill every multiprocessor many times over, no more.
+  // A thread per element (or four, vectorized), which measured fastest; under
+  // LAZYFUSE_BLOCKS_PER_SM a capped grid whose threads loop over the rest.
   const int64_t units = plan.spec.vectorized ? (plan.numel + 3) / 4 : plan.numel;
   const int64_t per_sm = env_config().blocks_per_sm;
   const int64_t cap = per_sm > 0 ? cuda::device_properties(device).multiprocessors * per_sm
@@ -189,6 +190,8 @@ void run_row_kernel(const Graph& graph, const Step& step,
   const int64_t rows = numel(node.shape);
   if (rows == 0) return;
   const int64_t columns = plan.numel / rows;
+  plan.spec.row_in_registers = columns <= 32 * kCudaRowRegisters &&
+                               step.inputs.size() <= static_cast<size_t>(kCudaRowRegisterInputs);
   const bool fast_math = env_config().fast_math;
   const std::string key = kernel_cache_key(step, plan.spec, fast_math);
   cuda::CUfunction function = cuda::get_kernel(

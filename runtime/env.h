@@ -17,9 +17,10 @@ struct EnvConfig {
   bool sync = false;           // LAZYFUSE_SYNC=1: wait for each kernel, so errors name it
   std::string cache_dir;       // LAZYFUSE_CACHE_DIR (default ~/.cache/lazyfuse; "" disables)
   bool fast_math = false;      // LAZYFUSE_FAST_MATH=1: hardware approximations on the GPU
-  // LAZYFUSE_BLOCKS_PER_SM: the cap on an elementwise kernel's grid, in blocks per
-  // multiprocessor (each thread loops over the rest); 0: no cap, a thread per element or vector.
-  int64_t blocks_per_sm = 32;
+  // LAZYFUSE_BLOCKS_PER_SM: a cap on an elementwise kernel's grid, in blocks per
+  // multiprocessor (each thread loops over the rest); 0, the default: no cap, a thread per
+  // element or vector, which measured fastest on the H200 (docs/benchmarks.md).
+  int64_t blocks_per_sm = 0;
 };
 
 const EnvConfig& env_config();

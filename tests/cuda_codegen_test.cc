@@ -73,6 +73,13 @@ std::vector<CudaSource> generate_all(const Schedule& schedule, bool strided) {
     if (step.kind == StepKind::Reduction) plan.spec.vectorized = false;
     if (step.kind == StepKind::Elementwise || step.kind == StepKind::Reduction)
       sources.push_back(generate_cuda_step(schedule.graph, step, plan.spec));
+    // A row step also comes with its row held in registers.
+    if (step.kind == StepKind::Reduction &&
+        reduction_parts(schedule.graph, step).is_row_program()) {
+      plan.spec.row_in_registers = true;
+      sources.push_back(generate_cuda_step(schedule.graph, step, plan.spec));
+      EXPECT_NE(sources.back().source.find("row0[t]"), std::string::npos);
+    }
   }
   return sources;
 }
