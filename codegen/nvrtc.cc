@@ -128,13 +128,18 @@ CompiledKernel nvrtc_compile(const std::string& source, const std::string& name,
   kernel.is_cubin = known;
   kernel.arch = known ? absl::StrCat("sm_", arch) : absl::StrCat("compute_", best);
   std::string arch_option = absl::StrCat("--gpu-architecture=", kernel.arch);
+  // No contraction of a multiply and an add into one FMA: each op rounds its result, as it does
+  // in a kernel of its own, so fusion never changes a result (docs/design.md, Note [Rounding
+  // after every op]). Fast-math kernels, which define LF_FAST_MATH first, may contract.
+  const bool fast_math = source.starts_with("#define LF_FAST_MATH");
   const char* options[] = {arch_option.c_str(), "--std=c++17",
-                           "--device-as-default-execution-space"};
+                           "--device-as-default-execution-space",
+                           fast_math ? "--fmad=true" : "--fmad=false"};
   nvrtcProgram program = nullptr;
   std::string file = name + ".cu";
   if (int r = n.create_program(&program, source.c_str(), file.c_str(), 0, nullptr, nullptr); r != 0)
     throw CompileError(absl::StrCat("nvrtcCreateProgram: ", n.get_error_string(r)));
-  int result = n.compile_program(program, 3, options);
+  int result = n.compile_program(program, 4, options);
   size_t log_size = 0;
   n.get_log_size(program, &log_size);
   std::string log(log_size, '\0');

@@ -20,6 +20,10 @@ bool nvrtc_available();
 std::string nvrtc_unavailable_reason();
 std::string nvrtc_version();  // "13.0"
 
+// Changes whenever the options nvrtc_compile passes change: part of every disk cache key, so a
+// cubin compiled otherwise is never loaded.
+inline constexpr int kNvrtcOptionsVersion = 2;
+
 // Compiles `source`, which defines extern "C" kernel `name`, for compute capability
 // major.minor. Throws CompileError with NVRTC's log and the path where the source was saved.
 CompiledKernel nvrtc_compile(const std::string& source, const std::string& name, int major,

@@ -134,7 +134,8 @@ CUfunction get_kernel(int device, const std::string& key,
   h.add(std::string_view(source.source))
       .add(props.major)
       .add(props.minor)
-      .add(std::string_view(nvrtc_version()));
+      .add(std::string_view(nvrtc_version()))
+      .add(kNvrtcOptionsVersion);
   const std::string file_key =
       absl::StrFormat("%s-%016x-sm_%d%d-nvrtc%s", source.kernel_name, h.value(), props.major,
                       props.minor, nvrtc_version());

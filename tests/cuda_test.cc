@@ -256,6 +256,53 @@ TEST_F(Cuda, ReductionsMatchTheReference) {
   EXPECT_EQ(g.sum().to_vector<double>(), g.sum().to_vector<double>());
 }
 
+// Softmax is one row kernel: rows short enough to stay in registers (1, 33 and 1024 columns)
+// and longer ones reread from cache (1500, 5000), each element against float64.
+TEST_F(Cuda, SoftmaxRowKernelMatchesTheReference) {
+  for (int64_t columns : {1, 33, 1024, 1500, 5000}) {
+    SCOPED_TRACE(columns);
+    const int64_t rows = 45;
+    std::vector<double> v = random_values(rows * columns, -5, 5, 13);
+    Tensor x = from_vector(v, {rows, columns}).to("cuda");
+    reset_eval_stats();
+    Tensor e = (x - x.max(1, true)).exp();
+    Tensor softmax = e / e.sum({1}, true);
+    std::vector<double> got = softmax.to_vector<double>();
+    EXPECT_EQ(eval_stats().kernels, 1);
+    for (int64_t r = 0; r < rows; ++r) {
+      double m = -INFINITY, total = 0;
+      for (int64_t c = 0; c < columns; ++c)
+        m = std::max(m, static_cast<double>(static_cast<float>(v[r * columns + c])));
+      for (int64_t c = 0; c < columns; ++c)
+        total += std::exp(static_cast<float>(v[r * columns + c]) - m);
+      for (int64_t c = 0; c < columns; ++c) {
+        const double want = std::exp(static_cast<float>(v[r * columns + c]) - m) / total;
+        ASSERT_NEAR(got[r * columns + c], want, 1e-6 * want + 1e-12) << r << ", " << c;
+      }
+    }
+  }
+}
+
+// Fusion never changes a result on the GPU either: GELU and an Adam step, fused and one kernel
+// per op, agree bit for bit (NVRTC must not contract a multiply and an add into an FMA; the
+// benchmark once found GELU's differing in the last bit).
+TEST_F(Cuda, FusedAndUnfusedGiveIdenticalBits) {
+  std::vector<double> v = random_values(100000, -3, 3, 14), w = random_values(100000, 0, 1, 15);
+  Tensor x = from_vector(v, {100000}).to("cuda"), g = from_vector(w, {100000}).to("cuda");
+  auto gelu = [](const Tensor& t) {
+    return t * 0.5 * (((t * t * t) * 0.044715 + t) * 0.7978845608).tanh() + t * 0.5;
+  };
+  auto adam = [](const Tensor& p, const Tensor& grad) {
+    Tensor m = p * 0.9 + grad * 0.1, v2 = p * p * 0.999 + grad * grad * 0.001;
+    return p - m * 1e-3 / (v2.sqrt() + 1e-8);
+  };
+  for (auto [fused, unfused] : {std::pair{gelu(x), gelu(x)}, std::pair{adam(x, g), adam(x, g)}}) {
+    eval({fused});
+    eval({unfused}, EvalOptions{.fusion = false});
+    EXPECT_EQ(fused.to_vector<float>(), unfused.to_vector<float>());
+  }
+}
+
 TEST_F(Cuda, MatmulMatchesTheCpu) {
   std::vector<double> a = random_values(3 * 40 * 50, -1, 1, 11),
                       b = random_values(50 * 30, -1, 1, 12);
