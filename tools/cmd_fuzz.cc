@@ -1,12 +1,12 @@
 // lazyfuse fuzz: random graphs over the ops, dtypes, broadcasts, views and reductions, each
-// evaluated fused and unfused. On the CPU the two must agree bit for bit (every value is rounded
-// to its dtype after each op, so fusion may not change a result); on a GPU the fused result is
-// compared with the CPU's, within a per-dtype tolerance. A mismatch prints the graph as IR
-// text, which `lazyfuse run FILE --check` replays.
-#include <cmath>
-#include <cstring>
+// checked by check_graph (tools/replay.h) against itself evaluated unfused on the CPU. On the
+// CPU the two must agree bit for bit (every value is rounded to its dtype after each op, so
+// fusion may not change a result); on a GPU, within a per-dtype tolerance. A failing graph is
+// shrunk (tools/shrink.h) to a small one that still fails the same way, then printed as IR text
+// with the command that replays it: `lazyfuse run FILE --seed=S --check-unfused`.
 #include <iostream>
 #include <random>
+#include <typeinfo>
 
 #include "absl/strings/str_format.h"
 #include "frontend/tensor.h"
@@ -14,18 +14,18 @@
 #include "runtime/devices.h"
 #include "runtime/lazy.h"
 #include "tools/commands.h"
+#include "tools/replay.h"
+#include "tools/shrink.h"
 
 namespace lazyfuse::tools {
 namespace {
 
 constexpr DType kDTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kBool};
 
-// One random graph, built through the public API; the same seed builds the same graph.
-struct RandomGraph {
-  std::vector<Tensor> outputs;
-};
-
-RandomGraph build(uint64_t seed, const Device& device) {
+// One random graph, built through the public API and taken as IR; the same seed builds the same
+// graph. The params' values are drawn only to keep each seed's graph what it has always been:
+// check_graph draws its own inputs.
+Graph build(uint64_t seed, const Device& device) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
   const int64_t sizes[] = {1, 2, 3, 5, 8, 17};
@@ -120,69 +120,86 @@ RandomGraph build(uint64_t seed, const Device& device) {
       // An op the operands do not allow (bool negation, shapes that do not broadcast): skip.
     }
   }
-  RandomGraph graph;
+  std::vector<LazyRef> outputs;
   for (int i = 0, n = 1 + pick(2); i < n && i < static_cast<int>(pool.size()); ++i)
-    graph.outputs.push_back(pool[pool.size() - 1 - i]);
-  return graph;
+    outputs.push_back(pool[pool.size() - 1 - i].value());
+  return build_graph(outputs).graph;
 }
 
-bool same_value(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+// How a graph fails; the shrinker keeps a step only if the graph still fails the same way.
+struct Failure {
+  enum class Kind { None, Mismatch, Error };
+  Kind kind = Kind::None;
+  std::string error_type;  // the exception's type, for Kind::Error
+  std::string detail;      // what to print
 
-double tolerance(DType dtype) {
-  return dtype == kFloat64    ? 1e-9
-         : dtype == kFloat32  ? 1e-4
-         : dtype == kFloat16  ? 1e-2
-         : is_floating(dtype) ? 5e-2
-                              : 0;
+  bool same_as(const Failure& other) const {
+    return kind == other.kind && error_type == other.error_type;
+  }
+};
+
+Failure test(const Graph& graph, uint64_t seed) {
+  Failure failure;
+  try {
+    CheckResult result = check_graph(graph, seed, Reference::Unfused);
+    for (const OutputCheck& check : result.checks) {
+      if (check.bad == 0) continue;
+      failure.kind = Failure::Kind::Mismatch;
+      failure.detail += check.line() + "\n";
+    }
+  } catch (const Error& e) {
+    // An evaluation that throws on a graph the frontend accepted is a bug too.
+    failure.kind = Failure::Kind::Error;
+    failure.error_type = typeid(e).name();
+    failure.detail = std::string(e.what()) + "\n";
+  }
+  return failure;
+}
+
+void report(int64_t index, uint64_t seed, const Graph& graph, const Failure& failure, bool shrink) {
+  std::cout << absl::StrFormat("%s: graph %d (seed %d), %d nodes\n",
+                               failure.kind == Failure::Kind::Error ? "ERROR" : "MISMATCH", index,
+                               seed, graph.nodes.size())
+            << failure.detail;
+  Graph shown = graph;
+  if (shrink) {
+    ShrinkResult shrunk = shrink_graph(
+        graph, [&](const Graph& candidate) { return test(candidate, seed).same_as(failure); });
+    shown = shrunk.graph;
+    std::cout << absl::StrFormat("shrunk from %d nodes to %d (%d steps kept of %d tried%s):\n",
+                                 graph.nodes.size(), shown.nodes.size(), shrunk.accepted,
+                                 shrunk.attempts,
+                                 shrunk.exhausted ? "; stopped at the limit of steps" : "")
+              << test(shown, seed).detail;
+  }
+  const std::string fault = test_fault();
+  std::cout << print_graph(shown)
+            << absl::StrFormat(
+                   "replay: %slazyfuse run FILE --seed=%d --check-unfused  "
+                   "(FILE: the graph above)\n\n",
+                   fault.empty() ? "" : "LAZYFUSE_TEST_FAULT=" + fault + " ", seed);
 }
 
 }  // namespace
 
-int fuzz(uint64_t seed, int64_t graphs, const std::string& device_name) {
+int fuzz(uint64_t seed, int64_t graphs, const std::string& device_name, bool shrink) {
   const Device device = resolve_device(Device(device_name));
-  int64_t mismatches = 0, evaluated = 0;
+  warn_about_test_fault();
+  int64_t failures = 0, tested = 0;
   for (int64_t g = 0; g < graphs; ++g) {
     const uint64_t graph_seed = seed * 1000003 + static_cast<uint64_t>(g);
-    RandomGraph fused = build(graph_seed, device);
-    RandomGraph reference = build(graph_seed, Device::cpu());
-    if (fused.outputs.empty()) continue;
-    std::string ir;
-    {
-      std::vector<LazyRef> values;
-      for (const Tensor& t : fused.outputs) values.push_back(t.value());
-      ir = print_graph(build_graph(values).graph);
-    }
-    try {
-      eval(fused.outputs);
-      eval(reference.outputs, EvalOptions{.fusion = false});
-    } catch (const Error& e) {
-      // An evaluation that throws on a graph the frontend accepted is a bug too.
-      ++mismatches;
-      std::cout << absl::StrFormat("ERROR: graph %d (seed %d): %s\n", g, graph_seed, e.what()) << ir
-                << "\n";
-      continue;
-    }
-    ++evaluated;
-    for (size_t k = 0; k < fused.outputs.size(); ++k) {
-      std::vector<double> got = fused.outputs[k].to_vector<double>();
-      std::vector<double> want = reference.outputs[k].to_vector<double>();
-      const double tol = device.is_cpu() ? 0 : tolerance(fused.outputs[k].dtype());
-      int64_t bad = 0;
-      for (size_t i = 0; i < got.size(); ++i)
-        bad += !same_value(got[i], want[i]) &&
-               !(std::fabs(got[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i])));
-      if (bad == 0) continue;
-      ++mismatches;
-      std::cout << absl::StrFormat(
-                       "MISMATCH: graph %d (seed %d), output %d: %d of %d elements differ\n", g,
-                       graph_seed, k, bad, got.size())
-                << ir << "\n";
-    }
+    Graph graph = build(graph_seed, device);
+    if (graph.outputs.empty()) continue;
+    ++tested;
+    Failure failure = test(graph, graph_seed);
+    if (failure.kind == Failure::Kind::None) continue;
+    ++failures;
+    report(g, graph_seed, graph, failure, shrink);
   }
-  std::cout << absl::StrFormat(
-      "%d graphs evaluated on %s, fused against unfused%s: %d mismatches\n", evaluated,
-      device.str(), device.is_cpu() ? " (bit for bit)" : " on the CPU", mismatches);
-  return mismatches ? 1 : 0;
+  std::cout << absl::StrFormat("%d graphs evaluated on %s, fused against unfused%s: %d failures\n",
+                               tested, device.str(),
+                               device.is_cpu() ? " (bit for bit)" : " on the CPU", failures);
+  return failures ? 1 : 0;
 }
 
 }  // namespace lazyfuse::tools

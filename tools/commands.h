@@ -17,8 +17,9 @@ int opt(const std::string& path, const std::string& passes, bool print_after_all
         const std::vector<std::string>& print_after);
 int codegen(const std::string& path, const std::string& target, bool with_prologue);
 int compile(const std::string& path, const std::string& arch);
-int run(const std::string& path, const std::string& device, uint64_t seed, bool check);
+int run(const std::string& path, const std::string& device, uint64_t seed, bool check,
+        bool check_unfused);
 int dot(const std::string& path, bool fused, const std::string& output);
-int fuzz(uint64_t seed, int64_t graphs, const std::string& device);
+int fuzz(uint64_t seed, int64_t graphs, const std::string& device, bool shrink);
 
 }  // namespace lazyfuse::tools

@@ -50,13 +50,19 @@ int main(int argc, char** argv) {
       app.add_subcommand("run", "Evaluate a graph on seeded random inputs and print its outputs");
   std::string device;
   uint64_t seed = 0;
-  bool check = false;
+  bool check = false, check_unfused = false;
   run->add_option("file", file, "IR file, or -")->required();
   run->add_option("--device", device,
                   "cpu or cuda:N for every node (default: the devices in the file)");
   run->add_option("--seed", seed, "Seed of the random inputs")->capture_default_str();
-  run->add_flag("--check", check,
-                "Compare with the graph evaluated in float64 on the CPU; exit 1 on a mismatch");
+  CLI::Option* check_flag =
+      run->add_flag("--check", check,
+                    "Compare with the graph evaluated in float64 on the CPU; exit 1 on a mismatch");
+  run->add_flag("--check-unfused", check_unfused,
+                "Compare with the same graph evaluated unfused on the CPU: bit for bit on the "
+                "CPU, within the dtype's tolerance on a GPU (what lazyfuse fuzz checks); exit 1 "
+                "on a mismatch")
+      ->excludes(check_flag);
 
   CLI::App* dot = app.add_subcommand("dot", "The graph as Graphviz DOT, fused kernels as clusters");
   bool fused = false;
@@ -81,8 +87,8 @@ int main(int argc, char** argv) {
   bench->add_option("--batches", bench_options.batches, "Timed batches (the median is reported)")
       ->capture_default_str();
 
-  CLI::App* fuzz =
-      app.add_subcommand("fuzz", "Random graphs evaluated fused and unfused; report mismatches");
+  CLI::App* fuzz = app.add_subcommand(
+      "fuzz", "Random graphs evaluated fused and unfused; shrink and print failures");
   uint64_t fuzz_seed = 1;
   int64_t graphs = 100;
   std::string fuzz_device = "cpu";
@@ -91,6 +97,9 @@ int main(int argc, char** argv) {
   fuzz->add_option("--device", fuzz_device,
                    "cpu (fused against unfused, bit for bit) or cuda:N (against the CPU)")
       ->capture_default_str();
+  bool no_shrink = false;
+  fuzz->add_flag("--no-shrink", no_shrink,
+                 "Print each failing graph as generated, without shrinking it first");
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -105,10 +114,10 @@ int main(int argc, char** argv) {
     if (*opt) return tools::opt(file, passes, print_after_all, print_after);
     if (*codegen) return tools::codegen(file, target, with_prologue);
     if (*compile) return tools::compile(file, arch);
-    if (*run) return tools::run(file, device, seed, check);
+    if (*run) return tools::run(file, device, seed, check, check_unfused);
     if (*dot) return tools::dot(file, fused, output);
     if (*bench) return lazyfuse::bench::run_bench(bench_options);
-    if (*fuzz) return tools::fuzz(fuzz_seed, graphs, fuzz_device);
+    if (*fuzz) return tools::fuzz(fuzz_seed, graphs, fuzz_device, !no_shrink);
   } catch (const lazyfuse::ParseError& e) {
     std::cerr << e.what() << "\n";  // already FILE:LINE:COL: error: ...
     return 1;

@@ -1,0 +1,218 @@
+// Evaluating IR graphs on seeded random inputs and checking them (tools/replay.h): what
+// `lazyfuse run` and `lazyfuse fuzz` share, so that the fuzzer's failures replay exactly.
+#include "tools/replay.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+
+#include "absl/strings/str_format.h"
+#include "ir/errors.h"
+#include "ir/op.h"
+#include "runtime/lazy.h"
+
+namespace lazyfuse::tools {
+namespace {
+
+Tensor random_input(const Node& param) {
+  Tensor u = rand(param.shape, TensorOptions().dtype(kFloat64));
+  if (param.dtype == DType::Bool) return (u > 0.5).to(param.device);
+  if (is_integral(param.dtype)) return (u * 10).to(param.dtype).to(param.device);
+  return (u + 0.5).to(param.dtype).to(param.device);
+}
+
+// The graph with every floating value in float64 on the CPU: the float64 reference.
+Graph float64_reference(Graph graph) {
+  for (Node& node : graph.nodes) {
+    node.device = Device::cpu();
+    std::vector<DType> operands;
+    for (ValueId in : node.inputs) operands.push_back(graph.nodes[in].dtype);
+    DType given = is_floating(node.dtype) ? DType::Float64 : node.dtype;
+    node.dtype = op_dtype_rule(node.op) == DTypeRule::Explicit || node.op == Op::Param
+                     ? given
+                     : infer_result_dtype(node.op, operands, given);
+  }
+  return graph;
+}
+
+// The same graph on the CPU: the unfused reference.
+Graph cpu_copy(Graph graph) {
+  for (Node& node : graph.nodes) node.device = Device::cpu();
+  return graph;
+}
+
+// `graph` with 1 added to the result of every `op` node that is not bool: the test fault.
+Graph with_fault(const Graph& graph, Op op) {
+  Graph out;
+  out.name = graph.name;
+  std::vector<ValueId> id(graph.nodes.size());
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    Node node = graph.nodes[i];
+    for (ValueId& input : node.inputs) input = id[input];
+    id[i] = out.add(node);
+    if (node.op != op || node.dtype == DType::Bool) continue;
+    Node one;
+    one.op = Op::Const;
+    one.dtype = node.dtype;
+    one.device = node.device;
+    if (is_integral(node.dtype)) {
+      one.attrs.set("value", int64_t{1});
+    } else {
+      one.attrs.set("value", 1.0);
+    }
+    Node add;
+    add.op = Op::Add;
+    add.dtype = node.dtype;
+    add.shape = node.shape;
+    add.device = node.device;
+    add.inputs = {id[i], out.add(std::move(one))};
+    id[i] = out.add(std::move(add));
+  }
+  for (ValueId output : graph.outputs) out.outputs.push_back(id[output]);
+  return out;
+}
+
+double float64_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::Float64:
+      return 1e-10;
+    case DType::Float32:
+      return 1e-4;
+    case DType::Float16:
+      return 1e-2;
+    case DType::BFloat16:
+      return 5e-2;
+    default:
+      return 0;
+  }
+}
+
+// A GPU against the CPU: the order of float operations and the transcendental functions differ,
+// so results agree only within the dtype's precision.
+double gpu_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::Float64:
+      return 1e-9;
+    case DType::Float32:
+      return 1e-4;
+    case DType::Float16:
+      return 1e-2;
+    case DType::BFloat16:
+      return 5e-2;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+std::vector<Tensor> random_inputs(const Graph& graph, uint64_t seed) {
+  manual_seed(seed);
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> params;
+  for (const Node& node : graph.nodes) {
+    inputs.push_back(node.op == Op::Param ? random_input(node) : Tensor());
+    if (node.op == Op::Param) params.push_back(inputs.back());
+  }
+  eval(params);
+  return inputs;
+}
+
+std::vector<Tensor> evaluate_graph(const Graph& graph, const std::vector<Tensor>& inputs,
+                                   const EvalOptions& options) {
+  std::vector<LazyRef> values;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& node = graph.nodes[i];
+    if (node.op == Op::Param) {
+      values.push_back(inputs[i].value());
+      continue;
+    }
+    std::vector<LazyRef> operands;
+    for (ValueId in : node.inputs) operands.push_back(values[in]);
+    Node description = node;
+    description.inputs.clear();
+    // The executor derives every view from the graph; these strides only serve views that
+    // the frontend would build on top of the result, and there are none.
+    values.push_back(
+        make_pending(description, std::move(operands), contiguous_strides(node.shape)));
+  }
+  std::vector<Tensor> outputs;
+  for (ValueId v : graph.outputs) outputs.emplace_back(values[v]);
+  eval(outputs, options);
+  return outputs;
+}
+
+std::string OutputCheck::line() const {
+  return absl::StrFormat(
+      "check %%%d: %s (%d of %d elements outside %g; largest relative error %.3g)", value,
+      bad ? "MISMATCH" : "ok", bad, total, tolerance, worst);
+}
+
+bool CheckResult::failed() const {
+  for (const OutputCheck& check : checks)
+    if (check.bad > 0) return true;
+  return false;
+}
+
+std::string test_fault() {
+  const char* fault = std::getenv("LAZYFUSE_TEST_FAULT");
+  if (fault == nullptr || *fault == '\0') return "";
+  if (!op_from_name(fault))
+    throw Error(absl::StrFormat("LAZYFUSE_TEST_FAULT=%s names no op", fault));
+  return fault;
+}
+
+void warn_about_test_fault() {
+  std::string fault = test_fault();
+  if (!fault.empty())
+    std::cerr << "warning: LAZYFUSE_TEST_FAULT=" << fault << ": every " << fault
+              << " result is off by one on purpose, to test the fuzzer\n";
+}
+
+CheckResult check_graph(const Graph& graph, uint64_t seed, Reference reference) {
+  const std::vector<Tensor> inputs = random_inputs(graph, seed);
+  const std::string fault = reference == Reference::Unfused ? test_fault() : "";
+  CheckResult result;
+  result.outputs =
+      evaluate_graph(fault.empty() ? graph : with_fault(graph, *op_from_name(fault)), inputs);
+
+  const Graph expected_graph =
+      reference == Reference::Float64 ? float64_reference(graph) : cpu_copy(graph);
+  std::vector<Tensor> expected_inputs;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    expected_inputs.push_back(graph.nodes[i].op == Op::Param
+                                  ? inputs[i].to(expected_graph.nodes[i].dtype).cpu()
+                                  : Tensor());
+  std::vector<Tensor> expected_params;
+  for (const Tensor& input : expected_inputs)
+    if (input.defined()) expected_params.push_back(input);
+  eval(expected_params);
+  const std::vector<Tensor> expected = evaluate_graph(
+      expected_graph, expected_inputs, EvalOptions{.fusion = reference == Reference::Float64});
+  bool on_gpu = false;
+  for (const Node& node : graph.nodes) on_gpu = on_gpu || node.device.is_cuda();
+
+  for (size_t k = 0; k < result.outputs.size(); ++k) {
+    std::vector<double> got = result.outputs[k].to_vector<double>(),
+                        want = expected[k].to_vector<double>();
+    const DType dtype = result.outputs[k].dtype();
+    OutputCheck check;
+    check.value = graph.outputs[k];
+    check.total = static_cast<int64_t>(got.size());
+    check.tolerance = reference == Reference::Float64 ? float64_tolerance(dtype)
+                      : on_gpu                        ? gpu_tolerance(dtype)
+                                                      : 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const bool same = (std::isnan(got[i]) && std::isnan(want[i])) || got[i] == want[i];
+      const double error =
+          same ? 0 : std::fabs(got[i] - want[i]) / std::max(1.0, std::fabs(want[i]));
+      check.worst = std::max(check.worst, std::isnan(error) ? INFINITY : error);
+      check.bad += !same && !(error <= check.tolerance);
+    }
+    result.checks.push_back(check);
+  }
+  return result;
+}
+
+}  // namespace lazyfuse::tools
