@@ -12,3 +12,5 @@ gpu-bundle/bin/lazyfuse bench --json "$out/lazyfuse.json" > "$out/lazyfuse.txt" 
 echo "lazyfuse bench exit $?" >> "$out/lazyfuse.txt"
 python3 bench/peers.py --out "$out/peers" --sizes "$peer_sizes" --dtypes f32 2> "$out/peers.log"
 python3 bench/report.py "$out/lazyfuse.json" "$out"/peers/*.json --png "$out/bench.png" --markdown "$out/report.md"
+# One archive for the peers' JSON files: the device tool brings back at most eight files.
+tar -C "$out" -czf "$out/peers.tgz" peers && rm -rf "$out/peers"
