@@ -145,12 +145,16 @@ Shape infer_shape(Op op, std::span<const Shape> inputs, const Attrs& attrs, cons
       return given;
     }
     case Op::Narrow: {
+      // normalize_dim accepts dim 0 of a scalar (as PyTorch's dims do), but a scalar has no
+      // dim 0 to narrow: given[dim] below would read past the end.
+      if (rank == 0) throw ShapeError("narrow() cannot be applied to a 0-dim tensor.");
       int64_t dim = normalize_dim(attrs.get_int("dim"), rank, "narrow");
       int64_t start = attrs.get_int("start");
       if (given.size() != in.size())
         throw ShapeError("narrow: the result must keep the operand's rank");
       int64_t length = given[dim];
-      if (start < 0 || length < 0 || start + length > in[dim])
+      // Compared without start + length, which overflows for a start near INT64_MAX.
+      if (start < 0 || length < 0 || start > in[dim] || length > in[dim] - start)
         throw ShapeError(absl::StrCat("start (", start, ") + length (", length,
                                       ") exceeds dimension size (", in[dim], ")."));
       Shape result = in;

@@ -192,13 +192,14 @@ class Parser {
           value.push_back('\t');
           break;
         case 'x': {
-          int byte = 0;
-          auto [end, ec] =
-              pos_ + 2 <= text_.size()
-                  ? std::from_chars(text_.data() + pos_, text_.data() + pos_ + 2, byte, 16)
-                  : std::from_chars_result{nullptr, std::errc::invalid_argument};
-          if (ec != std::errc() || end != text_.data() + pos_ + 2)
+          // Two hex digits and nothing else: from_chars alone would take "-1" as a number.
+          auto hex = [](char h) {
+            return is_digit(h) || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F');
+          };
+          if (pos_ + 2 > text_.size() || !hex(text_[pos_]) || !hex(text_[pos_ + 1]))
             fail(escape, "invalid escape in string (expected \\xHH)");
+          int byte = 0;
+          std::from_chars(text_.data() + pos_, text_.data() + pos_ + 2, byte, 16);
           value.push_back(static_cast<char>(byte));
           pos_ += 2;
           break;

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "ir/errors.h"
 #include "ir/graph.h"
+#include "ir/verifier.h"
 
 namespace lazyfuse {
 namespace {
@@ -522,7 +523,13 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{HEADER "  %1 = neg %0 : f32[3] @cpu loc(\"a\\q.cc\":3:4)\n  return\n}\n",
                   "2:35: error: invalid escape in string"},
         ErrorCase{HEADER "  %1 = neg %0 : f32[3] @cpu loc(\"a.cc\":3:4\n  return\n}\n",
-                  "3:3: error: expected ')'"}));
+                  "3:3: error: expected ')'"},
+        // from_chars reads a sign, so "\x-1" was once the byte 0xff.
+        ErrorCase{"graph @\"\\x-1\"() {\n  return\n}\n",
+                  "1:9: error: invalid escape in string (expected \\xHH)"},
+        ErrorCase{"graph @\"\\x4g\"() {\n  return\n}\n",
+                  "1:9: error: invalid escape in string (expected \\xHH)"},
+        ErrorCase{"graph @\"\\x4", "1:9: error: invalid escape in string (expected \\xHH)"}));
 
 #undef HEADER
 
@@ -538,6 +545,63 @@ TEST(IrParseErrorTest, SetsLineAndColumn) {
 }
 
 TEST(IrParseErrorTest, IsALazyfuseError) { EXPECT_THROW(parse_graph("graph"), Error); }
+
+// Text that parses but breaks a shape rule where the rule itself once read out of bounds or
+// overflowed: the verifier must say so with a VerifierError (and the sanitizer builds see no
+// undefined behaviour on the way). The corpus of the IR text fuzzer holds these inputs too.
+void expect_verifier_error(const std::string& text, const std::string& message) {
+  Graph graph = parse_graph(text);
+  try {
+    verify(graph);
+    FAIL() << "verified:\n" << text;
+  } catch (const VerifierError& e) {
+    EXPECT_EQ(std::string(e.what()), message);
+  }
+}
+
+TEST(IrVerifierTest, NarrowOfAScalarIsAnError) {
+  expect_verifier_error(
+      "graph @main(%0: f32[] @cpu) {\n"
+      "  %1 = narrow %0 {dim = 0, start = 0} : f32[] @cpu\n"
+      "  return %1\n"
+      "}\n",
+      "%1 = narrow (made at <unknown>): narrow() cannot be applied to a 0-dim tensor.");
+}
+
+TEST(IrVerifierTest, NarrowWithAStartNearInt64MaxIsAnError) {
+  expect_verifier_error(
+      "graph @main(%0: f32[4] @cpu) {\n"
+      "  %1 = narrow %0 {dim = 0, start = 9223372036854775807} : f32[1] @cpu\n"
+      "  return %1\n"
+      "}\n",
+      "%1 = narrow (made at <unknown>): start (9223372036854775807) + length (1) exceeds "
+      "dimension size (4).");
+}
+
+TEST(IrVerifierTest, ShapesWhoseSizesMultiplyPastInt64AreErrors) {
+  // A reshape compares element counts: the count of its shape must not overflow.
+  expect_verifier_error(
+      "graph @main(%0: f32[4] @cpu) {\n"
+      "  %1 = reshape %0 : f32[4294967296,4294967296] @cpu\n"
+      "  return %1\n"
+      "}\n",
+      "%1 = reshape (made at <unknown>): the sizes of shape [4294967296, 4294967296] multiply "
+      "past what an int64 holds");
+  // Nor may a broadcast's, though each operand's count fits.
+  expect_verifier_error(
+      "graph @main(%0: f32[4294967296,1] @cpu, %1: f32[1,4294967296] @cpu) {\n"
+      "  %2 = add %0, %1 : f32[4294967296,4294967296] @cpu\n"
+      "  return %2\n"
+      "}\n",
+      "%2 = add (made at <unknown>): the sizes of shape [4294967296, 4294967296] multiply past "
+      "what an int64 holds");
+  // 2^62 elements fit.
+  EXPECT_NO_THROW(
+      verify(parse_graph("graph @main(%0: f32[2147483648,2147483648] @cpu) {\n"
+                         "  %1 = reshape %0 : f32[4611686018427387904] @cpu\n"
+                         "  return %1\n"
+                         "}\n")));
+}
 
 }  // namespace
 }  // namespace lazyfuse
