@@ -4,7 +4,8 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build demo test test-asan clean format
+.PHONY: all deps configure build demo test test-asan fuzz-parser fuzz-parser-build fuzz-parser-merge \
+  clean format
 
 all: build
 
@@ -34,6 +35,35 @@ test-asan: deps
 	# package test links the installed libraries into a project built without the sanitizers.
 	ASAN_OPTIONS=allocator_may_return_null=1 \
 	  ctest --test-dir build-asan --output-on-failure -j $(JOBS) -E package_consumer
+
+# The IR text parser, verifier and printer under libFuzzer with ASan and UBSan, in a build of
+# their own (build-libfuzzer, clang-14; Debian: clang-14 libclang-rt-14-dev). Runs FUZZ_TIME
+# seconds from the committed corpus, with FUZZ_FLAGS as more libFuzzer flags; new inputs go to
+# build-libfuzzer/corpus, crashing ones to build-libfuzzer/findings/. `make fuzz-parser-merge`
+# then adds those that cover something new to the committed corpus, which the test suite
+# replays (IrCorpus.EveryInputPassesTheFuzzersChecks).
+FUZZ_TIME ?= 300
+FUZZ_FLAGS ?=
+FUZZ_CORPUS = tests/fuzz/corpus/ir_parser
+
+fuzz-parser-build: deps
+	@command -v clang++-14 >/dev/null || \
+	  { echo "fuzz-parser needs clang++-14 and libclang-rt-14-dev"; exit 1; }
+	cmake -S tests/fuzz -B build-libfuzzer -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build build-libfuzzer -j $(JOBS)
+
+fuzz-parser: fuzz-parser-build
+	mkdir -p build-libfuzzer/corpus build-libfuzzer/findings
+	cd build-libfuzzer && ./ir_parser_fuzzer corpus ../$(FUZZ_CORPUS) -dict=../tests/fuzz/ir.dict \
+	  -max_total_time=$(FUZZ_TIME) -jobs=1 -workers=1 -artifact_prefix=findings/ \
+	  -print_final_stats=1 $(FUZZ_FLAGS)
+	@grep -E '^(#[0-9]+.*DONE|stat::)' build-libfuzzer/fuzz-0.log || tail -n 20 build-libfuzzer/fuzz-0.log
+	@if [ -n "$$(ls build-libfuzzer/findings)" ]; then \
+	  echo "findings: $$(ls build-libfuzzer/findings)"; exit 1; fi
+
+fuzz-parser-merge: fuzz-parser-build
+	build-libfuzzer/ir_parser_fuzzer -merge=1 $(FUZZ_CORPUS) build-libfuzzer/corpus
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc')
