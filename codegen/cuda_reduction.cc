@@ -30,14 +30,18 @@ Combiner combiner(Op op, DType acc) {
     case Op::Sum:
     case Op::Mean:
       return {"0", "x + y"};
+    // The identity of max and min is the accumulator type's own extreme: int32 accumulates
+    // int32 max and min, and an int64 extreme converted to int32 is -1 or 0.
     case Op::Max:
-      return {is_floating(acc) ? "-__longlong_as_double(0x7ff0000000000000LL)"
-                               : "(-9223372036854775807LL - 1)",
+      return {is_floating(acc)      ? "-__longlong_as_double(0x7ff0000000000000LL)"
+              : acc == DType::Int32 ? "(-2147483647 - 1)"
+                                    : "(-9223372036854775807LL - 1)",
               "lf_max(x, y)"};
     default:
-      return {
-          is_floating(acc) ? "__longlong_as_double(0x7ff0000000000000LL)" : "9223372036854775807LL",
-          "lf_min(x, y)"};
+      return {is_floating(acc)      ? "__longlong_as_double(0x7ff0000000000000LL)"
+              : acc == DType::Int32 ? "2147483647"
+                                    : "9223372036854775807LL",
+              "lf_min(x, y)"};
   }
 }
 

@@ -303,6 +303,23 @@ TEST_F(Cuda, FusedAndUnfusedGiveIdenticalBits) {
   }
 }
 
+// Integer max and min start from their type's extremes: found by `lazyfuse fuzz` on the H200,
+// where the int32 min of positive values was -1 (the int64 identity converted to int32).
+TEST_F(Cuda, IntegerMaxAndMinOfEveryWidth) {
+  std::vector<double> v = {5, 7, 3, 9, 4, 6};
+  for (DType dtype : {kInt32, kInt64}) {
+    for (double sign : {1.0, -1.0}) {
+      std::vector<double> values = v;
+      for (double& x : values) x *= sign;
+      Tensor c = from_vector(values, {2, 3}, dtype), g = c.to("cuda");
+      EXPECT_EQ(g.min(1, true).to_vector<double>(), c.min(1, true).to_vector<double>());
+      EXPECT_EQ(g.max(1).to_vector<double>(), c.max(1).to_vector<double>());
+      EXPECT_EQ(g.min().item<double>(), c.min().item<double>());
+      EXPECT_EQ(g.max().item<double>(), c.max().item<double>());
+    }
+  }
+}
+
 TEST_F(Cuda, MatmulMatchesTheCpu) {
   std::vector<double> a = random_values(3 * 40 * 50, -1, 1, 11),
                       b = random_values(50 * 30, -1, 1, 12);
