@@ -1,9 +1,12 @@
 // lazyfuse fuzz: random graphs over the ops, dtypes, broadcasts, views and reductions, each
-// checked by check_graph (tools/replay.h) against itself evaluated unfused on the CPU. On the
-// CPU the two must agree bit for bit (every value is rounded to its dtype after each op, so
-// fusion may not change a result); on a GPU, within a per-dtype tolerance. A failing graph is
-// shrunk (tools/shrink.h) to a small one that still fails the same way, then printed as IR text
-// with the command that replays it: `lazyfuse run FILE --seed=S --check-unfused`.
+// checked by check_graph (tools/replay.h) against itself evaluated unfused on the CPU, then
+// against float64. On the CPU fused and unfused must agree bit for bit (every value is rounded
+// to its dtype after each op, so fusion may not change a result); on a GPU, within a per-dtype
+// tolerance; against float64, within the tolerance of the least precise float the value went
+// through (values computed through float16 or bfloat16 are left to the unfused comparison). A
+// failing graph is shrunk (tools/shrink.h) to a small one that still fails the same way, then
+// printed as IR text with the command that replays it: `lazyfuse run FILE --seed=S
+// --check-unfused`.
 #include <iostream>
 #include <random>
 #include <typeinfo>
@@ -138,14 +141,36 @@ struct Failure {
   }
 };
 
+// Whether `value` is computed through a float16 or bfloat16 value. Against float64 such a value
+// can be off by far more than its dtype's tolerance without a bug: an exponential amplifies a
+// bfloat16 rounding of its argument by the argument's size. The unfused comparison, bit for bit,
+// covers those; the float64 one the rest.
+bool computed_through_half(const Graph& graph, ValueId value) {
+  std::vector<bool> needed(graph.nodes.size(), false);
+  needed[value] = true;
+  for (size_t i = graph.nodes.size(); i-- > 0;) {
+    if (!needed[i]) continue;
+    const DType dtype = graph.nodes[i].dtype;
+    if (dtype == DType::Float16 || dtype == DType::BFloat16) return true;
+    for (ValueId in : graph.nodes[i].inputs) needed[in] = true;
+  }
+  return false;
+}
+
+// Each graph against itself unfused (bit for bit on the CPU), then against float64.
 Failure test(const Graph& graph, uint64_t seed) {
   Failure failure;
   try {
-    CheckResult result = check_graph(graph, seed, Reference::Unfused);
-    for (const OutputCheck& check : result.checks) {
-      if (check.bad == 0) continue;
-      failure.kind = Failure::Kind::Mismatch;
-      failure.detail += check.line() + "\n";
+    for (Reference reference : {Reference::Unfused, Reference::Float64}) {
+      CheckResult result = check_graph(graph, seed, reference);
+      for (const OutputCheck& check : result.checks) {
+        if (check.bad == 0) continue;
+        if (reference == Reference::Float64 && computed_through_half(graph, check.value)) continue;
+        failure.kind = Failure::Kind::Mismatch;
+        failure.error_type = reference == Reference::Unfused ? "unfused" : "float64";
+        failure.detail += check.line() + "\n";
+      }
+      if (failure.kind != Failure::Kind::None) break;
     }
   } catch (const Error& e) {
     // An evaluation that throws on a graph the frontend accepted is a bug too.
@@ -175,9 +200,9 @@ void report(int64_t index, uint64_t seed, const Graph& graph, const Failure& fai
   const std::string fault = test_fault();
   std::cout << print_graph(shown)
             << absl::StrFormat(
-                   "replay: %slazyfuse run FILE --seed=%d --check-unfused  "
-                   "(FILE: the graph above)\n\n",
-                   fault.empty() ? "" : "LAZYFUSE_TEST_FAULT=" + fault + " ", seed);
+                   "replay: %slazyfuse run FILE --seed=%d %s  (FILE: the graph above)\n\n",
+                   fault.empty() ? "" : "LAZYFUSE_TEST_FAULT=" + fault + " ", seed,
+                   failure.error_type == "float64" ? "--check" : "--check-unfused");
 }
 
 }  // namespace
@@ -196,9 +221,9 @@ int fuzz(uint64_t seed, int64_t graphs, const std::string& device_name, bool shr
     ++failures;
     report(g, graph_seed, graph, failure, shrink);
   }
-  std::cout << absl::StrFormat("%d graphs evaluated on %s, fused against unfused%s: %d failures\n",
-                               tested, device.str(),
-                               device.is_cpu() ? " (bit for bit)" : " on the CPU", failures);
+  std::cout << absl::StrFormat(
+      "%d graphs evaluated on %s, fused against unfused%s and float64: %d failures\n", tested,
+      device.str(), device.is_cpu() ? " (bit for bit)" : " on the CPU", failures);
   return failures ? 1 : 0;
 }
 

@@ -88,6 +88,19 @@ double float64_tolerance(DType dtype) {
   }
 }
 
+double max_finite(DType dtype) {
+  switch (dtype) {
+    case DType::Float16:
+      return 65504.0;
+    case DType::BFloat16:
+      return 3.3895313892515355e38;
+    case DType::Float32:
+      return 3.4028234663852886e38;
+    default:
+      return INFINITY;
+  }
+}
+
 // A GPU against the CPU: the order of float operations and the transcendental functions differ,
 // so results agree only within the dtype's precision.
 double gpu_tolerance(DType dtype) {
@@ -203,11 +216,15 @@ CheckResult check_graph(const Graph& graph, uint64_t seed, Reference reference) 
     check.tolerance = reference == Reference::Float64 ? float64_tolerance(dtype)
                       : on_gpu                        ? gpu_tolerance(dtype)
                                                       : 0;
-    // On a GPU a value keeps the precision of the least precise float it was computed through
-    // (exp in float32, then cast to float64), and an integer or bool computed from floats may
-    // land one unit away (a cast truncating across an integer, a comparison flipping).
+    // Against float64, or a GPU against the CPU, a value keeps the precision of the least
+    // precise float it was computed through (exp in float32, then cast to float64), and an
+    // integer or bool computed from floats may land one unit away (a cast truncating across an
+    // integer, a comparison flipping).
     bool from_floats = false;
-    if (on_gpu && reference != Reference::Float64) {
+    // A value past the range of a float it went through is that float's infinity.
+    double largest_finite = INFINITY;
+    if (on_gpu || reference == Reference::Float64) {
+      auto tolerance_of = reference == Reference::Float64 ? float64_tolerance : gpu_tolerance;
       std::vector<bool> needed(graph.nodes.size(), false);
       needed[graph.outputs[k]] = true;
       for (size_t i = graph.nodes.size(); i-- > 0;) {
@@ -215,7 +232,8 @@ CheckResult check_graph(const Graph& graph, uint64_t seed, Reference reference) 
         const Node& node = graph.nodes[i];
         if (is_floating(node.dtype)) {
           from_floats = true;
-          check.tolerance = std::max(check.tolerance, gpu_tolerance(node.dtype));
+          check.tolerance = std::max(check.tolerance, tolerance_of(node.dtype));
+          largest_finite = std::min(largest_finite, max_finite(node.dtype));
         }
         for (ValueId in : node.inputs) needed[in] = true;
       }
@@ -226,8 +244,10 @@ CheckResult check_graph(const Graph& graph, uint64_t seed, Reference reference) 
       const double error =
           same ? 0 : std::fabs(got[i] - want[i]) / std::max(1.0, std::fabs(want[i]));
       check.worst = std::max(check.worst, std::isnan(error) ? INFINITY : error);
-      const bool close =
-          error <= check.tolerance || (within_one_unit && std::fabs(got[i] - want[i]) <= 1);
+      const bool overflowed = std::isinf(got[i]) && std::fabs(want[i]) > largest_finite &&
+                              std::signbit(got[i]) == std::signbit(want[i]);
+      const bool close = error <= check.tolerance || overflowed ||
+                         (within_one_unit && std::fabs(got[i] - want[i]) <= 1);
       check.bad += !same && !close;
     }
     result.checks.push_back(check);
