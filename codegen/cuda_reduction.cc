@@ -213,7 +213,7 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     s += "  }\n";
   }
   // A pass over the row computing `members`.
-  auto pass_head = [&](const std::vector<ValueId>& members) {
+  auto pass_head = [&](const std::vector<ValueId>& members, const std::vector<ValueId>& inputs) {
     std::string p;
     if (spec.row_in_registers) {
       absl::StrAppend(&p, "#pragma unroll\n  for (int t = 0; t < ", kCudaRowRegisters,
@@ -224,12 +224,34 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     }
     p += "    const IDX i = (IDX)(row * args.columns + j);\n";
     p += cuda_emit::emit_coordinates(spec.rank, "    ");
-    p += cuda_emit::emit_members(graph, step.inputs, members, pass_loads, "    ");
+    p += cuda_emit::emit_members(graph, inputs, members, pass_loads, "    ");
     return p;
   };
   std::vector<ValueId> elementwise = parts.prologue;
   elementwise.insert(elementwise.end(), parts.epilogue.begin(), parts.epilogue.end());
   std::sort(elementwise.begin(), elementwise.end());
+  // With the row in registers, the values the last pass reads from the last reduction's pass
+  // (softmax's exponentials) are kept there too rather than computed again, while the operands
+  // and kept values together fit the register budget.
+  bool stores = false;
+  for (ValueId v : step.outputs) stores |= !is_reduction(graph.nodes[v].op);
+  const ValueId last_reduction = parts.reductions.back();
+  std::vector<ValueId> carried;
+  if (spec.row_in_registers && stores) {
+    std::vector<bool> read_after(graph.nodes.size(), false);
+    for (ValueId m : elementwise)
+      if (m > last_reduction)
+        for (ValueId in : graph.nodes[m].inputs) read_after[in] = true;
+    for (ValueId v : step.outputs) read_after[v] = true;
+    for (ValueId m : elementwise)
+      if (m < last_reduction && read_after[m] && graph.nodes[m].op != Op::Const)
+        carried.push_back(m);
+    if (step.inputs.size() + carried.size() > static_cast<size_t>(kCudaRowRegisterInputs))
+      carried.clear();
+    for (ValueId m : carried)
+      absl::StrAppend(&s, "  ", type_name(compute_dtype(graph.nodes[m].dtype)), " kept", m, "[",
+                      kCudaRowRegisters, "];\n");
+  }
   for (size_t k = 0; k < parts.reductions.size(); ++k) {
     const ValueId r = parts.reductions[k];
     const Node& node = graph.nodes[r];
@@ -242,8 +264,11 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     for (ValueId m : elementwise)
       if (m < r) before.push_back(m);
     absl::StrAppend(&s, "  ", a, " acc", k, " = (", a, ")(", combiner(node.op, acc).identity,
-                    ");\n", pass_head(before), "    acc", k, " = ", combine, "(acc", k, ", (", a,
-                    ")v", operand, ");\n  }\n");
+                    ");\n", pass_head(before, step.inputs), "    acc", k, " = ", combine, "(acc", k,
+                    ", (", a, ")v", operand, ");\n");
+    if (r == last_reduction)
+      for (ValueId m : carried) absl::StrAppend(&s, "    kept", m, "[t] = v", m, ";\n");
+    s += "  }\n";
     // The row's result, rounded to the reduction's dtype exactly as a stored one would be.
     const char* result_type = type_name(node.dtype);
     absl::StrAppend(&s, "  for (int offset = 16; offset > 0; offset /= 2) acc", k, " = ", combine,
@@ -257,11 +282,16 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
         absl::StrAppend(&s, "  if (lane == 0) ((", result_type, "*)args.out[", o, "])[row] = total",
                         k, ";\n");
   }
-  // The last pass stores what is stored besides the reductions.
-  bool stores = false;
-  for (ValueId v : step.outputs) stores |= !is_reduction(graph.nodes[v].op);
+  // The last pass stores what is stored besides the reductions, reading the kept values.
   if (stores) {
-    s += pass_head(elementwise);
+    std::vector<ValueId> inputs = step.inputs, members;
+    for (ValueId m : carried) {
+      inputs.push_back(m);
+      pass_loads.push_back(absl::StrCat("kept", m, "[t]"));
+    }
+    for (ValueId m : elementwise)
+      if (std::find(carried.begin(), carried.end(), m) == carried.end()) members.push_back(m);
+    s += pass_head(members, inputs);
     for (size_t k = 0; k < step.outputs.size(); ++k) {
       if (is_reduction(graph.nodes[step.outputs[k]].op)) continue;
       const char* type = type_name(graph.nodes[step.outputs[k]].dtype);

@@ -211,6 +211,36 @@ TEST(CudaCodegen, RowBroadcastIsReadByPeriodNotByCoordinates) {
   }
 }
 
+// Softmax with its rows in registers: the row is read once, and the exponentials of the sum's
+// pass are kept for the normalisation instead of computed again.
+TEST(CudaCodegen, SoftmaxInRegistersComputesEachExponentialOnce) {
+  Schedule schedule = lower(R"(graph @softmax(%0: f32[8,1024] @cuda:0) {
+  %1 = max %0 {dims = [1], keepdim = true} : f32[8,1] @cuda:0
+  %2 = sub %0, %1 : f32[8,1024] @cuda:0
+  %3 = exp %2 : f32[8,1024] @cuda:0
+  %4 = sum %3 {dims = [1], keepdim = true} : f32[8,1] @cuda:0
+  %5 = div %3, %4 : f32[8,1024] @cuda:0
+  return %5
+})");
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  const Step& step = schedule.steps[0];
+  CudaElementwiseLaunch plan =
+      plan_cuda_elementwise(step, contiguous_layouts(schedule, step), {}, {});
+  plan.spec.vectorized = false;
+  plan.spec.row_in_registers = true;
+  const std::string source =
+      generate_cuda_step(schedule.graph, step, plan.spec).source.substr(cuda_prologue().size());
+  EXPECT_NE(source.find("kept3[t] = v3;"), std::string::npos) << source;
+  size_t exps = 0;
+  for (size_t at = source.find("lf_exp("); at != std::string::npos;
+       at = source.find("lf_exp(", at + 1))
+    ++exps;
+  EXPECT_EQ(exps, 1u) << source;
+  EXPECT_EQ(source.find("in0[i]"), source.rfind("in0[i]")) << "the row is read once";
+  if (!nvrtc_available()) GTEST_SKIP() << nvrtc_unavailable_reason();
+  EXPECT_TRUE(nvrtc_compile(cuda_prologue() + source, "k", 9, 0).is_cubin);
+}
+
 TEST(CudaCodegen, SoftmaxAndSumOfSquaresFuseTheirProducers) {
   Schedule softmax = lower(R"(graph @softmax(%0: f32[8,1024] @cuda:0) {
   %1 = max %0 {dims = [1], keepdim = true} : f32[8,1] @cuda:0
