@@ -9,6 +9,8 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/str_format.h"
+#include "codegen/cuda_codegen.h"
 #include "ir/passes/passes.h"
 #include "lazyfuse/lazyfuse.h"
 #include "runtime/lazy.h"
@@ -52,6 +54,37 @@ void BM_Pipeline(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(run_pipeline(graph, {}));
 }
 BENCHMARK(BM_Pipeline);
+
+// What a GPU launch of the seed's kernel computes on the host before cuLaunchKernel: operand
+// layouts, the variant plan, the kernel's cache key and the argument words.
+void BM_CudaLaunchPlan(benchmark::State& state) {
+  Schedule schedule =
+      run_pipeline(parse_graph(R"(graph @seed(%0: f32[4096] @cuda:0, %1: f32[4096] @cuda:0) {
+  %2 = const {value = 2.0} : f32[] @cuda:0
+  %3 = add %0, %2 : f32[4096] @cuda:0
+  %4 = exp %3 : f32[4096] @cuda:0
+  %5 = mul %4, %1 : f32[4096] @cuda:0
+  return %5
+})"),
+                   {});
+  const Step& step = schedule.steps.at(0);
+  for (auto _ : state) {
+    std::vector<OperandLayout> layouts;
+    std::vector<uint64_t> addresses;
+    for (ValueId v : step.inputs) {
+      const Node& node = schedule.graph.nodes[v];
+      layouts.push_back({4096, 4, node.shape, contiguous_strides(node.shape)});
+      addresses.push_back(4096);
+    }
+    const std::vector<uint64_t> outputs = {8192};
+    CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, {4});
+    std::string key = absl::StrFormat("%016x.%s%s", step.kernel_key, plan.spec.code(), "");
+    std::vector<uint64_t> args = pack_elementwise_args(plan, addresses, outputs);
+    benchmark::DoNotOptimize(key);
+    benchmark::DoNotOptimize(args);
+  }
+}
+BENCHMARK(BM_CudaLaunchPlan);
 
 void BM_Evaluate(benchmark::State& state) {
   Inputs in;

@@ -6,12 +6,14 @@
 #include <vector>
 
 #include "ir/schedule.h"
+#include "runtime/executor.h"
 #include "runtime/storage.h"
 
 namespace lazyfuse {
 
+// `memo`, when given, is the step's LaunchMemo from earlier runs of the same schedule.
 void run_cuda_step(const Graph& graph, const Step& step,
-                   std::vector<std::optional<BufferView>>& values);
+                   std::vector<std::optional<BufferView>>& values, LaunchMemo* memo = nullptr);
 BufferView cuda_contiguous(const BufferView& source);
 
 }  // namespace lazyfuse

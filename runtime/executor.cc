@@ -77,7 +77,10 @@ BufferView copy_to_device(const BufferView& source, const Device& device) {
   return out;
 }
 
-void run_schedule(const Schedule& schedule, std::vector<std::optional<BufferView>>& values) {
+void run_schedule(const Schedule& schedule, std::vector<std::optional<BufferView>>& values,
+                  std::vector<LaunchMemo>* memos) {
+  if (memos != nullptr && memos->size() != schedule.steps.size())
+    memos->resize(schedule.steps.size());
   const Graph& graph = schedule.graph;
   // The last step that reads each value, so intermediates are freed early.
   std::vector<int> last_reader(graph.nodes.size(), -1);
@@ -96,7 +99,7 @@ void run_schedule(const Schedule& schedule, std::vector<std::optional<BufferView
     } else if (step.device.is_cpu()) {
       run_cpu_step(graph, step, values);
     } else {
-      run_cuda_step(graph, step, values);
+      run_cuda_step(graph, step, values, memos != nullptr ? &(*memos)[s] : nullptr);
     }
     for (ValueId v : step.inputs) {
       if (last_reader[v] == static_cast<int>(s) && !is_output[v] && graph.nodes[v].op != Op::Param)

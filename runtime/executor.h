@@ -3,16 +3,36 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "codegen/cuda_codegen.h"
 #include "ir/schedule.h"
 #include "runtime/storage.h"
 
 namespace lazyfuse {
 
+// What a GPU launch of an elementwise step can reuse while its operands keep their layout: the
+// plan (variant, collapsed sizes and strides), the kernel and the grid. Kept per step of a
+// cached schedule (Note [Schedule cache] in lazy.cc) and used under the evaluation lock.
+struct LaunchMemo {
+  bool valid = false;
+  uint64_t kernel_generation = 0;  // cuda::kernel_cache_generation() when it was made
+  bool fast_math = false;
+  std::vector<Shape> shapes;
+  std::vector<Strides> strides;
+  std::vector<bool> aligned;  // each operand's address, to four elements
+  CudaElementwiseLaunch plan;
+  void* function = nullptr;  // the CUfunction
+  std::string name;          // its cache key, for errors
+  int64_t blocks = 0;
+};
+
 // `values` holds a buffer for every param (by value id) on entry; on return it also holds the
-// buffer of every graph output.
-void run_schedule(const Schedule& schedule, std::vector<std::optional<BufferView>>& values);
+// buffer of every graph output. `memos`, when given, has one entry per step, kept between runs
+// of the same schedule.
+void run_schedule(const Schedule& schedule, std::vector<std::optional<BufferView>>& values,
+                  std::vector<LaunchMemo>* memos = nullptr);
 
 // A contiguous copy of `source` on `device` (host to GPU, GPU to host, GPU to GPU through
 // peer copies where the driver can, host to host). Returns `source` itself when it is already

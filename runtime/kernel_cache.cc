@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -176,9 +177,16 @@ KernelCacheStats kernel_cache_stats() {
   return state().stats;
 }
 
+namespace {
+std::atomic<uint64_t> generation{0};
+}  // namespace
+
 void clear_memory_kernel_cache() {
   std::lock_guard lock(state().mutex);
   state().functions.clear();
+  ++generation;
 }
+
+uint64_t kernel_cache_generation() { return generation.load(); }
 
 }  // namespace lazyfuse::cuda

@@ -31,6 +31,9 @@ CUfunction get_kernel(int device, const std::string& key,
 KernelCacheStats kernel_cache_stats();
 // Forgets the in-memory kernels (the disk cache stays): tests measure cold and warm paths.
 void clear_memory_kernel_cache();
+// Counts clear_memory_kernel_cache() calls: a kernel remembered elsewhere (a LaunchMemo) is
+// valid only under the generation it was found in.
+uint64_t kernel_cache_generation();
 
 // Compute capability and multiprocessor count of GPU `device`.
 struct DeviceProperties {

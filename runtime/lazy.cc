@@ -141,6 +141,7 @@ constexpr size_t kScheduleCacheMaxNodes = 4096;
 struct CachedSchedule {
   Graph graph;  // before the passes
   Schedule schedule;
+  std::vector<LaunchMemo> memos;  // one per step, kept between evaluations
 };
 
 uint64_t hash_walk(const Walk& walk, std::span<const LazyRef> outputs, bool fusion) {
@@ -188,7 +189,7 @@ bool walk_matches(const Walk& walk, std::span<const LazyRef> outputs, const Grap
   return true;
 }
 
-absl::flat_hash_map<uint64_t, std::shared_ptr<const CachedSchedule>> schedule_cache;
+absl::flat_hash_map<uint64_t, std::shared_ptr<CachedSchedule>> schedule_cache;
 
 }  // namespace
 
@@ -225,7 +226,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   const size_t num_nodes = walk.params.size() + walk.pending.size();
   const bool cacheable = !dumping && num_nodes <= kScheduleCacheMaxNodes;
   const uint64_t key = cacheable ? hash_walk(walk, pending, fusion) : 0;
-  std::shared_ptr<const CachedSchedule> cached;
+  std::shared_ptr<CachedSchedule> cached;
   if (cacheable) {
     auto it = schedule_cache.find(key);
     if (it != schedule_cache.end() && walk_matches(walk, pending, it->second->graph))
@@ -260,7 +261,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
 
   std::vector<std::optional<BufferView>> values(schedule.graph.nodes.size());
   for (size_t i = 0; i < walk.params.size(); ++i) values[i] = *walk.params[i]->buffer;
-  run_schedule(schedule, values);
+  run_schedule(schedule, values, cacheable ? &cached->memos : nullptr);
 
   // Only now, with every result in hand, do values change: a failure above loses nothing.
   for (size_t i = 0; i < pending.size(); ++i) {

@@ -320,6 +320,29 @@ TEST_F(Cuda, IntegerMaxAndMinOfEveryWidth) {
   }
 }
 
+// One expression evaluated again and again (its schedule and launch plan remembered) over
+// operands whose layout changes between evaluations: contiguous, transposed, misaligned by one
+// element, and back; each result is the CPU's.
+TEST_F(Cuda, RepeatedExpressionFollowsItsOperandsLayouts) {
+  std::vector<double> v = random_values(64 * 65, -1, 1, 16), w = random_values(64 * 64, -1, 1, 17);
+  Tensor base_cpu = from_vector(v, {64, 65}), y_cpu = from_vector(w, {64, 64});
+  Tensor base = base_cpu.to("cuda"), y = y_cpu.to("cuda");
+  std::vector<std::pair<Tensor, Tensor>> operands = {
+      {base.narrow(1, 0, 64).contiguous(), base_cpu.narrow(1, 0, 64).contiguous()},
+      {base.narrow(1, 0, 64).contiguous().t(), base_cpu.narrow(1, 0, 64).contiguous().t()},
+      {base.narrow(1, 1, 64), base_cpu.narrow(1, 1, 64)},
+      {base.narrow(1, 0, 64), base_cpu.narrow(1, 0, 64)},
+      {base.narrow(1, 0, 64).contiguous(), base_cpu.narrow(1, 0, 64).contiguous()}};
+  for (auto& [x, x_cpu] : operands) eval({x, x_cpu});
+  for (int round = 0; round < 2; ++round) {
+    for (const auto& [x, x_cpu] : operands) {
+      expect_close(((x + 2).exp() * y).to_vector<double>(),
+                   ((x_cpu + 2).exp() * y_cpu).to_vector<double>(), 1e-6, 1e-6);
+    }
+    cuda::clear_memory_kernel_cache();  // remembered kernels are found again
+  }
+}
+
 TEST_F(Cuda, MatmulMatchesTheCpu) {
   std::vector<double> a = random_values(3 * 40 * 50, -1, 1, 11),
                       b = random_values(50 * 30, -1, 1, 12);
