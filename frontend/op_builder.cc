@@ -1,6 +1,7 @@
 // Building pending nodes.
 #include "frontend/op_builder.h"
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "ir/errors.h"
 #include "ir/infer.h"
@@ -25,9 +26,12 @@ void rethrow_at(const Loc& where) {
 
 Tensor make_op(Op op, const std::vector<Tensor>& operands, Attrs attrs, const Loc& where,
                Shape given, DType explicit_dtype, Device device) {
+  // Ops have at most three operands: these stay off the heap (the host cost of an op counts
+  // when a small expression is evaluated in a loop).
   std::vector<LazyRef> inputs;
-  std::vector<DType> dtypes;
-  std::vector<Shape> shapes;
+  inputs.reserve(operands.size());
+  absl::InlinedVector<DType, 3> dtypes;
+  absl::InlinedVector<Shape, 3> shapes;
   for (const Tensor& operand : operands) {
     inputs.push_back(operand.value());  // throws for an undefined tensor
     dtypes.push_back(operand.dtype());
