@@ -158,8 +158,23 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
         for (size_t k = 0; k < node.inputs.size(); ++k)
           absl::StrAppend(&b, indent, "  const ", operand, " ", names[k], " = (", operand, ")",
                           v(node.inputs[k]), ";\n");
-        absl::StrAppend(&b, indent, "  ", v(id), " = (", type, ")(", cuda_expression(node.op),
-                        ");  // ", op_name(node.op), "\n", indent, "}\n");
+        // 1 / b is a correctly rounded reciprocal: the same bits as the division, in a third of
+        // its instructions (the sigmoid-like chains that divide 1 by something).
+        const Node& numerator = graph.nodes[node.inputs[0]];
+        bool reciprocal =
+            node.op == Op::Div && numerator.op == Op::Const &&
+            (std::string_view(operand) == "float" || std::string_view(operand) == "double");
+        if (reciprocal) {
+          const AttrValue& value = numerator.attrs.get("value");
+          const double* d = std::get_if<double>(&value);
+          const int64_t* i = std::get_if<int64_t>(&value);
+          reciprocal = (d != nullptr && *d == 1.0) || (i != nullptr && *i == 1);
+        }
+        const std::string expression =
+            reciprocal ? (std::string_view(operand) == "float" ? "__frcp_rn(b)" : "__drcp_rn(b)")
+                       : cuda_expression(node.op);
+        absl::StrAppend(&b, indent, "  ", v(id), " = (", type, ")(", expression, ");  // ",
+                        op_name(node.op), "\n", indent, "}\n");
       }
     }
     round(id, node.dtype);

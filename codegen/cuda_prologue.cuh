@@ -96,8 +96,9 @@ __device__ __forceinline__ float lf_sqrt(float a) { return sqrtf(a); }
 __device__ __forceinline__ double lf_sqrt(double a) { return sqrt(a); }
 __device__ __forceinline__ float lf_rsqrt(float a) { return 1.0f / sqrtf(a); }
 __device__ __forceinline__ double lf_rsqrt(double a) { return 1.0 / sqrt(a); }
-__device__ __forceinline__ float lf_sigmoid(float a) { return 1.0f / (1.0f + lf_exp(-a)); }
-__device__ __forceinline__ double lf_sigmoid(double a) { return 1.0 / (1.0 + exp(-a)); }
+// __frcp_rn and __drcp_rn are correctly rounded: the bits of 1 / x, in fewer instructions.
+__device__ __forceinline__ float lf_sigmoid(float a) { return __frcp_rn(1.0f + lf_exp(-a)); }
+__device__ __forceinline__ double lf_sigmoid(double a) { return __drcp_rn(1.0 + exp(-a)); }
 __device__ __forceinline__ float lf_pow(float a, float b) { return powf(a, b); }
 __device__ __forceinline__ double lf_pow(double a, double b) { return pow(a, b); }
 template <typename T>

@@ -241,6 +241,20 @@ TEST(CudaCodegen, SoftmaxInRegistersComputesEachExponentialOnce) {
   EXPECT_TRUE(nvrtc_compile(cuda_prologue() + source, "k", 9, 0).is_cubin);
 }
 
+// Dividing 1 by something is a correctly rounded reciprocal in the generated source.
+TEST(CudaCodegen, OneOverXIsAReciprocal) {
+  Schedule schedule = lower(R"(graph @main(%0: f32[64] @cuda:0) {
+  %1 = const {value = 1.0} : f32[] @cuda:0
+  %2 = div %1, %0 : f32[64] @cuda:0
+  %3 = div %0, %2 : f32[64] @cuda:0
+  return %3
+})");
+  const std::string source =
+      generate_first(schedule, contiguous_layouts(schedule, schedule.steps[0])).source;
+  EXPECT_NE(source.find("__frcp_rn(b)"), std::string::npos);
+  EXPECT_NE(source.find("(a / b)"), std::string::npos) << "x / y stays a division";
+}
+
 TEST(CudaCodegen, SoftmaxAndSumOfSquaresFuseTheirProducers) {
   Schedule softmax = lower(R"(graph @softmax(%0: f32[8,1024] @cuda:0) {
   %1 = max %0 {dims = [1], keepdim = true} : f32[8,1] @cuda:0

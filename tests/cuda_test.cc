@@ -343,6 +343,20 @@ TEST_F(Cuda, RepeatedExpressionFollowsItsOperandsLayouts) {
   }
 }
 
+// 1 / x is emitted as a correctly rounded reciprocal: the division's bits, edge cases included.
+TEST_F(Cuda, ReciprocalGivesTheDivisionsBits) {
+  std::vector<double> v = {1.0, -3.0,  0.1,       7e-39,    -1e-45,    3e38, -0.0,
+                           0.0, 1e-30, 12345.678, INFINITY, -INFINITY, 0.75, 2.5e-38};
+  for (double x : random_values(1000, -100, 100, 18)) v.push_back(x);
+  for (DType dtype : {kFloat32, kFloat64, kFloat16}) {
+    SCOPED_TRACE(dtype_ir_name(dtype));
+    Tensor c = from_vector(v, {static_cast<int64_t>(v.size())}, dtype);
+    Tensor g = c.to("cuda");
+    EXPECT_EQ((1 / g).to_vector<double>(), (1 / c).to_vector<double>());
+    EXPECT_EQ((1.0 / (g * 2 + 1)).to_vector<double>(), (1.0 / (c * 2 + 1)).to_vector<double>());
+  }
+}
+
 TEST_F(Cuda, MatmulMatchesTheCpu) {
   std::vector<double> a = random_values(3 * 40 * 50, -1, 1, 11),
                       b = random_values(50 * 30, -1, 1, 12);
