@@ -98,6 +98,7 @@ void run_elementwise(const Graph& graph, const Step& step,
     outputs_aligned &= outputs[k] % (4 * dtype_size(graph.nodes[step.outputs[k]].dtype)) == 0;
   if (memo != nullptr && outputs_aligned && memo_fits(*memo, step, values, fast_math)) {
     if (memo->plan.numel == 0) return;
+    cuda::count_memory_hit();
     std::vector<uint64_t> inputs;
     inputs.reserve(step.inputs.size());
     for (ValueId v : step.inputs) inputs.push_back(address(*values[v]));

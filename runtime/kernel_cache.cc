@@ -189,4 +189,9 @@ void clear_memory_kernel_cache() {
 
 uint64_t kernel_cache_generation() { return generation.load(); }
 
+void count_memory_hit() {
+  std::lock_guard lock(state().mutex);
+  ++state().stats.memory_hits;
+}
+
 }  // namespace lazyfuse::cuda

@@ -34,6 +34,8 @@ void clear_memory_kernel_cache();
 // Counts clear_memory_kernel_cache() calls: a kernel remembered elsewhere (a LaunchMemo) is
 // valid only under the generation it was found in.
 uint64_t kernel_cache_generation();
+// Counts a kernel found in memory without get_kernel (a LaunchMemo's) as the memory hit it is.
+void count_memory_hit();
 
 // Compute capability and multiprocessor count of GPU `device`.
 struct DeviceProperties {

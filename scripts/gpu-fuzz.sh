@@ -30,5 +30,5 @@ wait
 cat "$out"/fuzz-parts/*.log > "$out/fuzz.log"
 rm -rf "$out/fuzz-parts"
 grep -h "graphs evaluated" "$out/fuzz.log" |
-  awk '{graphs += $1; failures += $NF} END {print graphs " graphs evaluated, " failures " failures"}'
+  awk '{graphs += $1; failures += $(NF - 1)} END {print graphs " graphs evaluated, " failures " failures"}'
 echo "chunks stopped by the time limit: $(grep -c 'exit 124' "$out/fuzz.log")"

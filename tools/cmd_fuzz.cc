@@ -142,9 +142,10 @@ struct Failure {
 };
 
 // Whether `value` is computed through a float16 or bfloat16 value. Against float64 such a value
-// can be off by far more than its dtype's tolerance without a bug: an exponential amplifies a
-// bfloat16 rounding of its argument by the argument's size. The unfused comparison, bit for bit,
-// covers those; the float64 one the rest.
+// is often far off without a bug: a half value overflows to infinity at 65504 (an exp of 12),
+// and what follows (sin, a difference) turns that into NaN where float64 stays finite. The
+// unfused comparison, bit for bit, covers those; the float64 one the rest, allowing for each
+// result's conditioning (Note [Conditioning] in tools/replay.cc).
 bool computed_through_half(const Graph& graph, ValueId value) {
   std::vector<bool> needed(graph.nodes.size(), false);
   needed[value] = true;
