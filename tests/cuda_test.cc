@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include <lazyfuse/lazyfuse.h>
 
 #include "runtime/cuda_memory.h"
+#include "runtime/devices.h"
 #include "runtime/kernel_cache.h"
 
 namespace lazyfuse {
@@ -354,6 +356,34 @@ TEST_F(Cuda, ReciprocalGivesTheDivisionsBits) {
     Tensor g = c.to("cuda");
     EXPECT_EQ((1 / g).to_vector<double>(), (1 / c).to_vector<double>());
     EXPECT_EQ((1.0 / (g * 2 + 1)).to_vector<double>(), (1.0 / (c * 2 + 1)).to_vector<double>());
+  }
+}
+
+// Several threads evaluating their own graphs on the GPUs at once (spread over every GPU
+// there is), each with kernels of its own; every result exact.
+TEST_F(Cuda, ThreadsEvaluatingTheirOwnGraphsAtOnce) {
+  constexpr int kThreads = 4;
+  const int gpus = cuda::device_count();
+  std::vector<std::vector<float>> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kThreads; ++k) {
+    threads.emplace_back([k, gpus, &results] {
+      const Device gpu(DeviceType::CUDA, k % gpus);
+      Tensor x = arange(0, 1000, 1, gpu).to(kFloat32);
+      Tensor acc = x;
+      for (int round = 0; round < 20; ++round) {
+        for (int i = 0; i < 10; ++i) acc = acc + (x * 0 + (k + 1));
+        eval(acc);
+      }
+      results[k] = acc.to_vector<float>();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int k = 0; k < kThreads; ++k) {
+    ASSERT_EQ(results[k].size(), 1000u);
+    for (int i = 0; i < 1000; ++i)
+      ASSERT_EQ(results[k][i], static_cast<float>(i + 200 * (k + 1)))
+          << "thread " << k << " [" << i << "]";
   }
 }
 
