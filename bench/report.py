@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Merges `lazyfuse bench --json` output with bench/peers.py's, prints the comparison as a
 markdown table (time per evaluation, GB/s over the unique bytes, % of the copy roof measured in
-the same run, speed-up over each peer), checks the bars of docs/benchmarks.md, and draws GB/s
+the same run, speed-up over each peer) and a table of the issue's bars (met, missed, or not
+measured in the run; docs/benchmarks.md explains the misses), and draws GB/s
 against size (one line per mode and peer) to a PNG when matplotlib is there.
 
 usage: bench/report.py lazyfuse.json [peer.json ...] [--png plot.png] [--markdown out.md]
@@ -22,6 +23,51 @@ def load(paths):
         for r in data["results"]:
             rows[(r["workload"], r["dtype"], r["n"])][r["mode"]] = (r["us"], r["bytes"])
     return meta, rows
+
+
+def bars(meta, rows):
+    """The bars of the fusion benchmark issue (float32), each as a table row: met, missed, or
+    not measured in this run."""
+    def fused(workload, log2):
+        return rows.get((workload, "f32", 1 << log2), {})
+
+    def ratio(workload, log2, mode):  # mode's time over ours: above 1, we are faster
+        modes = fused(workload, log2)
+        return modes[mode][0] / modes["fused"][0] if mode in modes and "fused" in modes else None
+
+    def roof(workload, log2):
+        modes = fused(workload, log2)
+        return 100 * modes["roof"][0] / modes["fused"][0] if "roof" in modes and "fused" in modes else None
+
+    out = ["| bar (float32) | measured | met |", "|---|---|---|"]
+
+    def row(name, values, good):
+        shown = ", ".join("-" if v is None else f"{v:.2f}" for v in values)
+        verdict = "not measured" if any(v is None for v in values) else (
+            "yes" if all(good(v) for v in values) else "no")
+        out.append(f"| {name} | {shown} | {verdict} |")
+
+    for w in ["exp_mul", "gelu", "bias_relu", "chain16", "adam"]:
+        row(f"{w} at 2^26, 2^28: % of the copy roof >= 95", [roof(w, 26), roof(w, 28)], lambda v: v >= 95)
+        row(f"{w} at 2^26, 2^28: torch.compile time / ours >= 1.00",
+            [ratio(w, 26, "torch.compile"), ratio(w, 28, "torch.compile")], lambda v: v >= 1.0)
+    row("exp_mul at 2^26, 2^28: torch eager / ours >= 2.2",
+        [ratio("exp_mul", 26, "torch eager"), ratio("exp_mul", 28, "torch eager")], lambda v: v >= 2.2)
+    row("exp_mul at 2^20: torch.compile / ours >= 2", [ratio("exp_mul", 20, "torch.compile")], lambda v: v >= 2)
+    cupy = "cupy.fuse" if "cupy.fuse" in fused("exp_mul", 20) else "cupy.ElementwiseKernel"
+    row(f"exp_mul at 2^20: {cupy} / ours >= 1.5", [ratio("exp_mul", 20, cupy)], lambda v: v >= 1.5)
+    for w in ["softmax", "sum_squares"]:
+        row(f"{w} at 2^26, 2^28: % of the copy roof >= 90", [roof(w, 26), roof(w, 28)], lambda v: v >= 90)
+        # PyTorch eager's own kernel where it has one (torch.softmax), else its ops.
+        eager = "torch.softmax" if w == "softmax" else "torch eager"
+        row(f"{w} at 2^26, 2^28: {eager} / ours >= 1.00", [ratio(w, 26, eager), ratio(w, 28, eager)],
+            lambda v: v >= 1.0)
+    host = meta.get("host_cost_us")
+    row("host cost per evaluation on 4096 elements <= 6 us", [host], lambda v: v <= 6)
+    compile_ms = meta.get("compile_ms", {})
+    row("new kernel cold <= 50 ms", [compile_ms.get("cold")], lambda v: v <= 50)
+    row("new kernel from the disk cache <= 2 ms", [compile_ms.get("warm")], lambda v: v <= 2)
+    return out
 
 
 def main():
@@ -48,6 +94,7 @@ def main():
     lines += ["", f"Host cost per evaluation, (z + 2).exp() * y on 4096 elements: {meta.get('host_cost_us', 0):.2f} us.",
               "New fused kernel: cold {cold:.2f} ms, warm {warm:.3f} ms, hot {hot:.3f} ms.".format(
                   **meta.get("compile_ms", {"cold": 0, "warm": 0, "hot": 0}))]
+    lines += [""] + bars(meta, rows)
     text = "\n".join(lines)
     print(text)
     if args.markdown:
