@@ -96,6 +96,18 @@ void BM_Evaluate(benchmark::State& state) {
 }
 BENCHMARK(BM_Evaluate);
 
+// The same on one element: what an evaluation costs besides computing.
+void BM_EvaluateOneElement(benchmark::State& state) {
+  Tensor y = rand({1}, Device(device_name)), z = rand({1}, Device(device_name));
+  eval({y, z});
+  for (auto _ : state) {
+    Tensor t = (z + 2).exp() * y;
+    eval(t);
+    benchmark::DoNotOptimize(t);
+  }
+}
+BENCHMARK(BM_EvaluateOneElement);
+
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -2,6 +2,7 @@
 #include "runtime/lazy.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,7 +14,6 @@
 #include "absl/strings/str_split.h"
 #include "ir/errors.h"
 #include "ir/passes/passes.h"
-#include "ir/stable_hash.h"
 #include "runtime/env.h"
 #include "runtime/executor.h"
 
@@ -144,19 +144,49 @@ struct CachedSchedule {
   std::vector<LaunchMemo> memos;  // one per step, kept between evaluations
 };
 
+// The cache key's hash: a multiply per word, mixed once at the end. It never leaves the
+// process, and a collision costs a miss (walk_matches confirms every hit).
+class WordHash {
+ public:
+  void add(uint64_t x) { h_ = std::rotl((h_ ^ x) * 0x9E3779B97F4A7C15ull, 31); }
+  void add(const Shape& shape) {
+    add(shape.size());
+    for (int64_t d : shape) add(static_cast<uint64_t>(d));
+  }
+  void add(const Device& device) {
+    add(static_cast<uint64_t>(device.type()) << 32 | static_cast<uint32_t>(device.index()));
+  }
+  uint64_t value() const {
+    uint64_t z = h_;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+
+ private:
+  uint64_t h_ = 0;
+};
+
 uint64_t hash_walk(const Walk& walk, std::span<const LazyRef> outputs, bool fusion) {
-  StableHash h;
-  h.add(fusion).add(walk.params.size()).add(walk.pending.size());
-  for (const LazyValue* value : walk.params)
-    h.add(value->node.dtype).add(value->node.shape).add(value->node.device);
+  WordHash h;
+  h.add(fusion);
+  h.add(walk.params.size() << 32 | walk.pending.size());
+  for (const LazyValue* value : walk.params) {
+    h.add(static_cast<uint64_t>(value->node.dtype));
+    h.add(value->node.shape);
+    h.add(value->node.device);
+  }
   for (const LazyValue* value : walk.pending) {
     const Node& node = value->node;
-    h.add(node.op).add(node.dtype).add(node.shape).add(node.device);
-    h.add(reinterpret_cast<uintptr_t>(node.where.file)).add(node.where.line).add(node.where.column);
+    h.add(static_cast<uint64_t>(node.op) << 8 | static_cast<uint64_t>(node.dtype));
+    h.add(node.shape);
+    h.add(node.device);
+    h.add(reinterpret_cast<uintptr_t>(node.where.file));
+    h.add(static_cast<uint64_t>(node.where.line) << 32 | node.where.column);
     if (!node.attrs.empty()) h.add(hash_attrs(node.attrs));
-    for (const LazyRef& input : value->inputs) h.add(input->walk_index);
+    for (const LazyRef& input : value->inputs) h.add(static_cast<uint64_t>(input->walk_index));
   }
-  for (const LazyRef& output : outputs) h.add(output->walk_index);
+  for (const LazyRef& output : outputs) h.add(static_cast<uint64_t>(output->walk_index));
   return h.value();
 }
 
