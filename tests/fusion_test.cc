@@ -12,6 +12,7 @@
 #include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
 #include "ir/passes/passes.h"
+#include "ir/verifier.h"
 #include "lazyfuse/lazyfuse.h"
 #include "runtime/env.h"
 
@@ -651,6 +652,26 @@ TEST(Fusion, AReductionsEpilogueNeverTakesAnotherReduction) {
 
 namespace lazyfuse {
 namespace {
+
+// An expand reaching an op of scalar constants stays there: moved, the op would keep its
+// operands' scalar shape under the view's (the verifier caught it in a Debug build's fuzz run,
+// on a graph from the float64 check's conditioning probe).
+TEST(Fusion, ViewsStopAtOpsOfScalarConstants) {
+  Graph graph = parse_graph(R"(graph @main(%0: f64[1,1] @cpu) {
+  %1 = const {value = 1.0} : f64[] @cpu
+  %2 = const {value = 1.00048828125} : f64[] @cpu
+  %3 = mul %1, %2 : f64[] @cpu
+  %4 = mul %0, %3 : f64[1,1] @cpu
+  %5 = permute %4 {dims = [1, 0]} : f64[1,1] @cpu
+  return %5
+})");
+  run_placement(graph);
+  run_sink_views(graph);
+  EXPECT_NO_THROW(verify(graph)) << print_graph(graph);
+  bool scalar_mul = false;
+  for (const Node& node : graph.nodes) scalar_mul |= node.op == Op::Mul && node.shape.empty();
+  EXPECT_TRUE(scalar_mul) << print_graph(graph);
+}
 
 TEST(Fusion, ViewsOfElementwiseResultsMoveOntoTheirOperands) {
   SKIP_IF_FUSION_OFF_BY_ENV();

@@ -34,7 +34,12 @@ bool sink_once(Graph& graph) {
     const Node& node = graph.nodes[i];
     if (!movable_view(node.op)) continue;
     ValueId operand = node.inputs[0];
-    if (is_elementwise(graph.nodes[operand].op) && users[operand].size() == 1 &&
+    // An op of scalar constants alone gets no view on any operand, so it would not take the
+    // view's shape: it stays (it is as cheap as a constant).
+    bool viewable = false;
+    for (ValueId in : graph.nodes[operand].inputs)
+      viewable |= !(graph.nodes[in].op == Op::Const && numel(graph.nodes[in].shape) == 1);
+    if (is_elementwise(graph.nodes[operand].op) && viewable && users[operand].size() == 1 &&
         !is_output[operand]) {
       moves[operand] = true;
       any = true;
