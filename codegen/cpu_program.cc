@@ -345,7 +345,7 @@ std::string cpu_step_listing(const Graph& graph, const Step& step) {
   std::string out;
   for (const Step& part : split_reduction_step(graph, step)) {
     if (part.kind == StepKind::Elementwise) {
-      absl::StrAppend(&out, "// then\n", CpuProgram::compile(graph, part).listing());
+      absl::StrAppend(&out, "// elementwise\n", CpuProgram::compile(graph, part).listing());
       continue;
     }
     const ValueId reduction = part.outputs[0];

@@ -70,9 +70,10 @@ struct ReductionParts {
 ReductionParts reduction_parts(const Graph& graph, const Step& step);
 
 // A reduction step as steps of one reduction each, in order, every one with the members it
-// needs (earlier reductions become inputs), then an elementwise step for the members stored
-// that are not reductions, reading the reductions' results (absent when nothing is left to
-// store). Backends without a row program run these.
+// needs (what earlier parts computed becomes an input); members that a later part reads or
+// the step stores are stored by an elementwise step before their reduction instead of computed
+// twice; last, an elementwise step for what the step stores and no part did (absent when
+// nothing is left). Backends without a row program run these.
 std::vector<Step> split_reduction_step(const Graph& graph, const Step& step);
 
 // The graph with each fused kernel shown as a region:

@@ -61,7 +61,8 @@ void run_elementwise(const Graph& graph, const Step& step,
 // any), then what is stored besides the reductions, as an elementwise program that reads them.
 void run_reduction(const Graph& graph, const Step& step,
                    std::vector<std::optional<BufferView>>& values) {
-  for (const Step& part : split_reduction_step(graph, step)) {
+  const std::vector<Step> parts = split_reduction_step(graph, step);
+  for (const Step& part : parts) {
     if (part.kind == StepKind::Elementwise) {
       run_elementwise(graph, part, values);
       continue;
@@ -71,9 +72,11 @@ void run_reduction(const Graph& graph, const Step& step,
     values[reduction] = part.nodes.size() == 1 ? cpu_reduce(node, *values[node.inputs[0]])
                                                : cpu_fused_reduce(graph, part, values);
   }
-  for (ValueId r : reduction_parts(graph, step).reductions)
-    if (std::find(step.outputs.begin(), step.outputs.end(), r) == step.outputs.end())
-      values[r].reset();
+  // What the parts stored for each other and the step does not.
+  for (const Step& part : parts)
+    for (ValueId v : part.outputs)
+      if (std::find(step.outputs.begin(), step.outputs.end(), v) == step.outputs.end())
+        values[v].reset();
 }
 
 }  // namespace
