@@ -135,8 +135,10 @@ Shape infer_size(Shape shape, int64_t total, const Loc& where) {
     } else if (shape[i] < 0) {
       throw ShapeError(absl::StrCat("invalid shape dimension ", shape[i], " (at ",
                                     SourceLoc::from(where).str(), ")"));
-    } else {
-      known *= shape[i];
+    } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+      // No tensor has that many elements: the shape cannot be this tensor's.
+      throw ShapeError(absl::StrCat("shape '", shape_str(shape), "' is invalid for input of size ",
+                                    total, " (at ", SourceLoc::from(where).str(), ")"));
     }
   }
   if (infer >= 0) {

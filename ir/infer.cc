@@ -72,6 +72,12 @@ std::vector<int64_t> reduction_dims(const Attrs& attrs, int64_t rank) {
 }
 
 Shape infer_shape(Op op, std::span<const Shape> inputs, const Attrs& attrs, const Shape& given) {
+  // A shape given from outside (a factory's, a reshape's, an expand's) is counted before any
+  // rule multiplies its sizes.
+  if ((op_kind(op) == OpKind::Source || op == Op::Reshape || op == Op::Expand) &&
+      checked_numel(given) < 0)
+    throw ShapeError(absl::StrCat("shape ", shape_str(given),
+                                  " has a negative size or more elements than an int64 counts"));
   switch (op_kind(op)) {
     case OpKind::Source:
       return given;

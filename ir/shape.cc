@@ -13,6 +13,13 @@ int64_t numel(const Shape& shape) {
   return n;
 }
 
+int64_t checked_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape)
+    if (s < 0 || __builtin_mul_overflow(n, s, &n)) return -1;
+  return n;
+}
+
 Strides contiguous_strides(const Shape& shape) {
   Strides strides(shape.size());
   int64_t stride = 1;

@@ -11,6 +11,9 @@ using Shape = std::vector<int64_t>;
 using Strides = std::vector<int64_t>;
 
 int64_t numel(const Shape& shape);
+// The element count, or -1 when a size is negative or the sizes multiply past int64: what
+// must be ruled out before numel() is called on a shape from outside.
+int64_t checked_numel(const Shape& shape);
 Strides contiguous_strides(const Shape& shape);
 // "[2, 3]" as PyTorch prints sizes in messages.
 std::string shape_str(const Shape& shape);

@@ -60,13 +60,11 @@ void verify(const Graph& graph, const VerifyOptions& options) {
     }
     // Shape rules multiply sizes (a reshape compares element counts), so a count past int64
     // must be an error here, before any rule computes it.
-    int64_t elements = 1;
-    for (int64_t d : node.shape) {
+    for (int64_t d : node.shape)
       if (d < 0) throw fail("negative size in shape");
-      if (__builtin_mul_overflow(elements, d, &elements))
-        throw fail(absl::StrCat("the sizes of shape ", shape_str(node.shape),
-                                " multiply past what an int64 holds"));
-    }
+    if (checked_numel(node.shape) < 0)
+      throw fail(absl::StrCat("the sizes of shape ", shape_str(node.shape),
+                              " multiply past what an int64 holds"));
     std::vector<DType> input_dtypes;
     std::vector<Shape> input_shapes;
     for (ValueId input : node.inputs) {

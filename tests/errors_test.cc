@@ -474,5 +474,18 @@ TEST(Errors, VerifierRejectsMalformedGraphs) {
               HasSubstr("operand %0 is on cuda:0, the node on cpu"));
 }
 
+// Sizes that multiply past int64 are a ShapeError, never an overflow: in a reshape (with and
+// without an inferred dim), a factory and an expand.
+TEST(Errors, ShapesPastInt64AreShapeErrors) {
+  const int64_t big = int64_t{1} << 40;
+  Tensor x = zeros({2, 3});
+  EXPECT_THROW(x.reshape({big, big, 0}), ShapeError);
+  EXPECT_THROW(x.reshape({big, big, -1}), ShapeError);
+  EXPECT_THROW(zeros({big, big}), ShapeError);
+  EXPECT_THROW(zeros({1}).expand({big, big}), ShapeError);
+  // The tensor is still usable.
+  EXPECT_EQ(x.reshape({3, 2}).sizes(), (Shape{3, 2}));
+}
+
 }  // namespace
 }  // namespace lazyfuse
