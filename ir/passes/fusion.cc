@@ -61,17 +61,25 @@ StepKind step_kind(Op op) {
   }
 }
 
+// Whether reduction `id` reduces the trailing dims of its operand: each result element then
+// reduces a contiguous range of the operand's elements.
+bool reduces_trailing_dims(const Graph& graph, ValueId id) {
+  const Node& node = graph.nodes[id];
+  const int64_t rank = static_cast<int64_t>(graph.nodes[node.inputs[0]].shape.size());
+  const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
+  for (size_t k = 0; k < dims.size(); ++k)
+    if (dims[k] != rank - static_cast<int64_t>(dims.size()) + static_cast<int64_t>(k)) return false;
+  return true;
+}
+
 // A keepdim reduction over trailing dims whose rows have at most `max_row` elements: one block
 // (one thread on the CPU) can walk each row several times while it is in cache.
 bool is_row_reduction(const Graph& graph, ValueId id, int64_t max_row) {
   const Node& node = graph.nodes[id];
-  if (!is_reduction(node.op) || !node.attrs.has("keepdim") || !node.attrs.get_bool("keepdim"))
+  if (!is_reduction(node.op) || !node.attrs.has("keepdim") || !node.attrs.get_bool("keepdim") ||
+      !reduces_trailing_dims(graph, id))
     return false;
   const Shape& space = graph.nodes[node.inputs[0]].shape;
-  const int64_t rank = static_cast<int64_t>(space.size());
-  const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
-  for (size_t k = 0; k < dims.size(); ++k)
-    if (dims[k] != rank - static_cast<int64_t>(dims.size()) + static_cast<int64_t>(k)) return false;
   const int64_t row = numel(node.shape) == 0 ? 0 : numel(space) / numel(node.shape);
   return row <= max_row;
 }
@@ -269,13 +277,8 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
       if (group_of[operand] < 0 || !is_fusable_elementwise(producer.op) ||
           producer.device != node.device)
         continue;
-      const int64_t rank = static_cast<int64_t>(producer.shape.size());
-      const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
-      bool trailing = true;
-      for (size_t k = 0; k < dims.size(); ++k)
-        trailing &= dims[k] == rank - static_cast<int64_t>(dims.size()) + static_cast<int64_t>(k);
       const int prologue = groups_uf.find(group_of[operand]);
-      bool private_values = trailing;
+      bool private_values = reduces_trailing_dims(graph, static_cast<ValueId>(i));
       for (ValueId m : groups[prologue].members) {
         private_values &= !is_output[m];
         for (ValueId user : users[m])
