@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -86,6 +87,22 @@ inline int uniform_bits(DType dtype) {
   }
 }
 
+// A float to an integer type, truncating toward zero as a cast does, and defined everywhere
+// as the GPU's conversion is (PTX cvt.rzi saturates): NaN is 0, and values past the type's
+// range are its extremes. A plain C++ cast of those is undefined, and x86 gives the minimum.
+template <typename To, typename From>
+inline To saturating_float_to_int(From x) {
+  static_assert(std::is_floating_point_v<From> && std::is_integral_v<To>);
+  // -2^31 and -2^63 are exact in every float type; their negations are the first values past
+  // the maximum.
+  constexpr From lowest = static_cast<From>(std::numeric_limits<To>::min());
+  if (x != x) return 0;
+  if (x <= lowest) return std::numeric_limits<To>::min();
+  if (x >= -lowest) return std::numeric_limits<To>::max();
+  return static_cast<To>(x);
+}
+
+// One value converted from one dtype's storage type to another's: what cast means, on the CPU.
 template <typename To, typename From>
 inline To convert_value(From x) {
   if constexpr (std::is_same_v<From, Half>) {
@@ -98,6 +115,8 @@ inline To convert_value(From x) {
     return float_to_bfloat16(static_cast<float>(x));
   } else if constexpr (std::is_same_v<To, bool>) {
     return x != From(0);
+  } else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
+    return saturating_float_to_int<To>(x);
   } else {
     return static_cast<To>(x);
   }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -356,6 +357,21 @@ TEST_F(Cuda, ReciprocalGivesTheDivisionsBits) {
     Tensor g = c.to("cuda");
     EXPECT_EQ((1 / g).to_vector<double>(), (1 / c).to_vector<double>());
     EXPECT_EQ((1.0 / (g * 2 + 1)).to_vector<double>(), (1.0 / (c * 2 + 1)).to_vector<double>());
+  }
+}
+
+// NaN to 0, and floats past an integer type's range to its extremes, as on the CPU.
+TEST_F(Cuda, FloatToIntegerCastsSaturate) {
+  const std::vector<double> v = {NAN, INFINITY, -INFINITY, 3e9, -3e9, 1e19, -1e19, 2.5, -2.5};
+  const std::vector<int64_t> int32_want = {0,         INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN,
+                                           INT32_MAX, INT32_MIN, 2,         -2};
+  const std::vector<int64_t> int64_want = {0,         INT64_MAX, INT64_MIN, 3000000000, -3000000000,
+                                           INT64_MAX, INT64_MIN, 2,         -2};
+  for (DType dtype : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(dtype_ir_name(dtype));
+    Tensor g = from_vector(v, {static_cast<int64_t>(v.size())}, dtype).to("cuda");
+    EXPECT_EQ(g.to(kInt32).to_vector<int64_t>(), int32_want);
+    EXPECT_EQ((g * 1).to(kInt64).to_vector<int64_t>(), int64_want);
   }
 }
 

@@ -904,6 +904,35 @@ TEST(OpsElementwise, CastsBetweenAllDTypes) {
   }
 }
 
+// Floats a cast cannot hold in an integer type: NaN becomes 0, and values past the range the
+// type's extremes, as the GPU's conversion gives (C++ leaves them undefined; x86 gives the
+// minimum). Alone and inside a fused kernel.
+TEST(OpsElementwise, FloatToIntegerCastsSaturate) {
+  const std::vector<double> values = {kNan, kInf, -kInf, 3e9,   -3e9,  1e19,       -1e19,
+                                      2.5,  -2.5, 1e10,  -1e10, 65504, 2147483520, -2147483648};
+  for (DType from : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    Tensor x = from_vector(values, {static_cast<int64_t>(values.size())}, from);
+    const std::vector<double> stored = x.to_vector<double>();
+    for (DType to : {DType::Int32, DType::Int64}) {
+      const double limit = to == DType::Int32 ? 2147483648.0 : 9223372036854775808.0;
+      const int64_t lowest = to == DType::Int32 ? std::numeric_limits<int32_t>::min()
+                                                : std::numeric_limits<int64_t>::min();
+      const int64_t highest = to == DType::Int32 ? std::numeric_limits<int32_t>::max()
+                                                 : std::numeric_limits<int64_t>::max();
+      std::vector<int64_t> want;
+      for (double v : stored)
+        want.push_back(std::isnan(v) ? 0
+                       : v <= -limit ? lowest
+                       : v >= limit  ? highest
+                                     : static_cast<int64_t>(std::trunc(v)));
+      const std::string what = "cast " + name_of(from) + " -> " + name_of(to);
+      EXPECT_EQ(x.to(to).to_vector<int64_t>(), want) << what;
+      // In a fused kernel, after an op: x * 1 is x, NaN and infinities included.
+      EXPECT_EQ((x * 1).to(to).to_vector<int64_t>(), want) << what << " fused";
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reductions.
 
