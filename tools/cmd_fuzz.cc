@@ -1,12 +1,13 @@
 // lazyfuse fuzz: random graphs over the ops, dtypes, broadcasts, views and reductions, each
-// checked by check_graph (tools/replay.h) against itself evaluated unfused on the CPU, then
-// against float64. On the CPU fused and unfused must agree bit for bit (every value is rounded
-// to its dtype after each op, so fusion may not change a result); on a GPU, within a per-dtype
-// tolerance; against float64, within the tolerance of the least precise float the value went
-// through (values computed through float16 or bfloat16 are left to the unfused comparison). A
-// failing graph is shrunk (tools/shrink.h) to a small one that still fails the same way, then
-// printed as IR text with the command that replays it: `lazyfuse run FILE --seed=S
-// --check-unfused`.
+// checked by check_graph (tools/replay.h): against itself evaluated unfused on its own devices,
+// bit for bit (every value is rounded to its dtype after each op, so fusion may not change a
+// result); for a GPU graph, against the CPU unfused, within a per-dtype tolerance; then against
+// float64, within the tolerance of the least precise float the value went through (values
+// computed through float16 or bfloat16 are left to the bit-for-bit comparison). The tolerances
+// widen with each result's conditioning (Note [Conditioning] in tools/replay.cc). A failing
+// graph is shrunk (tools/shrink.h) to a small one that still fails the same way, then printed
+// as IR text with the command that replays it: `lazyfuse run FILE --seed=S --check-unfused`
+// (or `--check-cpu`, `--check`).
 #include <iostream>
 #include <random>
 #include <typeinfo>
@@ -133,8 +134,9 @@ Graph build(uint64_t seed, const Device& device) {
 struct Failure {
   enum class Kind { None, Mismatch, Error };
   Kind kind = Kind::None;
-  std::string error_type;  // the exception's type, for Kind::Error
-  std::string detail;      // what to print
+  std::string
+      error_type;      // the exception's type (Kind::Error), or the replay flag (Kind::Mismatch)
+  std::string detail;  // what to print
 
   bool same_as(const Failure& other) const {
     return kind == other.kind && error_type == other.error_type;
@@ -158,17 +160,35 @@ bool computed_through_half(const Graph& graph, ValueId value) {
   return false;
 }
 
-// Each graph against itself unfused (bit for bit on the CPU), then against float64.
+// The flag of `lazyfuse run` that replays a check against `reference`.
+const char* replay_flag(Reference reference) {
+  switch (reference) {
+    case Reference::Float64:
+      return "--check";
+    case Reference::Unfused:
+      return "--check-unfused";
+    case Reference::Cpu:
+      return "--check-cpu";
+  }
+  return "";
+}
+
+// Each graph against itself unfused, bit for bit; a GPU graph against the CPU; then against
+// float64.
 Failure test(const Graph& graph, uint64_t seed) {
+  bool on_gpu = false;
+  for (const Node& node : graph.nodes) on_gpu = on_gpu || node.device.is_cuda();
+  std::vector<Reference> references = {Reference::Unfused, Reference::Float64};
+  if (on_gpu) references.insert(references.begin() + 1, Reference::Cpu);
   Failure failure;
   try {
-    for (Reference reference : {Reference::Unfused, Reference::Float64}) {
+    for (Reference reference : references) {
       CheckResult result = check_graph(graph, seed, reference);
       for (const OutputCheck& check : result.checks) {
         if (check.bad == 0) continue;
         if (reference == Reference::Float64 && computed_through_half(graph, check.value)) continue;
         failure.kind = Failure::Kind::Mismatch;
-        failure.error_type = reference == Reference::Unfused ? "unfused" : "float64";
+        failure.error_type = replay_flag(reference);
         failure.detail += check.line() + "\n";
       }
       if (failure.kind != Failure::Kind::None) break;
@@ -203,7 +223,8 @@ void report(int64_t index, uint64_t seed, const Graph& graph, const Failure& fai
             << absl::StrFormat(
                    "replay: %slazyfuse run FILE --seed=%d %s  (FILE: the graph above)\n\n",
                    fault.empty() ? "" : "LAZYFUSE_TEST_FAULT=" + fault + " ", seed,
-                   failure.error_type == "float64" ? "--check" : "--check-unfused");
+                   failure.kind == Failure::Kind::Mismatch ? failure.error_type
+                                                           : "--check-unfused");
 }
 
 }  // namespace
@@ -223,8 +244,9 @@ int fuzz(uint64_t seed, int64_t graphs, const std::string& device_name, bool shr
     report(g, graph_seed, graph, failure, shrink);
   }
   std::cout << absl::StrFormat(
-      "%d graphs evaluated on %s, fused against unfused%s and float64: %d failures\n", tested,
-      device.str(), device.is_cpu() ? " (bit for bit)" : " on the CPU", failures);
+      "%d graphs evaluated on %s, fused against unfused (bit for bit)%s and float64: %d "
+      "failures\n",
+      tested, device.str(), device.is_cpu() ? "" : ", the CPU", failures);
   return failures ? 1 : 0;
 }
 

@@ -2,10 +2,12 @@
 // process's exit status and reports errors as FILE:LINE:COL: error: ... where a file is at fault.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ir/graph.h"
+#include "tools/replay.h"
 
 namespace lazyfuse::tools {
 
@@ -17,8 +19,9 @@ int opt(const std::string& path, const std::string& passes, bool print_after_all
         const std::vector<std::string>& print_after);
 int codegen(const std::string& path, const std::string& target, bool with_prologue);
 int compile(const std::string& path, const std::string& arch);
-int run(const std::string& path, const std::string& device, uint64_t seed, bool check,
-        bool check_unfused);
+// Without a reference, prints the outputs; with one, also checks them against it.
+int run(const std::string& path, const std::string& device, uint64_t seed,
+        std::optional<Reference> reference);
 int dot(const std::string& path, bool fused, const std::string& output);
 int fuzz(uint64_t seed, int64_t graphs, const std::string& device, bool shrink);
 

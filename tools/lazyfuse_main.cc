@@ -1,6 +1,7 @@
 // The lazyfuse command-line tool: devices (like nvidia-smi), opt (like mlir-opt), codegen,
 // compile, run, dot and bench. Each subcommand lives in tools/cmd_*.cc (bench in bench/).
 #include <iostream>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 
@@ -50,7 +51,7 @@ int main(int argc, char** argv) {
       app.add_subcommand("run", "Evaluate a graph on seeded random inputs and print its outputs");
   std::string device;
   uint64_t seed = 0;
-  bool check = false, check_unfused = false;
+  bool check = false, check_unfused = false, check_cpu = false;
   run->add_option("file", file, "IR file, or -")->required();
   run->add_option("--device", device,
                   "cpu or cuda:N for every node (default: the devices in the file)");
@@ -58,11 +59,16 @@ int main(int argc, char** argv) {
   CLI::Option* check_flag =
       run->add_flag("--check", check,
                     "Compare with the graph evaluated in float64 on the CPU; exit 1 on a mismatch");
-  run->add_flag("--check-unfused", check_unfused,
+  CLI::Option* check_unfused_flag =
+      run->add_flag("--check-unfused", check_unfused,
+                    "Compare with the same graph evaluated unfused on its own devices, bit for "
+                    "bit; exit 1 on a mismatch")
+          ->excludes(check_flag);
+  run->add_flag("--check-cpu", check_cpu,
                 "Compare with the same graph evaluated unfused on the CPU: bit for bit on the "
-                "CPU, within the dtype's tolerance on a GPU (what lazyfuse fuzz checks); exit 1 "
-                "on a mismatch")
-      ->excludes(check_flag);
+                "CPU, within the dtype's tolerance on a GPU; exit 1 on a mismatch")
+      ->excludes(check_flag)
+      ->excludes(check_unfused_flag);
 
   CLI::App* dot = app.add_subcommand("dot", "The graph as Graphviz DOT, fused kernels as clusters");
   bool fused = false;
@@ -114,7 +120,13 @@ int main(int argc, char** argv) {
     if (*opt) return tools::opt(file, passes, print_after_all, print_after);
     if (*codegen) return tools::codegen(file, target, with_prologue);
     if (*compile) return tools::compile(file, arch);
-    if (*run) return tools::run(file, device, seed, check, check_unfused);
+    if (*run) {
+      std::optional<tools::Reference> reference;
+      if (check) reference = tools::Reference::Float64;
+      if (check_unfused) reference = tools::Reference::Unfused;
+      if (check_cpu) reference = tools::Reference::Cpu;
+      return tools::run(file, device, seed, reference);
+    }
     if (*dot) return tools::dot(file, fused, output);
     if (*bench) return lazyfuse::bench::run_bench(bench_options);
     if (*fuzz) return tools::fuzz(fuzz_seed, graphs, fuzz_device, !no_shrink);

@@ -252,48 +252,74 @@ void warn_about_test_fault() {
               << " result is off by one on purpose, to test the fuzzer\n";
 }
 
+// The graph's parameters as `target` takes them: the same values, in its dtypes, on the CPU.
+std::vector<Tensor> cpu_inputs_for(const Graph& target, const Graph& graph,
+                                   const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> converted;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    converted.push_back(graph.nodes[i].op == Op::Param ? inputs[i].to(target.nodes[i].dtype).cpu()
+                                                       : Tensor());
+  std::vector<Tensor> params;
+  for (const Tensor& input : converted)
+    if (input.defined()) params.push_back(input);
+  eval(params);
+  return converted;
+}
+
+// Note [Conditioning]: how far roundings of the graph's own size move each float64 result
+// (`results`, the unperturbed reference): relative to max(1, |result|), per element.
+std::vector<std::vector<double>> sensitivity_of(const Graph& graph, const Graph& float64_graph,
+                                                const std::vector<Tensor>& float64_inputs,
+                                                const std::vector<Tensor>& results) {
+  std::vector<std::vector<double>> sensitivity(results.size());
+  for (Perturbation perturbation : {Perturbation::Same, Perturbation::Alternating}) {
+    const std::vector<Tensor> moved =
+        evaluate_graph(emulated_reference(graph, float64_graph, perturbation), float64_inputs);
+    for (size_t k = 0; k < results.size(); ++k) {
+      const std::vector<double> a = results[k].to_vector<double>(),
+                                b = moved[k].to_vector<double>();
+      sensitivity[k].resize(a.size(), 0);
+      for (size_t i = 0; i < a.size(); ++i) {
+        const double change = std::fabs(a[i] - b[i]) / std::max(1.0, std::fabs(a[i]));
+        if (!std::isnan(change)) sensitivity[k][i] = std::max(sensitivity[k][i], change);
+      }
+    }
+  }
+  return sensitivity;
+}
+
 CheckResult check_graph(const Graph& graph, uint64_t seed, Reference reference) {
   const std::vector<Tensor> inputs = random_inputs(graph, seed);
   const std::string fault = reference == Reference::Unfused ? test_fault() : "";
   CheckResult result;
   result.outputs =
       evaluate_graph(fault.empty() ? graph : with_fault(graph, *op_from_name(fault)), inputs);
-
-  const Graph expected_graph =
-      reference == Reference::Float64 ? float64_reference(graph) : cpu_copy(graph);
-  std::vector<Tensor> expected_inputs;
-  for (size_t i = 0; i < graph.nodes.size(); ++i)
-    expected_inputs.push_back(graph.nodes[i].op == Op::Param
-                                  ? inputs[i].to(expected_graph.nodes[i].dtype).cpu()
-                                  : Tensor());
-  std::vector<Tensor> expected_params;
-  for (const Tensor& input : expected_inputs)
-    if (input.defined()) expected_params.push_back(input);
-  eval(expected_params);
-  const std::vector<Tensor> expected =
-      evaluate_graph(reference == Reference::Float64
-                         ? emulated_reference(graph, expected_graph, Perturbation::None)
-                         : expected_graph,
-                     expected_inputs, EvalOptions{.fusion = reference == Reference::Float64});
-  // Note [Conditioning]: what roundings of the graph's own size do to the float64 results.
-  std::vector<std::vector<double>> sensitivity(expected.size());
-  if (reference == Reference::Float64) {
-    for (Perturbation perturbation : {Perturbation::Same, Perturbation::Alternating}) {
-      const std::vector<Tensor> moved =
-          evaluate_graph(emulated_reference(graph, expected_graph, perturbation), expected_inputs);
-      for (size_t k = 0; k < expected.size(); ++k) {
-        const std::vector<double> a = expected[k].to_vector<double>(),
-                                  b = moved[k].to_vector<double>();
-        sensitivity[k].resize(a.size(), 0);
-        for (size_t i = 0; i < a.size(); ++i) {
-          const double change = std::fabs(a[i] - b[i]) / std::max(1.0, std::fabs(a[i]));
-          if (!std::isnan(change)) sensitivity[k][i] = std::max(sensitivity[k][i], change);
-        }
-      }
-    }
-  }
   bool on_gpu = false;
   for (const Node& node : graph.nodes) on_gpu = on_gpu || node.device.is_cuda();
+
+  // Compared bit for bit (fused against unfused on the same devices, or a CPU graph against
+  // the CPU), or within tolerances that the float64 reference's conditioning widens: against
+  // float64, or a GPU against the CPU, whose math libraries round differently (sin of a large
+  // exp amplifies the last bit of the exp).
+  const bool within_tolerance =
+      reference == Reference::Float64 || (reference == Reference::Cpu && on_gpu);
+  std::vector<Tensor> expected;
+  std::vector<std::vector<double>> sensitivity(graph.outputs.size());
+  if (within_tolerance) {
+    const Graph float64_graph = float64_reference(graph);
+    const std::vector<Tensor> float64_inputs = cpu_inputs_for(float64_graph, graph, inputs);
+    const std::vector<Tensor> float64_results = evaluate_graph(
+        emulated_reference(graph, float64_graph, Perturbation::None), float64_inputs);
+    sensitivity = sensitivity_of(graph, float64_graph, float64_inputs, float64_results);
+    if (reference == Reference::Float64) expected = float64_results;
+  }
+  if (reference == Reference::Unfused)
+    expected = evaluate_graph(graph, inputs, EvalOptions{.fusion = false});
+  if (reference == Reference::Cpu) {
+    const Graph cpu_graph = cpu_copy(graph);
+    expected = evaluate_graph(cpu_graph, cpu_inputs_for(cpu_graph, graph, inputs),
+                              EvalOptions{.fusion = false});
+  }
 
   for (size_t k = 0; k < result.outputs.size(); ++k) {
     std::vector<double> got = result.outputs[k].to_vector<double>(),
@@ -302,9 +328,9 @@ CheckResult check_graph(const Graph& graph, uint64_t seed, Reference reference) 
     OutputCheck check;
     check.value = graph.outputs[k];
     check.total = static_cast<int64_t>(got.size());
-    check.tolerance = reference == Reference::Float64 ? float64_tolerance(dtype)
-                      : on_gpu                        ? gpu_tolerance(dtype)
-                                                      : 0;
+    check.tolerance = !within_tolerance                 ? 0
+                      : reference == Reference::Float64 ? float64_tolerance(dtype)
+                                                        : gpu_tolerance(dtype);
     // Against float64, or a GPU against the CPU, a value keeps the precision of the least
     // precise float it was computed through (exp in float32, then cast to float64), and an
     // integer or bool computed from floats may land one unit away (a cast truncating across an
@@ -312,7 +338,7 @@ CheckResult check_graph(const Graph& graph, uint64_t seed, Reference reference) 
     bool from_floats = false;
     // A value past the range of a float it went through is that float's infinity.
     double largest_finite = INFINITY;
-    if (on_gpu || reference == Reference::Float64) {
+    if (within_tolerance) {
       auto tolerance_of = reference == Reference::Float64 ? float64_tolerance : gpu_tolerance;
       std::vector<bool> needed(graph.nodes.size(), false);
       needed[graph.outputs[k]] = true;
@@ -336,7 +362,7 @@ CheckResult check_graph(const Graph& graph, uint64_t seed, Reference reference) 
       const bool overflowed = std::isinf(got[i]) && std::fabs(want[i]) > largest_finite &&
                               std::signbit(got[i]) == std::signbit(want[i]);
       // A result that roundings of the graph's size move by a percent or more carries no digits
-      // to compare (sin of a float32 of 1e19): only the unfused comparison judges it.
+      // to compare (sin of a float32 of 1e19): only the bit-for-bit comparisons judge it.
       const double moved = sensitivity[k].empty() ? 0 : sensitivity[k][i];
       const double allowed = moved >= 1e-2 ? INFINITY : check.tolerance + 8 * moved;
       const bool close =

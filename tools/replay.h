@@ -1,8 +1,8 @@
 // Evaluating an IR graph on seeded random inputs, and checking its results against a reference:
-// the graph in float64 on the CPU (`lazyfuse run --check`), or the same graph unfused on the CPU
-// (`lazyfuse run --check-unfused`). `lazyfuse fuzz` tests every random graph through
-// check_graph with the unfused reference, so each failure it reports is one that
-// `lazyfuse run --check-unfused` replays from the printed IR and seed.
+// the graph in float64 on the CPU (`lazyfuse run --check`), the same graph unfused on its own
+// devices (`--check-unfused`), or unfused on the CPU (`--check-cpu`). `lazyfuse fuzz` tests
+// every random graph through check_graph with these references, and prints with each failure
+// the `lazyfuse run` command that replays it from the printed IR and seed.
 #pragma once
 
 #include <cstdint>
@@ -25,9 +25,11 @@ std::vector<Tensor> evaluate_graph(const Graph& graph, const std::vector<Tensor>
                                    const EvalOptions& options = {});
 
 enum class Reference {
-  Float64,  // every floating value in float64, on the CPU; per-dtype tolerance
-  Unfused,  // the same graph, one kernel per op, on the CPU: bit for bit when the graph is on
-            // the CPU, per-dtype tolerance when any of it runs on a GPU
+  Float64,  // every floating value in float64, on the CPU; per-dtype tolerance, widened by each
+            // result's conditioning (Note [Conditioning] in replay.cc)
+  Unfused,  // the same graph, one kernel per op, on its own devices: bit for bit
+  Cpu,      // the same graph, one kernel per op, on the CPU: bit for bit when the graph is on
+            // the CPU; per-dtype tolerance, widened by conditioning, when any of it is on a GPU
 };
 
 struct OutputCheck {
