@@ -360,12 +360,12 @@ TEST_F(Cuda, ReciprocalGivesTheDivisionsBits) {
   }
 }
 
-// NaN to 0, and floats past an integer type's range to its extremes, as on the CPU.
+// Floats past an integer type's range to its extremes, NaN to its minimum, as on the CPU.
 TEST_F(Cuda, FloatToIntegerCastsSaturate) {
   const std::vector<double> v = {NAN, INFINITY, -INFINITY, 3e9, -3e9, 1e19, -1e19, 2.5, -2.5};
-  const std::vector<int64_t> int32_want = {0,         INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN,
+  const std::vector<int64_t> int32_want = {INT32_MIN, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN,
                                            INT32_MAX, INT32_MIN, 2,         -2};
-  const std::vector<int64_t> int64_want = {0,         INT64_MAX, INT64_MIN, 3000000000, -3000000000,
+  const std::vector<int64_t> int64_want = {INT64_MIN, INT64_MAX, INT64_MIN, 3000000000, -3000000000,
                                            INT64_MAX, INT64_MIN, 2,         -2};
   for (DType dtype : {kFloat32, kFloat64}) {
     SCOPED_TRACE(dtype_ir_name(dtype));

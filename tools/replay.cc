@@ -97,21 +97,23 @@ double unit_roundoff(DType dtype) {
 // Note [Conditioning]: the float64 reference computes without the graph's roundings, and an
 // op can amplify a rounding error far past its dtype's tolerance (sin of a large exp, an exp
 // of an exp) with nothing wrong. So the reference runs again with every value that the graph
-// computes in a narrower float scaled by (1 + u), u that float's unit roundoff, its sign
-// alternating from node to node under Perturbation::Alternating: how far roundings of the size
+// computes in a narrower float scaled by (1 + u), u that float's unit roundoff; again by
+// (1 - u); and again with the sign alternating from node to node: how far roundings of the size
 // the graph makes move each result. The comparison allows a few times that, and does not judge
-// a result they move by a percent or more.
+// a result they move by a percent or more. Three probes, because one can land by chance where
+// the result barely moves: sin of a float32 of 1e35 is any value in [-1, 1], and a probe
+// shifting its phase has about a one-in-a-hundred chance to move it by less than a percent.
 //
 // Nor does float64 overflow where the graph's floats do (an exp of 100 in float32 is infinity,
 // and sin of it NaN). So every reference also gives each such value the range of its float:
 // past the largest finite value it becomes infinity, as in the graph.
-enum class Perturbation { None, Same, Alternating };
+enum class Perturbation { None, Up, Down, Alternating };
 
 Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbation perturbation) {
   Graph out;
   out.name = reference.name;
   std::vector<ValueId> id(reference.nodes.size());
-  double sign = 1;
+  double sign = perturbation == Perturbation::Down ? -1 : 1;
   for (size_t i = 0; i < reference.nodes.size(); ++i) {
     Node node = reference.nodes[i];
     for (ValueId& input : node.inputs) input = id[input];
@@ -272,7 +274,8 @@ std::vector<std::vector<double>> sensitivity_of(const Graph& graph, const Graph&
                                                 const std::vector<Tensor>& float64_inputs,
                                                 const std::vector<Tensor>& results) {
   std::vector<std::vector<double>> sensitivity(results.size());
-  for (Perturbation perturbation : {Perturbation::Same, Perturbation::Alternating}) {
+  for (Perturbation perturbation :
+       {Perturbation::Up, Perturbation::Down, Perturbation::Alternating}) {
     const std::vector<Tensor> moved =
         evaluate_graph(emulated_reference(graph, float64_graph, perturbation), float64_inputs);
     for (size_t k = 0; k < results.size(); ++k) {
