@@ -193,8 +193,15 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
   s += "  const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;\n"
        "  const int lane = threadIdx.x % 32;\n"
        "  if (row >= args.rows) return;\n";
-  // With the row in registers, lane element t is column lane + 32 * t; every pass is unrolled
-  // so the registers are named statically.
+  // With the row in registers, lane element t is column lane + 32 * t, every pass unrolled so
+  // that the registers are named statically. Vectorized, the lanes take the row in groups of
+  // 128 columns, four consecutive ones each: element t is column 128 (t / 4) + 4 lane + t % 4,
+  // so each lane reads (and writes) its four with one access. Every row is then whole groups.
+  const bool vector_rows = spec.row_in_registers && spec.vectorized;
+  const std::string column = vector_rows ? "128 * (t / 4) + 4 * lane + t % 4" : "lane + 32 * t";
+  // Unrolled, this folds away in all but one element of each group.
+  const std::string past_row =
+      vector_rows ? "t % 4 == 0 && 128 * (t / 4) >= args.columns" : "lane + 32 * t >= args.columns";
   std::vector<std::string> pass_loads = loads;
   if (spec.row_in_registers) {
     absl::StrAppend(&s, "  // The lane's elements of each operand, read once.\n");
@@ -203,26 +210,47 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
                       kCudaRowRegisters, "];\n");
       pass_loads[k] = absl::StrCat("row", k, "[t]");
     }
-    absl::StrAppend(&s, "#pragma unroll\n  for (int t = 0; t < ", kCudaRowRegisters,
-                    "; ++t) {\n    const long long j = lane + 32 * t;\n"
-                    "    if (j >= args.columns) break;\n"
-                    "    const IDX i = (IDX)(row * args.columns + j);\n");
-    s += cuda_emit::emit_coordinates(spec.rank, "    ");
-    for (size_t k = 0; k < step.inputs.size(); ++k)
-      absl::StrAppend(&s, "    row", k, "[t] = ", loads[k], ";\n");
-    s += "  }\n";
+    if (vector_rows) {
+      absl::StrAppend(&s, "#pragma unroll\n  for (int t = 0; t < ", kCudaRowRegisters,
+                      "; t += 4) {\n    if (128 * (t / 4) >= args.columns) break;\n"
+                      "    const IDX i = (IDX)(row * args.columns + 128 * (t / 4) + 4 * lane);\n");
+      for (size_t k = 0; k < step.inputs.size(); ++k) {
+        const char* type = type_name(graph.nodes[step.inputs[k]].dtype);
+        if (spec.inputs[k] == OperandAccess::Broadcast) {
+          absl::StrAppend(&s, "#pragma unroll\n    for (int l = 0; l < 4; ++l) row", k,
+                          "[t + l] = in", k, "[0];\n");
+          continue;
+        }
+        const std::string at = spec.inputs[k] == OperandAccess::Repeated
+                                   ? absl::StrCat("i % (IDX)args.stride[", k, "][0]")
+                                   : "i";
+        absl::StrAppend(&s, "    const lf_vec4<", type, "> x", k, " = *(const lf_vec4<", type,
+                        ">*)(in", k, " + ", at,
+                        ");\n#pragma unroll\n    for (int l = 0; l < 4; ++l) row", k, "[t + l] = x",
+                        k, ".v[l];\n");
+      }
+      s += "  }\n";
+    } else {
+      absl::StrAppend(&s, "#pragma unroll\n  for (int t = 0; t < ", kCudaRowRegisters,
+                      "; ++t) {\n    if (", past_row, ") break;\n",
+                      "    const IDX i = (IDX)(row * args.columns + ", column, ");\n");
+      s += cuda_emit::emit_coordinates(spec.rank, "    ");
+      for (size_t k = 0; k < step.inputs.size(); ++k)
+        absl::StrAppend(&s, "    row", k, "[t] = ", loads[k], ";\n");
+      s += "  }\n";
+    }
   }
   // A pass over the row computing `members`.
   auto pass_head = [&](const std::vector<ValueId>& members, const std::vector<ValueId>& inputs) {
     std::string p;
     if (spec.row_in_registers) {
       absl::StrAppend(&p, "#pragma unroll\n  for (int t = 0; t < ", kCudaRowRegisters,
-                      "; ++t) {\n    const long long j = lane + 32 * t;\n"
-                      "    if (j >= args.columns) break;\n");
+                      "; ++t) {\n    if (", past_row, ") break;\n",
+                      "    const IDX i = (IDX)(row * args.columns + ", column, ");\n");
     } else {
-      p += "#pragma unroll 4\n  for (long long j = lane; j < args.columns; j += 32) {\n";
+      p += "#pragma unroll 4\n  for (long long j = lane; j < args.columns; j += 32) {\n"
+           "    const IDX i = (IDX)(row * args.columns + j);\n";
     }
-    p += "    const IDX i = (IDX)(row * args.columns + j);\n";
     p += cuda_emit::emit_coordinates(spec.rank, "    ");
     p += cuda_emit::emit_members(graph, inputs, members, pass_loads, "    ");
     return p;
@@ -291,12 +319,23 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     }
     for (ValueId m : elementwise)
       if (std::find(carried.begin(), carried.end(), m) == carried.end()) members.push_back(m);
+    // Vectorized, each output's four elements of a group are stored at once.
+    for (size_t k = 0; vector_rows && k < step.outputs.size(); ++k)
+      if (!is_reduction(graph.nodes[step.outputs[k]].op))
+        absl::StrAppend(&s, "  lf_vec4<", type_name(graph.nodes[step.outputs[k]].dtype), "> y", k,
+                        ";\n");
     s += pass_head(members, inputs);
     for (size_t k = 0; k < step.outputs.size(); ++k) {
       if (is_reduction(graph.nodes[step.outputs[k]].op)) continue;
       const char* type = type_name(graph.nodes[step.outputs[k]].dtype);
-      absl::StrAppend(&s, "    ((", type, "*)args.out[", k, "])[i] = lf_store<", type, ">(v",
-                      step.outputs[k], ");\n");
+      if (vector_rows) {
+        absl::StrAppend(&s, "    y", k, ".v[t % 4] = lf_store<", type, ">(v", step.outputs[k],
+                        ");\n    if (t % 4 == 3) *(lf_vec4<", type, ">*)((", type, "*)args.out[", k,
+                        "] + i - 3) = y", k, ";\n");
+      } else {
+        absl::StrAppend(&s, "    ((", type, "*)args.out[", k, "])[i] = lf_store<", type, ">(v",
+                        step.outputs[k], ");\n");
+      }
     }
     s += "  }\n";
   }

@@ -234,12 +234,20 @@ void run_row_kernel(const Graph& graph, const Step& step,
   const Operands operands = operands_of(step, values);
   const std::vector<uint64_t> outputs = allocate_outputs(graph, step, values);
   CudaElementwiseLaunch plan = plan_cuda_elementwise(step, operands.layouts, {}, {});
-  plan.spec.vectorized = false;
   const int64_t rows = numel(node.shape);
   if (rows == 0) return;
   const int64_t columns = plan.numel / rows;
   plan.spec.row_in_registers = columns <= 32 * kCudaRowRegisters &&
                                step.inputs.size() <= static_cast<size_t>(kCudaRowRegisterInputs);
+  // Lanes read and write four consecutive elements at once (codegen/cuda_reduction.cc) where
+  // the row is in registers, is whole groups of 128 columns, and every operand and stored
+  // output is aligned for it (the plan has checked the operands).
+  bool vector_rows = plan.spec.vectorized && plan.spec.row_in_registers && columns % 128 == 0;
+  for (size_t k = 0; vector_rows && k < step.outputs.size(); ++k) {
+    const Node& output = graph.nodes[step.outputs[k]];
+    vector_rows = is_reduction(output.op) || outputs[k] % (4 * dtype_size(output.dtype)) == 0;
+  }
+  plan.spec.vectorized = vector_rows;
   const bool fast_math = env_config().fast_math;
   const std::string key = kernel_cache_key(step, plan.spec, fast_math);
   cuda::CUfunction function = cuda::get_kernel(

@@ -80,15 +80,21 @@ std::vector<CudaSource> generate_all(const Schedule& schedule, bool strided) {
     std::vector<uint64_t> outputs(step.outputs.size(), 8192);
     std::vector<int64_t> sizes(step.outputs.size(), 8);
     CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, sizes);
+    const bool vectorized = plan.spec.vectorized;
     if (step.kind == StepKind::Reduction) plan.spec.vectorized = false;
     if (step.kind == StepKind::Elementwise || step.kind == StepKind::Reduction)
       sources.push_back(generate_cuda_step(schedule.graph, step, plan.spec));
-    // A row step also comes with its row held in registers.
+    // A row step also comes with its row held in registers, read one and four at a time.
     if (step.kind == StepKind::Reduction &&
         reduction_parts(schedule.graph, step).is_row_program()) {
       plan.spec.row_in_registers = true;
       sources.push_back(generate_cuda_step(schedule.graph, step, plan.spec));
       EXPECT_NE(sources.back().source.find("row0[t]"), std::string::npos);
+      if (vectorized) {
+        plan.spec.vectorized = true;
+        sources.push_back(generate_cuda_step(schedule.graph, step, plan.spec));
+        EXPECT_NE(sources.back().source.find("lf_vec4"), std::string::npos);
+      }
     }
   }
   return sources;
@@ -240,8 +246,21 @@ TEST(CudaCodegen, SoftmaxInRegistersComputesEachExponentialOnce) {
     ++exps;
   EXPECT_EQ(exps, 1u) << source;
   EXPECT_EQ(source.find("in0[i]"), source.rfind("in0[i]")) << "the row is read once";
+  // Four at a time: one 16-byte read and one 16-byte write per group of four elements.
+  plan.spec.vectorized = true;
+  const std::string vectorized =
+      generate_cuda_step(schedule.graph, step, plan.spec).source.substr(cuda_prologue().size());
+  EXPECT_NE(vectorized.find("const lf_vec4<float> x0 = *(const lf_vec4<float>*)(in0 + i);"),
+            std::string::npos)
+      << vectorized;
+  EXPECT_NE(
+      vectorized.find("if (t % 4 == 3) *(lf_vec4<float>*)((float*)args.out[0] + i - 3) = y0;"),
+      std::string::npos)
+      << vectorized;
+  EXPECT_EQ(vectorized.find("in0[i]"), std::string::npos) << vectorized;
   if (!nvrtc_available()) GTEST_SKIP() << nvrtc_unavailable_reason();
   EXPECT_TRUE(nvrtc_compile(cuda_prologue() + source, "k", 9, 0).is_cubin);
+  EXPECT_TRUE(nvrtc_compile(cuda_prologue() + vectorized, "k", 9, 0).is_cubin);
 }
 
 // Dividing 1 by something is a correctly rounded reciprocal in the generated source.

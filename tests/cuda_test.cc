@@ -262,7 +262,9 @@ TEST_F(Cuda, ReductionsMatchTheReference) {
 // Softmax is one row kernel: rows short enough to stay in registers (1, 33 and 1024 columns)
 // and longer ones reread from cache (1500, 5000), each element against float64.
 TEST_F(Cuda, SoftmaxRowKernelMatchesTheReference) {
-  for (int64_t columns : {1, 33, 1024, 1500, 5000}) {
+  // Rows in registers read four columns at a time per lane where rows are whole groups of 128
+  // (128, 384, 1024), one at a time otherwise (1, 33), and rows past 1024 are read per pass.
+  for (int64_t columns : {1, 33, 128, 384, 1024, 1500, 5000}) {
     SCOPED_TRACE(columns);
     const int64_t rows = 45;
     std::vector<double> v = random_values(rows * columns, -5, 5, 13);
@@ -282,6 +284,31 @@ TEST_F(Cuda, SoftmaxRowKernelMatchesTheReference) {
         const double want = std::exp(static_cast<float>(v[r * columns + c]) - m) / total;
         ASSERT_NEAR(got[r * columns + c], want, 1e-6 * want + 1e-12) << r << ", " << c;
       }
+    }
+  }
+}
+
+// A softmax over rows of a tensor plus a bias (read by period) and a kept bfloat16 output: its
+// four-at-a-time row kernel agrees bit for bit with one kernel per op.
+TEST_F(Cuda, VectorizedRowKernelGivesTheUnfusedBits) {
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(dtype_ir_name(dtype));
+    for (int64_t columns : {256, 1024}) {
+      const int64_t rows = 37;
+      Tensor x =
+          from_vector(random_values(rows * columns, -4, 4, 21), {rows, columns}, dtype).to("cuda");
+      Tensor bias = from_vector(random_values(columns, -1, 1, 22), {columns}, dtype).to("cuda");
+      auto softmax = [&] {
+        Tensor y = x + bias;
+        Tensor e = (y - y.max(1, true)).exp();
+        return e / e.sum({1}, true);
+      };
+      Tensor fused = softmax(), unfused = softmax();
+      reset_eval_stats();
+      eval({fused});
+      EXPECT_EQ(eval_stats().kernels, 1);
+      eval({unfused}, EvalOptions{.fusion = false});
+      EXPECT_EQ(fused.to_vector<double>(), unfused.to_vector<double>());
     }
   }
 }
