@@ -84,9 +84,10 @@ namespace lazyfuse {
 // A reduction over the rows of a contiguous [rows, columns] operand, in fixed chunks of
 // columns: grid = rows x chunks blocks of kCudaReduceThreads threads. With one chunk a block
 // writes the row's result (converted to `out`, divided by `divisor` for mean); with several it
-// writes a partial in the accumulator type, and a second launch of the kernel for
-// (accumulator, out) reduces the partials. The chunking depends only on sizes, so a result's
-// bits never depend on the GPU.
+// writes a partial in the accumulator type to `partial` ([rows, chunks]), and the row's last
+// block to finish combines the partials in chunk order, in the same launch. `counters` holds a
+// zero per row on entry and again on exit. The chunking depends only on sizes and the order of
+// every combination is fixed, so a result's bits never depend on the GPU or on timing.
 inline constexpr int kCudaReduceThreads = 256;
 // A row kernel keeps rows of up to 32 x kCudaRowRegisters elements in registers when it reads
 // at most kCudaRowRegisterInputs operands.
@@ -97,13 +98,14 @@ inline constexpr int64_t kCudaReduceChunk = 32768;
 // The accumulator: double for floating sums (as on the CPU), int64 for integer and bool sums,
 // the compute type for max and min.
 DType cuda_reduction_accumulator(Op op, DType in);
-// Kernel parameters: in, out, rows, columns, chunk, chunks, divisor (a double), each 8 bytes.
+// Kernel parameters: in, out, rows, columns, chunk, chunks, divisor (a double), partial,
+// counters, each 8 bytes.
 CudaSource generate_cuda_reduction(Op op, DType in, DType out);
 // A reduction step with a fused elementwise prologue (the fusion pass makes these only for
 // trailing reduced dims, so row r reduces prologue elements [r * columns, (r + 1) * columns)).
 // Parameters: sizes and strides as an elementwise kernel's (over step.shape), then out, rows,
-// columns, chunk, chunks, divisor. With several chunks it writes partials, which the plain
-// kernel for (accumulator, out) then reduces.
+// columns, chunk, chunks, divisor, partial, counters, combining partials as the plain kernel
+// does.
 CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
                                          const CudaElementwiseSpec& spec, bool fast_math = false);
 // A row step (ReductionParts::is_row_program: reductions of the same rows, an epilogue): one

@@ -62,32 +62,70 @@ std::string reduction_head(Op op, DType acc) {
       type_name(acc), " acc = (", type_name(acc), ")(", combiner(op, acc).identity, ");\n");
 }
 
-// The kernel's end: each warp's threads, then the block's warps, then the row's result (or
-// the chunk's partial, in the accumulator type).
-std::string reduction_tail(Op op, DType acc, DType out) {
-  const char* a = type_name(acc);
+// The block's threads combined: each warp's through shuffles, then the warps' through shared
+// memory. Leaves the block's result in `acc` of lane 0 of warp 0, and returns from every other
+// thread.
+std::string block_combine(Op op, DType acc) {
   return absl::StrCat(
       R"(  for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
-  __shared__ )",
-      a, R"( warp_results[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (lane == 0) warp_results[warp] = acc;
   __syncthreads();
   if (warp != 0) return;
   acc = lane < (int)(blockDim.x / 32) ? warp_results[lane] : ()",
-      a, ")(", combiner(op, acc).identity, R"();
+      type_name(acc), ")(", combiner(op, acc).identity, R"();
   for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
   if (lane != 0) return;
+)");
+}
+
+// The kernel's end: the block's result is the row's (one chunk), or the chunk's partial, in
+// the accumulator type. A row of several chunks is finished by whichever of its blocks ends
+// last, in the same launch: each block stores its partial, then counts itself done; the one
+// that counts last combines the row's partials in chunk order, exactly as a one-chunk
+// reduction over them would, so the result never depends on which block that was. It sets the
+// row's counter back to zero for the next launch (the counters start zeroed: the runtime's
+// reduction_counters).
+std::string reduction_tail(Op op, DType acc, DType out) {
+  const char* a = type_name(acc);
+  const std::string row_result =
+      absl::StrCat(op == Op::Mean ? "  acc = acc / args.divisor;\n" : "", "  ((", type_name(out),
+                   "*)args.out)[row] = lf_store<", type_name(out), ">(acc);\n");
+  return absl::StrCat("  __shared__ ", a, R"( warp_results[32];
+  __shared__ bool last_block;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (args.chunks == 1) {
 )",
-      op == Op::Mean ? "    acc = acc / args.divisor;\n" : "", "    ((", type_name(out),
-      "*)args.out)[row] = lf_store<", type_name(out), R"(>(acc);
-  } else {
-    (()",
-      a, R"(*)args.out)[row * args.chunks + chunk] = acc;
+                      block_combine(op, acc), row_result, R"(    return;
   }
-}
-)");
+  {
+    // As block_combine, but every thread stays for the combination of the partials.
+    )",
+                      a, R"( own = acc;
+    for (int offset = 16; offset > 0; offset /= 2) own = lf_combine(own, __shfl_down_sync(0xffffffffu, own, offset));
+    if (lane == 0) warp_results[warp] = own;
+    __syncthreads();
+    if (warp == 0) {
+      own = lane < (int)(blockDim.x / 32) ? warp_results[lane] : ()",
+                      a, ")(", combiner(op, acc).identity, R"();
+      for (int offset = 16; offset > 0; offset /= 2) own = lf_combine(own, __shfl_down_sync(0xffffffffu, own, offset));
+      if (lane == 0) {
+        (()",
+                      a, R"(*)args.partial)[row * args.chunks + chunk] = own;
+        __threadfence();
+        last_block = atomicAdd(&args.counters[row], 1u) == (unsigned)(args.chunks - 1);
+      }
+    }
+    __syncthreads();
+  }
+  if (!last_block) return;
+  __threadfence();
+  acc = ()",
+                      a, ")(", combiner(op, acc).identity, R"();
+  for (long long j = threadIdx.x; j < args.chunks; j += blockDim.x)
+    acc = lf_combine(acc, __ldcg(()",
+                      a, R"(*)args.partial + row * args.chunks + j));
+)",
+                      block_combine(op, acc), row_result, "  args.counters[row] = 0;\n}\n");
 }
 
 // The start of a kernel over a step's iteration space that reduces rows: its name, the
@@ -133,6 +171,8 @@ struct ReduceArgs {
   void* out;
   long long rows, columns, chunk, chunks;
   double divisor;
+  void* partial;
+  unsigned int* counters;
 };
 )",
                   reduction_preamble(op, acc), "\nextern \"C\" __global__ void __launch_bounds__(",
@@ -157,7 +197,8 @@ CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
   CudaSource source = begin_row_kernel(
       graph, step, spec, fast_math, reduction_preamble(node.op, acc),
       absl::StrCat(op_name(node.op), " of ", prologue.size(), " fused nodes"),
-      "  void* out;\n  long long rows, columns, chunk, chunks;\n  double divisor;\n");
+      "  void* out;\n  long long rows, columns, chunk, chunks;\n  double divisor;\n  void* "
+      "partial;\n  unsigned int* counters;\n");
   std::string& s = source.source;
   s += reduction_head(node.op, acc);
   s += "  for (long long j = begin + threadIdx.x; j < end; j += blockDim.x) {\n"

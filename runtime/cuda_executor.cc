@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -173,19 +174,45 @@ BufferView cuda_contiguous(const BufferView& source) {
 
 namespace {
 
-void launch_reduction(int device, Op op, DType in, DType out, const void* input, void* output,
-                      int64_t rows, int64_t columns, int64_t chunks, double divisor) {
-  CudaSource source = generate_cuda_reduction(op, in, out);
-  cuda::CUfunction function = cuda::get_kernel(device, source.kernel_name, [&] { return source; });
-  std::vector<uint64_t> args = {
-      reinterpret_cast<uint64_t>(input),
-      reinterpret_cast<uint64_t>(output),
-      static_cast<uint64_t>(rows),
-      static_cast<uint64_t>(columns),
-      static_cast<uint64_t>(chunks == 1 ? std::max<int64_t>(columns, 1) : kCudaReduceChunk),
-      static_cast<uint64_t>(chunks),
-      std::bit_cast<uint64_t>(divisor)};
-  launch(function, rows * chunks, kCudaReduceThreads, args, source.kernel_name);
+// Zeroed counters, one per row, for reductions whose rows span several chunks: a row's last
+// block to finish combines its partials and sets the row's counter back to zero (codegen's
+// reduction_tail). A device's kernels run in order on its one stream, so one buffer of
+// counters serves every launch there; it only grows.
+uint64_t reduction_counters(const Device& device, int64_t rows) {
+  static std::mutex mutex;
+  // Never destroyed: the buffers go with the process, after the allocator they came from.
+  static auto& counters = *new std::vector<std::optional<BufferView>>();
+  std::lock_guard lock(mutex);
+  const size_t index = static_cast<size_t>(device.index());
+  if (counters.size() <= index) counters.resize(index + 1);
+  std::optional<BufferView>& slot = counters[index];
+  if (!slot || numel(slot->shape) < rows) {
+    const int64_t count = std::max<int64_t>(rows, 1024);
+    BufferView fresh = allocate_buffer(device, DType::Int32, {count});
+    const std::vector<int32_t> zeros(static_cast<size_t>(count), 0);
+    cuda::check(cuda::driver()->cuMemcpyHtoD(address(fresh), zeros.data(), zeros.size() * 4),
+                "cuMemcpyHtoD");
+    slot = std::move(fresh);
+  }
+  return address(*slot);
+}
+
+// Kernel parameters of a reduction after its operands: out, rows, columns, chunk, chunks,
+// divisor, and the partials and counters of a row of several chunks (codegen/cuda_reduction.cc).
+// Returns the chunks per row.
+int64_t append_reduction_args(const Device& device, DType acc, uint64_t out, int64_t rows,
+                              int64_t columns, std::vector<uint64_t>& args,
+                              std::optional<BufferView>& partial) {
+  const int64_t chunks = std::max<int64_t>(1, (columns + kCudaReduceChunk - 1) / kCudaReduceChunk);
+  if (chunks > 1) partial = allocate_buffer(device, acc, {rows, chunks});
+  args.push_back(out);
+  for (int64_t word :
+       {rows, columns, chunks == 1 ? std::max<int64_t>(columns, 1) : kCudaReduceChunk, chunks})
+    args.push_back(static_cast<uint64_t>(word));
+  args.push_back(std::bit_cast<uint64_t>(static_cast<double>(columns)));
+  args.push_back(partial ? address(*partial) : 0);
+  args.push_back(chunks > 1 ? reduction_counters(device, rows) : 0);
+  return chunks;
 }
 
 // A reduction with a fused prologue: one kernel computes the prologue's elements and reduces
@@ -200,12 +227,9 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step,
   plan.spec.vectorized = false;
   const int64_t rows = numel(node.shape);
   const int64_t columns = rows == 0 ? 0 : plan.numel / rows;
-  const int64_t chunks = std::max<int64_t>(1, (columns + kCudaReduceChunk - 1) / kCudaReduceChunk);
   const DType acc = cuda_reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
   BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
   if (rows == 0) return out;
-  std::optional<BufferView> partial;
-  if (chunks > 1) partial = allocate_buffer(node.device, acc, {rows, chunks});
   const bool fast_math = env_config().fast_math;
   const std::string key = kernel_cache_key(step, plan.spec, fast_math);
   cuda::CUfunction function = cuda::get_kernel(device, key, [&] {
@@ -213,15 +237,10 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step,
   });
   std::vector<uint64_t> args;
   append_space_args(plan, operands.addresses, args);
-  args.push_back(address(partial ? *partial : out));
-  for (int64_t word :
-       {rows, columns, chunks == 1 ? std::max<int64_t>(columns, 1) : kCudaReduceChunk, chunks})
-    args.push_back(static_cast<uint64_t>(word));
-  args.push_back(std::bit_cast<uint64_t>(static_cast<double>(columns)));
+  std::optional<BufferView> partial;
+  const int64_t chunks =
+      append_reduction_args(node.device, acc, address(out), rows, columns, args, partial);
   launch(function, rows * chunks, kCudaReduceThreads, args, key);
-  if (partial)
-    launch_reduction(device, node.op, acc, node.dtype, partial->data(), out.data(), rows, chunks, 1,
-                     static_cast<double>(columns));
   return out;
 }
 
@@ -283,19 +302,14 @@ BufferView run_reduction(const Node& node, const BufferView& input) {
   }
   BufferView dense = cuda_contiguous(view);
   BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
-  const int64_t chunks = std::max<int64_t>(1, (columns + kCudaReduceChunk - 1) / kCudaReduceChunk);
-  const double divisor = static_cast<double>(columns);
-  if (chunks == 1) {
-    launch_reduction(device, node.op, dense.dtype, node.dtype, dense.data(), out.data(), rows,
-                     columns, 1, divisor);
-    return out;
-  }
-  const DType acc = cuda_reduction_accumulator(node.op, dense.dtype);
-  BufferView partial = allocate_buffer(node.device, acc, {rows, chunks});
-  launch_reduction(device, node.op, dense.dtype, node.dtype, dense.data(), partial.data(), rows,
-                   columns, chunks, divisor);
-  launch_reduction(device, node.op, acc, node.dtype, partial.data(), out.data(), rows, chunks, 1,
-                   divisor);
+  CudaSource source = generate_cuda_reduction(node.op, dense.dtype, node.dtype);
+  cuda::CUfunction function = cuda::get_kernel(device, source.kernel_name, [&] { return source; });
+  std::vector<uint64_t> args = {address(dense)};
+  std::optional<BufferView> partial;
+  const int64_t chunks =
+      append_reduction_args(node.device, cuda_reduction_accumulator(node.op, dense.dtype),
+                            address(out), rows, columns, args, partial);
+  launch(function, rows * chunks, kCudaReduceThreads, args, source.kernel_name);
   return out;
 }
 

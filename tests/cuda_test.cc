@@ -237,7 +237,7 @@ namespace lazyfuse {
 namespace {
 
 TEST_F(Cuda, ReductionsMatchTheReference) {
-  const int64_t rows = 37, columns = 70001;  // several chunks per row: the two-stage path
+  const int64_t rows = 37, columns = 70001;  // several chunks per row
   std::vector<double> v = random_values(rows * columns, -1, 1, 9);
   Tensor c = from_vector(v, {rows, columns});
   Tensor g = c.to("cuda");
@@ -257,6 +257,13 @@ TEST_F(Cuda, ReductionsMatchTheReference) {
   Tensor ints = arange(0, 100000, 1, Device("cuda"));
   EXPECT_EQ(ints.sum().item<int64_t>(), int64_t{99999} * 100000 / 2);
   EXPECT_EQ(g.sum().to_vector<double>(), g.sum().to_vector<double>());
+  // Each row's last block combines its partials and zeroes the row's counter for the next
+  // launch: launch after launch gives the same bits, fused (x * x in the reduction) or not.
+  const std::vector<double> first = (g * g).sum({1}).to_vector<double>();
+  for (int k = 0; k < 10; ++k) EXPECT_EQ((g * g).sum({1}).to_vector<double>(), first);
+  Tensor unfused = (g * g).sum({1});
+  eval({unfused}, EvalOptions{.fusion = false});
+  EXPECT_EQ(unfused.to_vector<double>(), first);
 }
 
 // Softmax is one row kernel: rows short enough to stay in registers (1, 33 and 1024 columns)
