@@ -144,10 +144,17 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
       case Op::Copy:
         absl::StrAppend(&b, indent, type, " ", v(id), " = ", v(node.inputs[0]), ";\n");
         break;
-      case Op::Cast:
-        absl::StrAppend(&b, indent, type, " ", v(id), " = (", type, ")", v(node.inputs[0]), ";\n");
-        if (graph.nodes[node.inputs[0]].dtype == node.dtype) continue;
+      case Op::Cast: {
+        const DType from = graph.nodes[node.inputs[0]].dtype;
+        if (is_floating(from) && is_integral(node.dtype) && node.dtype != DType::Bool)
+          absl::StrAppend(&b, indent, type, " ", v(id), " = lf_float_to_int<", type, ">(",
+                          v(node.inputs[0]), ");\n");
+        else
+          absl::StrAppend(&b, indent, type, " ", v(id), " = (", type, ")", v(node.inputs[0]),
+                          ";\n");
+        if (from == node.dtype) continue;
         break;
+      }
       default: {
         std::vector<DType> input_dtypes;
         for (ValueId in : node.inputs) input_dtypes.push_back(graph.nodes[in].dtype);

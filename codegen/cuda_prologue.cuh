@@ -26,6 +26,13 @@ template <typename T>
 __device__ __forceinline__ T lf_load(T x) {
   return x;
 }
+// A cast from a float to an integer type: NaN is 0, and past the type's range the conversion
+// saturates (as on the CPU: saturating_float_to_int in codegen/dtype_dispatch.h). The hardware
+// gives NaN as 0 from float to int32 but as the minimum from double or to int64.
+template <typename I, typename F>
+__device__ __forceinline__ I lf_float_to_int(F x) {
+  return x != x ? (I)0 : (I)x;
+}
 template <typename S, typename T>
 struct lf_store_impl {
   __device__ static S run(T x) { return static_cast<S>(x); }

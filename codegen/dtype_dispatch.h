@@ -87,17 +87,19 @@ inline int uniform_bits(DType dtype) {
   }
 }
 
-// A float to an integer type, truncating toward zero as a cast does, and defined everywhere
-// as the GPU's conversion is (cvt.rzi on sm_90): values past the type's range are its extremes,
-// and NaN is its minimum (as PyTorch gives on both devices). A plain C++ cast of those is
-// undefined, and x86 gives the minimum for +infinity too.
+// A float to an integer type, truncating toward zero as a cast does, and defined everywhere:
+// values past the type's range become its extremes (as the GPU's conversions saturate) and NaN
+// becomes 0 (as JAX defines it; the GPU's own conversions disagree across widths, so its
+// kernels test for NaN too: lf_float_to_int in codegen/cuda_prologue.cuh). A plain C++ cast of
+// those is undefined, and x86 gives the minimum for all of them.
 template <typename To, typename From>
 inline To saturating_float_to_int(From x) {
   static_assert(std::is_floating_point_v<From> && std::is_integral_v<To>);
   // -2^31 and -2^63 are exact in every float type; their negations are the first values past
   // the maximum.
   constexpr From lowest = static_cast<From>(std::numeric_limits<To>::min());
-  if (x != x || x <= lowest) return std::numeric_limits<To>::min();
+  if (x != x) return 0;
+  if (x <= lowest) return std::numeric_limits<To>::min();
   if (x >= -lowest) return std::numeric_limits<To>::max();
   return static_cast<To>(x);
 }

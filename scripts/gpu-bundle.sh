@@ -16,4 +16,8 @@ for binary in "${binaries[@]}"; do
   strip -o "gpu-bundle/bin/$binary" "$build/bin/$binary"
 done
 cp "$build/lib/libsleef.so.3" gpu-bundle/lib/
+# The host-cost benchmark links Debian's Google Benchmark, whose soname the GPU machine's lacks.
+if [[ " ${binaries[*]} " == *" lazyfuse_host_bench "* ]]; then
+  cp "$(ldd "$build/bin/lazyfuse_host_bench" | awk '/libbenchmark/ {print $3}')" gpu-bundle/lib/
+fi
 du -sh gpu-bundle
