@@ -244,8 +244,9 @@ const std::string& cuda_prologue() {
 std::string CudaElementwiseSpec::code() const {
   std::string access;
   for (OperandAccess a : inputs) access += "cbrs"[static_cast<int>(a)];
-  return absl::StrCat("r", rank, vectorized ? "v4" : "", index64 ? "i64" : "",
-                      row_in_registers ? "rr" : "", access.empty() ? "" : "_", access);
+  return absl::StrCat("r", rank, vectorized ? absl::StrCat("v", vector_width) : "",
+                      index64 ? "i64" : "", row_in_registers ? "rr" : "", access.empty() ? "" : "_",
+                      access);
 }
 
 CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
@@ -310,17 +311,24 @@ CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
   }
   spec.rank = any_strided ? static_cast<int>(sizes.size()) : 1;
   spec.index64 = max_offset >= (int64_t{1} << 31);
-  // Four elements at a time: every vector read lies in one period of a repeated operand, and
-  // every vector access is 16-byte (or narrower) aligned.
-  bool aligned = !any_strided && launch.numel >= 4;
-  for (size_t k = 0; aligned && k < inputs.size(); ++k) {
-    if (spec.inputs[k] == OperandAccess::Repeated) aligned = periods[k] % 4 == 0;
+  // Several elements at a time, 16 bytes of the narrowest operand: every vector read lies in
+  // one period of a repeated operand, and every vector access is aligned to its size.
+  int64_t narrowest = 8;
+  for (size_t k = 0; k < inputs.size(); ++k)
     if (spec.inputs[k] != OperandAccess::Broadcast)
-      aligned = aligned && inputs[k].address % (4 * inputs[k].element_size) == 0;
+      narrowest = std::min(narrowest, inputs[k].element_size);
+  for (int64_t size : output_element_sizes) narrowest = std::min(narrowest, size);
+  const int width = narrowest <= 2 ? 8 : 4;
+  bool aligned = !any_strided && launch.numel >= width;
+  for (size_t k = 0; aligned && k < inputs.size(); ++k) {
+    if (spec.inputs[k] == OperandAccess::Repeated) aligned = periods[k] % width == 0;
+    if (spec.inputs[k] != OperandAccess::Broadcast)
+      aligned = aligned && inputs[k].address % (width * inputs[k].element_size) == 0;
   }
   for (size_t k = 0; aligned && k < output_addresses.size(); ++k)
-    aligned = output_addresses[k] % (4 * output_element_sizes[k]) == 0;
+    aligned = output_addresses[k] % (width * output_element_sizes[k]) == 0;
   spec.vectorized = aligned;
+  spec.vector_width = width;
   if (!any_strided) {
     sizes = {launch.numel};
     for (size_t k = 0; k < inputs.size(); ++k) {
@@ -401,29 +409,31 @@ CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
       load[k] = spec.inputs[k] == OperandAccess::Broadcast ? absl::StrCat("in", k, "[0]")
                                                            : absl::StrCat("x", k, ".v[l]");
     for (size_t k = 0; k < step.outputs.size(); ++k) store[k] = absl::StrCat("y", k, ".v[l]");
-    s += "  const IDX nv = n / 4;\n  for (IDX v = tid; v < nv; v += step) {\n    const IDX i0 = v "
-         "* 4;\n";
+    const int width = spec.vector_width;
+    absl::StrAppend(&s, "  const IDX nv = n / ", width,
+                    ";\n  for (IDX v = tid; v < nv; v += step) {\n    const IDX i0 = v * ", width,
+                    ";\n");
     for (size_t k = 0; k < num_inputs; ++k) {
       if (spec.inputs[k] == OperandAccess::Broadcast) continue;
       const char* type = storage_type(graph.nodes[step.inputs[k]].dtype);
       const std::string at = spec.inputs[k] == OperandAccess::Repeated
                                  ? absl::StrCat("i0 % (IDX)args.stride[", k, "][0]")
                                  : "i0";
-      absl::StrAppend(&s, "    const lf_vec4<", type, "> x", k, " = *(const lf_vec4<", type,
-                      ">*)(in", k, " + ", at, ");\n");
+      absl::StrAppend(&s, "    const lf_vec<", type, ", ", width, "> x", k, " = *(const lf_vec<",
+                      type, ", ", width, ">*)(in", k, " + ", at, ");\n");
     }
     for (size_t k = 0; k < step.outputs.size(); ++k)
-      absl::StrAppend(&s, "    lf_vec4<", storage_type(graph.nodes[step.outputs[k]].dtype), "> y",
-                      k, ";\n");
-    s += "#pragma unroll\n    for (int l = 0; l < 4; ++l) {\n      const IDX i = i0 + l;\n      "
-         "(void)i;\n";
+      absl::StrAppend(&s, "    lf_vec<", storage_type(graph.nodes[step.outputs[k]].dtype), ", ",
+                      width, "> y", k, ";\n");
+    absl::StrAppend(&s, "#pragma unroll\n    for (int l = 0; l < ", width,
+                    "; ++l) {\n      const IDX i = i0 + l;\n      (void)i;\n");
     s += body(load, store, "      ");
     s += "    }\n";
     for (size_t k = 0; k < step.outputs.size(); ++k)
-      absl::StrAppend(&s, "    *(lf_vec4<", storage_type(graph.nodes[step.outputs[k]].dtype),
-                      ">*)(out", k, " + i0) = y", k, ";\n");
+      absl::StrAppend(&s, "    *(lf_vec<", storage_type(graph.nodes[step.outputs[k]].dtype), ", ",
+                      width, ">*)(out", k, " + i0) = y", k, ";\n");
     s += "  }\n";
-    start = "nv * 4 + tid";
+    start = absl::StrCat("nv * ", width, " + tid");
   }
   // The scalar loop: everything in the strided variant, the tail in the vectorized one.
   load = strided_loads(spec);

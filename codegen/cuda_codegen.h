@@ -24,7 +24,10 @@ enum class OperandAccess : uint8_t {
 
 struct CudaElementwiseSpec {
   int rank = 1;
-  bool vectorized = false;  // four elements per thread through 16-byte (or narrower) accesses
+  // Elements per thread through one access per operand: vector_width of them, 16 bytes of the
+  // narrowest operand (eight where one is 2 bytes or less, else four).
+  bool vectorized = false;
+  int vector_width = 4;
   bool index64 = false;
   // Row kernels only: each lane keeps its elements of the row's operands in registers
   // (kCudaRowRegisters each), read once, instead of rereading the row in every pass.

@@ -65,11 +65,13 @@ __device__ __forceinline__ S lf_store(T x) {
 __device__ __forceinline__ float lf_round_f16(float x) { return lf_load(lf_store<lf_f16>(x)); }
 __device__ __forceinline__ float lf_round_bf16(float x) { return lf_load(lf_store<lf_bf16>(x)); }
 
-// Four elements moved by one vector load or store.
-template <typename T>
-struct alignas(4 * sizeof(T)) lf_vec4 {
-  T v[4];
+// W elements moved by one vector load or store (two, for 32 bytes).
+template <typename T, int W>
+struct alignas(W * sizeof(T)) lf_vec {
+  T v[W];
 };
+template <typename T>
+using lf_vec4 = lf_vec<T, 4>;
 
 __device__ __forceinline__ float lf_abs(float a) { return fabsf(a); }
 __device__ __forceinline__ double lf_abs(double a) { return fabs(a); }

@@ -71,7 +71,12 @@ std::string kernel_cache_key(const Step& step, const CudaElementwiseSpec& spec, 
   return absl::StrFormat("%016x.%s%s", step.kernel_key, spec.code(), fast_math ? ".fast" : "");
 }
 
-// Whether `memo` was made for operands laid out as `values`' inputs of `step` are now.
+// Outputs as aligned as the widest vector access (8 elements) suit any plan.
+constexpr int64_t kVectorAlignment = 8;
+
+// Whether `memo` was made for operands laid out as `values`' inputs of `step` are now: each
+// keeps its shape, strides, and alignment to the plan's vector width (the plan depends on
+// nothing else about the operands).
 bool memo_fits(const LaunchMemo& memo, const Step& step,
                const std::vector<std::optional<BufferView>>& values, bool fast_math) {
   if (!memo.valid || memo.kernel_generation != cuda::kernel_cache_generation() ||
@@ -80,7 +85,8 @@ bool memo_fits(const LaunchMemo& memo, const Step& step,
   for (size_t k = 0; k < step.inputs.size(); ++k) {
     const BufferView& in = *values[step.inputs[k]];
     if (in.shape != memo.shapes[k] || in.strides != memo.strides[k] ||
-        (address(in) % (4 * dtype_size(in.dtype)) == 0) != memo.aligned[k])
+        (address(in) % (memo.plan.spec.vector_width * dtype_size(in.dtype)) == 0) !=
+            memo.aligned[k])
       return false;
   }
   return true;
@@ -96,7 +102,8 @@ void run_elementwise(const Graph& graph, const Step& step,
   // their layout the plan, the kernel and the grid are the memo's.
   bool outputs_aligned = true;
   for (size_t k = 0; k < step.outputs.size(); ++k)
-    outputs_aligned &= outputs[k] % (4 * dtype_size(graph.nodes[step.outputs[k]].dtype)) == 0;
+    outputs_aligned &=
+        outputs[k] % (kVectorAlignment * dtype_size(graph.nodes[step.outputs[k]].dtype)) == 0;
   if (memo != nullptr && outputs_aligned && memo_fits(*memo, step, values, fast_math)) {
     if (memo->plan.numel == 0) return;
     cuda::count_memory_hit();
@@ -117,9 +124,10 @@ void run_elementwise(const Graph& graph, const Step& step,
   cuda::CUfunction function = cuda::get_kernel(
       device, key, [&] { return generate_cuda_elementwise(graph, step, plan.spec, fast_math); });
   std::vector<uint64_t> args = pack_elementwise_args(plan, operands.addresses, outputs);
-  // A thread per element (or four, vectorized), which measured fastest; under
+  // A thread per element (or per vector), which measured fastest; under
   // LAZYFUSE_BLOCKS_PER_SM a capped grid whose threads loop over the rest.
-  const int64_t units = plan.spec.vectorized ? (plan.numel + 3) / 4 : plan.numel;
+  const int64_t width = plan.spec.vectorized ? plan.spec.vector_width : 1;
+  const int64_t units = (plan.numel + width - 1) / width;
   const int64_t per_sm = env_config().blocks_per_sm;
   const int64_t cap = per_sm > 0 ? cuda::device_properties(device).multiprocessors * per_sm
                                  : std::numeric_limits<int32_t>::max();
@@ -136,7 +144,7 @@ void run_elementwise(const Graph& graph, const Step& step,
     for (const OperandLayout& layout : operands.layouts) {
       memo->shapes.push_back(layout.shape);
       memo->strides.push_back(layout.strides);
-      memo->aligned.push_back(layout.address % (4 * layout.element_size) == 0);
+      memo->aligned.push_back(layout.address % (plan.spec.vector_width * layout.element_size) == 0);
     }
     memo->plan = std::move(plan);
     memo->function = function;
@@ -262,6 +270,7 @@ void run_row_kernel(const Graph& graph, const Step& step,
   // the row is in registers, is whole groups of 128 columns, and every operand and stored
   // output is aligned for it (the plan has checked the operands).
   bool vector_rows = plan.spec.vectorized && plan.spec.row_in_registers && columns % 128 == 0;
+  plan.spec.vector_width = 4;  // the row kernel's layout: four consecutive columns per lane
   for (size_t k = 0; vector_rows && k < step.outputs.size(); ++k) {
     const Node& output = graph.nodes[step.outputs[k]];
     vector_rows = is_reduction(output.op) || outputs[k] % (4 * dtype_size(output.dtype)) == 0;

@@ -227,6 +227,34 @@ TEST(CudaCodegen, RowBroadcastIsReadByPeriodNotByCoordinates) {
   }
 }
 
+// A thread moves 16 bytes of its narrowest operand: eight elements where one is 2 bytes (a
+// bfloat16 result of float32 inputs too), four otherwise.
+TEST(CudaCodegen, VectorWidthIsSixteenBytesOfTheNarrowestOperand) {
+  auto plan = [](const std::string& in, const std::string& out) {
+    Schedule schedule =
+        lower("graph @g(%0: " + in + "[4096] @cuda:0, %1: " + in +
+              "[4096] @cuda:0) {\n  %2 = mul %0, %1 : " + in +
+              "[4096] @cuda:0\n  %3 = cast %2 : " + out + "[4096] @cuda:0\n  return %3\n}");
+    const Step& step = schedule.steps.at(0);
+    CudaElementwiseLaunch launch =
+        plan_cuda_elementwise(step, contiguous_layouts(schedule, step), {8192},
+                              {dtype_size(schedule.graph.nodes[step.outputs[0]].dtype)});
+    return std::make_pair(launch, schedule);
+  };
+  EXPECT_EQ(plan("f32", "f32").first.spec.code(), "r1v4_cc");
+  EXPECT_EQ(plan("bf16", "bf16").first.spec.code(), "r1v8_cc");
+  EXPECT_EQ(plan("f32", "bf16").first.spec.code(), "r1v8_cc");
+  EXPECT_EQ(plan("f16", "f32").first.spec.code(), "r1v8_cc");
+  if (!nvrtc_available()) GTEST_SKIP() << nvrtc_unavailable_reason();
+  for (auto [in, out] :
+       std::vector<std::pair<const char*, const char*>>{{"bf16", "bf16"}, {"f32", "bf16"}}) {
+    auto [launch, schedule] = plan(in, out);
+    CudaSource source = generate_cuda_elementwise(schedule.graph, schedule.steps[0], launch.spec);
+    EXPECT_NE(source.source.find(", 8> x0 = *(const lf_vec<"), std::string::npos);
+    EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+  }
+}
+
 // Softmax with its rows in registers: the row is read once, and the exponentials of the sum's
 // pass are kept for the normalisation instead of computed again.
 TEST(CudaCodegen, SoftmaxInRegistersComputesEachExponentialOnce) {
