@@ -2,10 +2,10 @@
 // The common prologue (cuda_prologue()) is left out.
 
 // ----- step 0: elementwise -----
-// kernel k_c3280c51_r1v4_c
+// kernel k_c3280c51_r1v8_c
 
 // 5 fused nodes
-struct Args_k_c3280c51_r1v4_c {
+struct Args_k_c3280c51_r1v8_c {
   long long n;
   long long size[1];
   const void* in[1];
@@ -13,7 +13,7 @@ struct Args_k_c3280c51_r1v4_c {
   void* out[2];
 };
 
-extern "C" __global__ void __launch_bounds__(256) k_c3280c51_r1v4_c(const Args_k_c3280c51_r1v4_c args) {
+extern "C" __global__ void __launch_bounds__(256) k_c3280c51_r1v8_c(const Args_k_c3280c51_r1v8_c args) {
   typedef unsigned int IDX;
   const lf_f16* __restrict__ in0 = (const lf_f16*)args.in[0];
   lf_f16* __restrict__ out0 = (lf_f16*)args.out[0];
@@ -21,14 +21,14 @@ extern "C" __global__ void __launch_bounds__(256) k_c3280c51_r1v4_c(const Args_k
   const IDX n = (IDX)args.n;
   const IDX tid = (IDX)blockIdx.x * blockDim.x + threadIdx.x;
   const IDX step = (IDX)gridDim.x * blockDim.x;
-  const IDX nv = n / 4;
+  const IDX nv = n / 8;
   for (IDX v = tid; v < nv; v += step) {
-    const IDX i0 = v * 4;
-    const lf_vec4<lf_f16> x0 = *(const lf_vec4<lf_f16>*)(in0 + i0);
-    lf_vec4<lf_f16> y0;
-    lf_vec4<float> y1;
+    const IDX i0 = v * 8;
+    const lf_vec<lf_f16, 8> x0 = *(const lf_vec<lf_f16, 8>*)(in0 + i0);
+    lf_vec<lf_f16, 8> y0;
+    lf_vec<float, 8> y1;
 #pragma unroll
-    for (int l = 0; l < 4; ++l) {
+    for (int l = 0; l < 8; ++l) {
       const IDX i = i0 + l;
       (void)i;
       const float v0 = lf_load(x0.v[l]);
@@ -56,10 +56,10 @@ extern "C" __global__ void __launch_bounds__(256) k_c3280c51_r1v4_c(const Args_k
       y0.v[l] = lf_store<lf_f16>(v2);
       y1.v[l] = lf_store<float>(v5);
     }
-    *(lf_vec4<lf_f16>*)(out0 + i0) = y0;
-    *(lf_vec4<float>*)(out1 + i0) = y1;
+    *(lf_vec<lf_f16, 8>*)(out0 + i0) = y0;
+    *(lf_vec<float, 8>*)(out1 + i0) = y1;
   }
-  for (IDX i = nv * 4 + tid; i < n; i += step) {
+  for (IDX i = nv * 8 + tid; i < n; i += step) {
     const IDX c0 = i;
     (void)c0;
     const float v0 = lf_load(in0[i]);

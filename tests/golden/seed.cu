@@ -24,9 +24,9 @@ extern "C" __global__ void __launch_bounds__(256) k_2caa01c5_r1v4_cc(const Args_
   const IDX nv = n / 4;
   for (IDX v = tid; v < nv; v += step) {
     const IDX i0 = v * 4;
-    const lf_vec4<float> x0 = *(const lf_vec4<float>*)(in0 + i0);
-    const lf_vec4<float> x1 = *(const lf_vec4<float>*)(in1 + i0);
-    lf_vec4<float> y0;
+    const lf_vec<float, 4> x0 = *(const lf_vec<float, 4>*)(in0 + i0);
+    const lf_vec<float, 4> x1 = *(const lf_vec<float, 4>*)(in1 + i0);
+    lf_vec<float, 4> y0;
 #pragma unroll
     for (int l = 0; l < 4; ++l) {
       const IDX i = i0 + l;
@@ -53,7 +53,7 @@ extern "C" __global__ void __launch_bounds__(256) k_2caa01c5_r1v4_cc(const Args_
       }
       y0.v[l] = lf_store<float>(v5);
     }
-    *(lf_vec4<float>*)(out0 + i0) = y0;
+    *(lf_vec<float, 4>*)(out0 + i0) = y0;
   }
   for (IDX i = nv * 4 + tid; i < n; i += step) {
     const IDX c0 = i;

@@ -12,6 +12,8 @@ struct Args_k_d0910fb2_r1_c {
   void* out;
   long long rows, columns, chunk, chunks;
   double divisor;
+  void* partial;
+  unsigned int* counters;
 };
 
 __device__ __forceinline__ double lf_combine(double x, double y) { return x + y; }
@@ -36,18 +38,49 @@ extern "C" __global__ void __launch_bounds__(256) k_d0910fb2_r1_c(const Args_k_d
     }
     acc = lf_combine(acc, (double)v1);
   }
-  for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
   __shared__ double warp_results[32];
+  __shared__ bool last_block;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (args.chunks == 1) {
+  for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
   if (lane == 0) warp_results[warp] = acc;
   __syncthreads();
   if (warp != 0) return;
   acc = lane < (int)(blockDim.x / 32) ? warp_results[lane] : (double)(0);
   for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
   if (lane != 0) return;
-  if (args.chunks == 1) {
-    ((float*)args.out)[row] = lf_store<float>(acc);
-  } else {
-    ((double*)args.out)[row * args.chunks + chunk] = acc;
+  ((float*)args.out)[row] = lf_store<float>(acc);
+    return;
   }
+  {
+    // As block_combine, but every thread stays for the combination of the partials.
+    double own = acc;
+    for (int offset = 16; offset > 0; offset /= 2) own = lf_combine(own, __shfl_down_sync(0xffffffffu, own, offset));
+    if (lane == 0) warp_results[warp] = own;
+    __syncthreads();
+    if (warp == 0) {
+      own = lane < (int)(blockDim.x / 32) ? warp_results[lane] : (double)(0);
+      for (int offset = 16; offset > 0; offset /= 2) own = lf_combine(own, __shfl_down_sync(0xffffffffu, own, offset));
+      if (lane == 0) {
+        ((double*)args.partial)[row * args.chunks + chunk] = own;
+        __threadfence();
+        last_block = atomicAdd(&args.counters[row], 1u) == (unsigned)(args.chunks - 1);
+      }
+    }
+    __syncthreads();
+  }
+  if (!last_block) return;
+  __threadfence();
+  acc = (double)(0);
+  for (long long j = threadIdx.x; j < args.chunks; j += blockDim.x)
+    acc = lf_combine(acc, __ldcg((double*)args.partial + row * args.chunks + j));
+  for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
+  if (lane == 0) warp_results[warp] = acc;
+  __syncthreads();
+  if (warp != 0) return;
+  acc = lane < (int)(blockDim.x / 32) ? warp_results[lane] : (double)(0);
+  for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
+  if (lane != 0) return;
+  ((float*)args.out)[row] = lf_store<float>(acc);
+  args.counters[row] = 0;
 }
