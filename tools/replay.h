@@ -37,7 +37,7 @@ struct OutputCheck {
   int64_t bad = 0;    // elements outside the tolerance
   int64_t total = 0;  // elements
   double tolerance = 0;
-  double worst = 0;          // largest relative error (infinity where one side is NaN)
+  double worst = 0;          // largest relative error of a judged element (infinity: one side NaN)
   std::string line() const;  // "check %5: ok (0 of 3 elements outside 0.0001; ...)"
 };
 
