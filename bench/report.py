@@ -13,15 +13,27 @@ import sys
 from collections import defaultdict
 
 
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2] if values else None
+
+
 def load(paths):
-    meta, rows = {}, defaultdict(dict)  # (workload, dtype, n) -> mode -> (us, bytes)
+    """Rows from every file; from several lazyfuse files (one process per workload), the median
+    of their host-cost and compile figures."""
+    metas, rows = [], defaultdict(dict)  # (workload, dtype, n) -> mode -> (us, bytes)
     for path in paths:
         with open(path) as f:
             data = json.load(f)
         if data.get("tool") == "lazyfuse":
-            meta = data
+            metas.append(data)
         for r in data["results"]:
             rows[(r["workload"], r["dtype"], r["n"])][r["mode"]] = (r["us"], r["bytes"])
+    meta = dict(metas[0]) if metas else {}
+    if len(metas) > 1:
+        meta["host_cost_us"] = median([m["host_cost_us"] for m in metas if "host_cost_us" in m])
+        meta["compile_ms"] = {k: median([m["compile_ms"][k] for m in metas if "compile_ms" in m])
+                              for k in ("cold", "warm", "hot")}
     return meta, rows
 
 

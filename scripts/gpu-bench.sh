@@ -2,15 +2,24 @@
 # On the GPU machine: lazyfuse's benchmark, then the peers (PyTorch, torch.compile, CuPy, JAX)
 # on the same workloads, merged into one report with a plot. Carry gpu-bundle/ (made by
 # `scripts/gpu-bundle.sh build lazyfuse`). Results land in $OUT (default bench-results/).
-# Usage: scripts/gpu-bench.sh [PEER_SIZES]   (log2 sizes for the peers, default 12,20,26,28)
+# Ours runs one process per workload, each writing its own JSON, so that a time limit loses at
+# most the workload it cut.
+# Usage: scripts/gpu-bench.sh [PEER_SIZES [OUR_SIZES]]   (log2 sizes, comma-separated; defaults
+# 12,20,26,28 for the peers and the benchmark's own for ours)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-bench-results}
-mkdir -p "$out/peers"
+mkdir -p "$out/peers" "$out/ours"
 peer_sizes=${1:-12,20,26,28}
-gpu-bundle/bin/lazyfuse bench --json "$out/lazyfuse.json" > "$out/lazyfuse.txt" 2> "$out/lazyfuse.err"
-echo "lazyfuse bench exit $?" >> "$out/lazyfuse.txt"
+our_sizes=()
+[ -n "${2:-}" ] && our_sizes=(--sizes ${2//,/ })
+for workload in exp_mul gelu bias_relu softmax sum_squares chain16 adam; do
+  gpu-bundle/bin/lazyfuse bench --workloads "$workload" "${our_sizes[@]}" \
+    --json "$out/ours/$workload.json" >> "$out/lazyfuse.txt" 2>> "$out/lazyfuse.err"
+  echo "lazyfuse bench $workload exit $?" >> "$out/lazyfuse.txt"
+done
 python3 bench/peers.py --out "$out/peers" --sizes "$peer_sizes" --dtypes f32 2> "$out/peers.log"
-python3 bench/report.py "$out/lazyfuse.json" "$out"/peers/*.json --png "$out/bench.png" --markdown "$out/report.md"
-# One archive for the peers' JSON files: the device tool brings back at most eight files.
-tar -C "$out" -czf "$out/peers.tgz" peers && rm -rf "$out/peers"
+python3 bench/report.py "$out"/ours/*.json "$out"/peers/*.json --png "$out/bench.png" \
+  --markdown "$out/report.md"
+# One archive for all the JSON files: the device tool brings back at most eight files.
+tar -C "$out" -czf "$out/results.tgz" ours peers && rm -rf "$out/ours" "$out/peers"
