@@ -251,6 +251,14 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
   return program;
 }
 
+void CpuProgram::clear_scratch(std::byte* scratch, int64_t elements) const {
+  // Vectors are at most 64 bytes; 64 elements of 8 bytes round the block up past any of them.
+  const int64_t reach = std::min(kCpuBlock, (std::max<int64_t>(elements, 1) + 63) / 64 * 64);
+  const size_t bytes = std::min(kRegisterBytes, static_cast<size_t>(reach) * 8);
+  for (int r = 0; r < num_registers_; ++r)
+    std::fill_n(scratch + static_cast<size_t>(r) * kRegisterBytes, bytes, std::byte{0});
+}
+
 void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuResult> results,
                      int64_t begin, int64_t end, std::byte* scratch, int64_t result_base) const {
   auto reg = [&](int r) { return scratch + static_cast<size_t>(r) * kRegisterBytes; };

@@ -47,6 +47,10 @@ class CpuProgram {
 
   int64_t numel() const { return numel_; }
   size_t scratch_bytes() const { return static_cast<size_t>(num_registers_) * kRegisterBytes; }
+  // Zeroes what run() can read of each register in `scratch` when it computes at most
+  // `elements` elements: a block's elements and the padding its last vector reaches into, so
+  // that no lane ever reads uninitialised memory. A few of them cost far less than the whole.
+  void clear_scratch(std::byte* scratch, int64_t elements) const;
   // Computes elements [begin, end) of every result. `scratch` holds scratch_bytes(), 64-byte
   // aligned; each thread brings its own.
   // Element i is stored at index i - result_base of its result (a block buffer passes the

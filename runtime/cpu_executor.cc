@@ -17,8 +17,14 @@ namespace {
 constexpr int64_t kTaskElements = 16 * kCpuBlock;
 
 void run_elementwise(const Graph& graph, const Step& step,
-                     std::vector<std::optional<BufferView>>& values) {
-  CpuProgram program = CpuProgram::compile(graph, step);
+                     std::vector<std::optional<BufferView>>& values,
+                     std::shared_ptr<const CpuProgram>* memo = nullptr) {
+  std::shared_ptr<const CpuProgram> compiled = memo != nullptr ? *memo : nullptr;
+  if (compiled == nullptr) {
+    compiled = std::make_shared<const CpuProgram>(CpuProgram::compile(graph, step));
+    if (memo != nullptr) *memo = compiled;
+  }
+  const CpuProgram& program = *compiled;
   std::vector<CpuOperand> operands;
   for (ValueId v : step.inputs) {
     const BufferView& in = *values[v];
@@ -36,7 +42,7 @@ void run_elementwise(const Graph& graph, const Step& step,
   auto run_range = [&](int64_t first_task, int64_t last_task) {
     std::byte* scratch =
         static_cast<std::byte*>(std::aligned_alloc(64, std::max<size_t>(scratch_bytes, 64)));
-    std::fill(scratch, scratch + scratch_bytes, std::byte{0});
+    program.clear_scratch(scratch, total);
     for (int64_t t = first_task; t < last_task; ++t) {
       program.run(operands, results, t * kTaskElements, std::min(total, (t + 1) * kTaskElements),
                   scratch);
@@ -82,11 +88,12 @@ void run_reduction(const Graph& graph, const Step& step,
 }  // namespace
 
 void run_cpu_step(const Graph& graph, const Step& step,
-                  std::vector<std::optional<BufferView>>& values) {
+                  std::vector<std::optional<BufferView>>& values,
+                  std::shared_ptr<const CpuProgram>* program) {
   const Node& node = graph.nodes[step.nodes.back()];
   switch (step.kind) {
     case StepKind::Elementwise:
-      run_elementwise(graph, step, values);
+      run_elementwise(graph, step, values, program);
       break;
     case StepKind::Reduction:
       run_reduction(graph, step, values);

@@ -2,17 +2,22 @@
 // reductions, OpenBLAS matmul.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include "codegen/cpu_program.h"
 #include "ir/schedule.h"
 #include "runtime/storage.h"
 
 namespace lazyfuse {
 
 // Runs one step whose device is the host, reading and writing buffers in `values` by value id.
+// `program`, when given, keeps an elementwise step's compiled program between runs of the same
+// schedule: it depends on the graph and the step alone, not on the operands' layouts.
 void run_cpu_step(const Graph& graph, const Step& step,
-                  std::vector<std::optional<BufferView>>& values);
+                  std::vector<std::optional<BufferView>>& values,
+                  std::shared_ptr<const CpuProgram>* program = nullptr);
 
 // A matmul's operands as [batch..., rows, cols] views broadcast over the common batch (1-D
 // operands promoted as numpy does): what both the CPU and the GPU stage for gemm.

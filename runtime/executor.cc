@@ -97,7 +97,7 @@ void run_schedule(const Schedule& schedule, std::vector<std::optional<BufferView
     } else if (step.kind == StepKind::Transfer) {
       values[step.nodes[0]] = copy_to_device(*values[node.inputs[0]], node.device);
     } else if (step.device.is_cpu()) {
-      run_cpu_step(graph, step, values);
+      run_cpu_step(graph, step, values, memos != nullptr ? &(*memos)[s].cpu_program : nullptr);
     } else {
       run_cuda_step(graph, step, values, memos != nullptr ? &(*memos)[s] : nullptr);
     }

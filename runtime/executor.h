@@ -2,10 +2,12 @@
 // between devices, and the release of intermediate buffers once no later step reads them.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "codegen/cpu_program.h"
 #include "codegen/cuda_codegen.h"
 #include "ir/schedule.h"
 #include "runtime/storage.h"
@@ -13,8 +15,9 @@
 namespace lazyfuse {
 
 // What a GPU launch of an elementwise step can reuse while its operands keep their layout: the
-// plan (variant, collapsed sizes and strides), the kernel and the grid. Kept per step of a
-// cached schedule (Note [Schedule cache] in lazy.cc) and used under the evaluation lock.
+// plan (variant, collapsed sizes and strides), the kernel and the grid; and what a CPU
+// elementwise step can reuse always: its compiled program. Kept per step of a cached schedule
+// (Note [Schedule cache] in lazy.cc) and used under the evaluation lock.
 struct LaunchMemo {
   bool valid = false;
   uint64_t kernel_generation = 0;  // cuda::kernel_cache_generation() when it was made
@@ -26,6 +29,8 @@ struct LaunchMemo {
   void* function = nullptr;  // the CUfunction
   std::string name;          // its cache key, for errors
   int64_t blocks = 0;
+  // A CPU elementwise step's compiled program (runtime/cpu_executor.h).
+  std::shared_ptr<const CpuProgram> cpu_program;
 };
 
 // `values` holds a buffer for every param (by value id) on entry; on return it also holds the
