@@ -57,7 +57,7 @@ Graph build(uint64_t seed, const Device& device) {
       Tensor& a = any();
       Tensor& b = any();
       Tensor out;
-      switch (pick(12)) {
+      switch (pick(13)) {
         case 0:
           out = a + b;
           break;
@@ -111,6 +111,15 @@ Graph build(uint64_t seed, const Device& device) {
         case 10: {
           if (a.dim() == 0 || a.size(0) < 2) continue;
           out = a.narrow(0, 1, a.size(0) - 1).exp();
+          break;
+        }
+        case 11: {
+          // a @ b where their shapes allow it, else a by its own transpose.
+          if (a.dim() == 0) continue;
+          const Tensor& right = pick(2)        ? b
+                                : a.dim() >= 2 ? a.transpose(a.dim() - 2, a.dim() - 1)
+                                               : a;
+          out = a.matmul(right);
           break;
         }
         default: {

@@ -29,7 +29,11 @@ Graph float64_reference(Graph graph) {
     std::vector<DType> operands;
     for (ValueId in : node.inputs) operands.push_back(graph.nodes[in].dtype);
     DType given = is_floating(node.dtype) ? DType::Float64 : node.dtype;
-    node.dtype = op_dtype_rule(node.op) == DTypeRule::Explicit || node.op == Op::Param
+    // A float32 that an op made of integers (tanh of an int32) stays float32 here, as the dtype
+    // rules say, so a matmul may meet it beside a float64: emulated_reference casts its
+    // operands to the matmul's float64.
+    node.dtype = op_dtype_rule(node.op) == DTypeRule::Explicit || node.op == Op::Param ||
+                         node.op == Op::Matmul
                      ? given
                      : infer_result_dtype(node.op, operands, given);
   }
@@ -103,11 +107,14 @@ double unit_roundoff(DType dtype) {
 // a result they move by a percent or more. Three probes, because one can land by chance where
 // the result barely moves: sin of a float32 of 1e35 is any value in [-1, 1], and a probe
 // shifting its phase has about a one-in-a-hundred chance to move it by less than a percent.
+// A matmul's probes add k u (|a| @ |b|), what its k roundings per sum can reach. A fourth
+// probe rounds every such value to its own float, as the graph does: it catches what scaling
+// cannot, such as x + 1e9 - 1e9 that float32 makes 0 and a later 0 / 0 makes NaN.
 //
 // Nor does float64 overflow where the graph's floats do (an exp of 100 in float32 is infinity,
 // and sin of it NaN). So every reference also gives each such value the range of its float:
 // past the largest finite value it becomes infinity, as in the graph.
-enum class Perturbation { None, Up, Down, Alternating };
+enum class Perturbation { None, Up, Down, Alternating, Rounded };
 
 Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbation perturbation) {
   Graph out;
@@ -116,7 +123,17 @@ Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbatio
   double sign = perturbation == Perturbation::Down ? -1 : 1;
   for (size_t i = 0; i < reference.nodes.size(); ++i) {
     Node node = reference.nodes[i];
-    for (ValueId& input : node.inputs) input = id[input];
+    for (ValueId& input : node.inputs) {
+      input = id[input];
+      if (node.op == Op::Matmul && out.nodes[input].dtype != node.dtype) {
+        Node cast = out.nodes[input];
+        cast.op = Op::Cast;
+        cast.dtype = node.dtype;
+        cast.attrs = Attrs();
+        cast.inputs = {input};
+        input = out.add(std::move(cast));
+      }
+    }
     ValueId value = out.add(node);
     id[i] = value;
     const double u = unit_roundoff(graph.nodes[i].dtype);
@@ -139,8 +156,28 @@ Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbatio
       made.attrs.set("value", v);
       return out.add(std::move(made));
     };
-    if (perturbation != Perturbation::None) {
+    if (perturbation == Perturbation::Rounded) {
+      value = add(Op::Cast, {add(Op::Cast, {value}, graph.nodes[i].dtype)}, node.dtype);
+    } else if (perturbation != Perturbation::None) {
       value = add(Op::Mul, {value, constant(1 + sign * u)}, node.dtype);
+      if (node.op == Op::Matmul) {
+        // A matmul rounds once per term of each sum, so its error reaches k u (|a| @ |b|), k
+        // the length of the sums, however small the result that the terms cancel down to.
+        auto absolute = [&](ValueId operand) {
+          Node made = out.nodes[operand];
+          made.op = Op::Abs;
+          made.attrs = Attrs();
+          made.inputs = {operand};
+          return out.add(std::move(made));
+        };
+        const Shape& left = out.nodes[node.inputs[0]].shape;
+        const double terms = left.empty() ? 1 : static_cast<double>(left.back());
+        const ValueId magnitudes =
+            add(Op::Matmul, {absolute(node.inputs[0]), absolute(node.inputs[1])}, node.dtype);
+        value = add(Op::Add,
+                    {value, add(Op::Mul, {magnitudes, constant(sign * terms * u)}, node.dtype)},
+                    node.dtype);
+      }
       if (perturbation == Perturbation::Alternating) sign = -sign;
     }
     const ValueId past_range =
@@ -275,7 +312,7 @@ std::vector<std::vector<double>> sensitivity_of(const Graph& graph, const Graph&
                                                 const std::vector<Tensor>& results) {
   std::vector<std::vector<double>> sensitivity(results.size());
   for (Perturbation perturbation :
-       {Perturbation::Up, Perturbation::Down, Perturbation::Alternating}) {
+       {Perturbation::Up, Perturbation::Down, Perturbation::Alternating, Perturbation::Rounded}) {
     const std::vector<Tensor> moved =
         evaluate_graph(emulated_reference(graph, float64_graph, perturbation), float64_inputs);
     for (size_t k = 0; k < results.size(); ++k) {
