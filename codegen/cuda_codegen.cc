@@ -146,7 +146,7 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
         break;
       case Op::Cast: {
         const DType from = graph.nodes[node.inputs[0]].dtype;
-        if (is_floating(from) && is_integral(node.dtype) && node.dtype != DType::Bool)
+        if (is_floating(from) && is_integral(node.dtype))
           absl::StrAppend(&b, indent, type, " ", v(id), " = lf_float_to_int<", type, ">(",
                           v(node.inputs[0]), ");\n");
         else

@@ -104,6 +104,8 @@ DType cuda_reduction_accumulator(Op op, DType in);
 // Kernel parameters: in, out, rows, columns, chunk, chunks, divisor (a double), partial,
 // counters, each 8 bytes.
 CudaSource generate_cuda_reduction(Op op, DType in, DType out);
+// Its name, which keys it in the kernel cache: known without generating the source.
+std::string cuda_reduction_kernel_name(Op op, DType in, DType out);
 // A reduction step with a fused elementwise prologue (the fusion pass makes these only for
 // trailing reduced dims, so row r reduces prologue elements [r * columns, (r + 1) * columns)).
 // Parameters: sizes and strides as an elementwise kernel's (over step.shape), then out, rows,

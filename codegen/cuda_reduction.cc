@@ -157,12 +157,15 @@ CudaSource begin_row_kernel(const Graph& graph, const Step& step, const CudaElem
 
 }  // namespace
 
+std::string cuda_reduction_kernel_name(Op op, DType in, DType out) {
+  return absl::StrCat("r_", op_name(op), "_", dtype_ir_name(in), "_", dtype_ir_name(out));
+}
+
 CudaSource generate_cuda_reduction(Op op, DType in, DType out) {
   if (!is_reduction(op)) throw VerifierError(absl::StrCat(op_name(op), " is not a reduction"));
   const DType acc = cuda_reduction_accumulator(op, in);
   CudaSource source;
-  source.kernel_name =
-      absl::StrCat("r_", op_name(op), "_", dtype_ir_name(in), "_", dtype_ir_name(out));
+  source.kernel_name = cuda_reduction_kernel_name(op, in, out);
   std::string& s = source.source;
   s = cuda_prologue();
   absl::StrAppend(&s, R"(

@@ -311,14 +311,15 @@ BufferView run_reduction(const Node& node, const BufferView& input) {
   }
   BufferView dense = cuda_contiguous(view);
   BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
-  CudaSource source = generate_cuda_reduction(node.op, dense.dtype, node.dtype);
-  cuda::CUfunction function = cuda::get_kernel(device, source.kernel_name, [&] { return source; });
+  const std::string name = cuda_reduction_kernel_name(node.op, dense.dtype, node.dtype);
+  cuda::CUfunction function = cuda::get_kernel(
+      device, name, [&] { return generate_cuda_reduction(node.op, dense.dtype, node.dtype); });
   std::vector<uint64_t> args = {address(dense)};
   std::optional<BufferView> partial;
   const int64_t chunks =
       append_reduction_args(node.device, cuda_reduction_accumulator(node.op, dense.dtype),
                             address(out), rows, columns, args, partial);
-  launch(function, rows * chunks, kCudaReduceThreads, args, source.kernel_name);
+  launch(function, rows * chunks, kCudaReduceThreads, args, name);
   return out;
 }
 
