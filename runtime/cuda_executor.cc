@@ -211,11 +211,12 @@ uint64_t reduction_counters(const Device& device, int64_t rows) {
 int64_t append_reduction_args(const Device& device, DType acc, uint64_t out, int64_t rows,
                               int64_t columns, std::vector<uint64_t>& args,
                               std::optional<BufferView>& partial) {
-  const int64_t chunks = std::max<int64_t>(1, (columns + kCudaReduceChunk - 1) / kCudaReduceChunk);
+  const int64_t chunk =
+      env_config().reduce_chunk > 0 ? env_config().reduce_chunk : kCudaReduceChunk;
+  const int64_t chunks = std::max<int64_t>(1, (columns + chunk - 1) / chunk);
   if (chunks > 1) partial = allocate_buffer(device, acc, {rows, chunks});
   args.push_back(out);
-  for (int64_t word :
-       {rows, columns, chunks == 1 ? std::max<int64_t>(columns, 1) : kCudaReduceChunk, chunks})
+  for (int64_t word : {rows, columns, chunks == 1 ? std::max<int64_t>(columns, 1) : chunk, chunks})
     args.push_back(static_cast<uint64_t>(word));
   args.push_back(std::bit_cast<uint64_t>(static_cast<double>(columns)));
   args.push_back(partial ? address(*partial) : 0);

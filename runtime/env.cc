@@ -29,6 +29,8 @@ EnvConfig& mutable_env_config() {
       (void)absl::SimpleAtoi(bound, &c.max_pending);
     if (const char* blocks = std::getenv("LAZYFUSE_BLOCKS_PER_SM"))
       (void)absl::SimpleAtoi(blocks, &c.blocks_per_sm);
+    if (const char* chunk = std::getenv("LAZYFUSE_REDUCE_CHUNK"))
+      (void)absl::SimpleAtoi(chunk, &c.reduce_chunk);
     if (c.debug >= 3) c.dump_cuda = true;
     if (const char* dir = std::getenv("LAZYFUSE_DUMP_DIR")) c.dump_dir = dir;
     if (const char* sync = std::getenv("LAZYFUSE_SYNC")) c.sync = std::string_view(sync) == "1";
