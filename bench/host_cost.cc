@@ -6,7 +6,10 @@
 //   build/bin/lazyfuse_host_bench [--benchmark_filter=...] [--device=cuda:0]
 #include <benchmark/benchmark.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -15,9 +18,36 @@
 #include "lazyfuse/lazyfuse.h"
 #include "runtime/lazy.h"
 
+// Every heap allocation through operator new is counted: allocations are much of the host cost,
+// and each benchmark reports how many it makes per iteration.
+std::atomic<int64_t> heap_allocations{0};
+
+void* operator new(std::size_t size) {
+  heap_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+// GCC cannot see that operator new above is the one these pair with.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
 namespace {
 
 using namespace lazyfuse;
+
+// Counts the allocations made from here to the end of the benchmark's loop.
+struct AllocationCounter {
+  benchmark::State& state;
+  int64_t start = heap_allocations.load();
+  explicit AllocationCounter(benchmark::State& s) : state(s) {}
+  ~AllocationCounter() {
+    state.counters["allocs"] = benchmark::Counter(
+        static_cast<double>(heap_allocations.load() - start), benchmark::Counter::kAvgIterations);
+  }
+};
 
 std::string device_name = "cpu";
 constexpr int64_t kElements = 4096;
@@ -31,6 +61,7 @@ struct Inputs {
 
 void BM_Frontend(benchmark::State& state) {
   Inputs in;
+  AllocationCounter allocations(state);
   for (auto _ : state) {
     Tensor t = (in.z + 2).exp() * in.y;
     benchmark::DoNotOptimize(t);
@@ -42,6 +73,7 @@ void BM_BuildGraph(benchmark::State& state) {
   Inputs in;
   Tensor t = (in.z + 2).exp() * in.y;
   std::vector<LazyRef> outputs = {t.value()};
+  AllocationCounter allocations(state);
   for (auto _ : state) benchmark::DoNotOptimize(build_graph(outputs));
 }
 BENCHMARK(BM_BuildGraph);
@@ -51,6 +83,7 @@ void BM_Pipeline(benchmark::State& state) {
   Tensor t = (in.z + 2).exp() * in.y;
   std::vector<LazyRef> outputs = {t.value()};
   Graph graph = build_graph(outputs).graph;
+  AllocationCounter allocations(state);
   for (auto _ : state) benchmark::DoNotOptimize(run_pipeline(graph, {}));
 }
 BENCHMARK(BM_Pipeline);
@@ -68,6 +101,7 @@ void BM_CudaLaunchPlan(benchmark::State& state) {
 })"),
                    {});
   const Step& step = schedule.steps.at(0);
+  AllocationCounter allocations(state);
   for (auto _ : state) {
     std::vector<OperandLayout> layouts;
     std::vector<uint64_t> addresses;
@@ -88,6 +122,7 @@ BENCHMARK(BM_CudaLaunchPlan);
 
 void BM_Evaluate(benchmark::State& state) {
   Inputs in;
+  AllocationCounter allocations(state);
   for (auto _ : state) {
     Tensor t = (in.z + 2).exp() * in.y;
     eval(t);
@@ -100,6 +135,7 @@ BENCHMARK(BM_Evaluate);
 void BM_EvaluateOneElement(benchmark::State& state) {
   Tensor y = rand({1}, Device(device_name)), z = rand({1}, Device(device_name));
   eval({y, z});
+  AllocationCounter allocations(state);
   for (auto _ : state) {
     Tensor t = (z + 2).exp() * y;
     eval(t);

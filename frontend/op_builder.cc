@@ -24,32 +24,34 @@ void rethrow_at(const Loc& where) {
   }
 }
 
-Tensor make_op(Op op, const std::vector<Tensor>& operands, Attrs attrs, const Loc& where,
+Tensor make_op(Op op, std::initializer_list<Tensor> operands, Attrs attrs, const Loc& where,
                Shape given, DType explicit_dtype, Device device) {
   // Ops have at most three operands: these stay off the heap (the host cost of an op counts
   // when a small expression is evaluated in a loop).
   std::vector<LazyRef> inputs;
   inputs.reserve(operands.size());
   absl::InlinedVector<DType, 3> dtypes;
-  absl::InlinedVector<Shape, 3> shapes;
+  absl::InlinedVector<const Shape*, 3> shapes;
   for (const Tensor& operand : operands) {
     inputs.push_back(operand.value());  // throws for an undefined tensor
     dtypes.push_back(operand.dtype());
-    shapes.push_back(operand.sizes());
+    shapes.push_back(&operand.sizes());
   }
   Node node;
   node.op = op;
   node.where = SourceLoc::from(where);
   // A transfer lives on its target; any other op where its first operand is.
-  node.device = operands.empty() || op == Op::To ? device : operands[0].device();
+  node.device = operands.size() == 0 || op == Op::To ? device : operands.begin()->device();
   Strides strides;
   try {
     node.dtype = infer_result_dtype(op, dtypes, explicit_dtype);
     node.shape = infer_shape(op, shapes, attrs, given);
-    const Strides& in = operands.empty() ? Strides() : inputs[0]->strides;
+    // A reference, not a copy: the first operand's strides are read only by the views.
+    static const Strides kNone;
+    const Strides& in = inputs.empty() ? kNone : inputs[0]->strides;
     switch (op) {
       case Op::Reshape:
-        if (!view_strides(shapes[0], in, node.shape, &strides))
+        if (!view_strides(*shapes[0], in, node.shape, &strides))
           throw ShapeError(
               "view size is not compatible with input tensor's size and stride (at least one "
               "dimension spans across two contiguous subspaces). Use .reshape(...) instead.");
@@ -61,7 +63,7 @@ Tensor make_op(Op op, const std::vector<Tensor>& operands, Attrs attrs, const Lo
         break;
       }
       case Op::Expand:
-        strides = broadcast_strides(shapes[0], in, node.shape);
+        strides = broadcast_strides(*shapes[0], in, node.shape);
         break;
       case Op::Narrow:
         strides = in;

@@ -3,7 +3,7 @@
 // and nn.cc.
 #pragma once
 
-#include <vector>
+#include <initializer_list>
 
 #include "frontend/tensor.h"
 #include "ir/graph.h"
@@ -13,7 +13,7 @@ namespace lazyfuse::detail {
 // A node of `op` over `operands`. The device is the first operand's; dtype and shape follow
 // the op's rules (`given` supplies what the attributes do not: generator and view shapes).
 // Errors carry the file:line of `where`.
-Tensor make_op(Op op, const std::vector<Tensor>& operands, Attrs attrs, const Loc& where,
+Tensor make_op(Op op, std::initializer_list<Tensor> operands, Attrs attrs, const Loc& where,
                Shape given = {}, DType explicit_dtype = DType::Float32,
                Device device = Device::cpu());
 

@@ -421,7 +421,7 @@ Tensor where(const Tensor& condition, Scalar a, Scalar b, Loc where) {
 }
 Tensor matmul(const Tensor& a, const Tensor& b, Loc where) { return a.matmul(b, where); }
 
-void eval(const Tensor& t) { eval(std::vector<Tensor>{t}); }
+void eval(const Tensor& t) { evaluate(std::span(&t.value(), 1)); }
 void eval(std::initializer_list<Tensor> tensors) { eval(std::vector<Tensor>(tensors)); }
 void eval(const std::vector<Tensor>& tensors) { eval(tensors, EvalOptions()); }
 void eval(const std::vector<Tensor>& tensors, const EvalOptions& options) {

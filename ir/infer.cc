@@ -9,25 +9,30 @@
 namespace lazyfuse {
 namespace {
 
-Shape broadcast_all(std::span<const Shape> inputs) {
-  Shape result;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    Shape next;
-    if (!broadcast_shapes(result, inputs[i], &next)) {
-      // Name the first dim that fails, counted from the end as PyTorch does.
-      const Shape& a = result;
-      const Shape& b = inputs[i];
-      size_t rank = std::max(a.size(), b.size());
-      for (size_t d = 0; d < rank; ++d) {
-        int64_t da = d < rank - a.size() ? 1 : a[d - (rank - a.size())];
-        int64_t db = d < rank - b.size() ? 1 : b[d - (rank - b.size())];
-        if (da != db && da != 1 && db != 1)
-          throw ShapeError(absl::StrCat("The size of tensor a (", da,
-                                        ") must match the size of tensor b (", db,
-                                        ") at non-singleton dimension ", d));
+// The broadcast of every input, in one shape: each input is merged into the result from the
+// right. An error names the first failing dim as PyTorch does, counted in the broadcast of the
+// inputs before it with the failing one.
+Shape broadcast_all(std::span<const Shape* const> inputs) {
+  size_t rank = 0;
+  for (const Shape* input : inputs) rank = std::max(rank, input->size());
+  Shape result(rank, 1);
+  size_t merged_rank = 0;  // the rank of the inputs merged so far
+  for (const Shape* input : inputs) {
+    const Shape& b = *input;
+    const size_t offset = rank - b.size();
+    for (size_t d = 0; d < b.size(); ++d) {
+      int64_t& merged = result[offset + d];
+      if (merged == b[d] || b[d] == 1) continue;
+      if (merged == 1) {
+        merged = b[d];
+        continue;
       }
+      const size_t pair_rank = std::max(merged_rank, b.size());
+      throw ShapeError(
+          absl::StrCat("The size of tensor a (", merged, ") must match the size of tensor b (",
+                       b[d], ") at non-singleton dimension ", offset + d - (rank - pair_rank)));
     }
-    result = std::move(next);
+    merged_rank = std::max(merged_rank, b.size());
   }
   return result;
 }
@@ -71,7 +76,8 @@ std::vector<int64_t> reduction_dims(const Attrs& attrs, int64_t rank) {
   return dims;
 }
 
-Shape infer_shape(Op op, std::span<const Shape> inputs, const Attrs& attrs, const Shape& given) {
+Shape infer_shape(Op op, std::span<const Shape* const> inputs, const Attrs& attrs,
+                  const Shape& given) {
   // A shape given from outside (a factory's, a reshape's, an expand's) is counted before any
   // rule multiplies its sizes.
   if ((op_kind(op) == OpKind::Source || op == Op::Reshape || op == Op::Expand) &&
@@ -84,11 +90,11 @@ Shape infer_shape(Op op, std::span<const Shape> inputs, const Attrs& attrs, cons
     case OpKind::Elementwise:
       return broadcast_all(inputs);
     case OpKind::Transfer:
-      return inputs[0];
+      return *inputs[0];
     case OpKind::Matmul:
-      return matmul_shape(inputs[0], inputs[1]);
+      return matmul_shape(*inputs[0], *inputs[1]);
     case OpKind::Reduction: {
-      const Shape& in = inputs[0];
+      const Shape& in = *inputs[0];
       std::vector<int64_t> dims = reduction_dims(attrs, static_cast<int64_t>(in.size()));
       bool keepdim = attrs.has("keepdim") && attrs.get_bool("keepdim");
       Shape result;
@@ -107,7 +113,7 @@ Shape infer_shape(Op op, std::span<const Shape> inputs, const Attrs& attrs, cons
     case OpKind::View:
       break;
   }
-  const Shape& in = inputs[0];
+  const Shape& in = *inputs[0];
   int64_t rank = static_cast<int64_t>(in.size());
   switch (op) {
     case Op::Reshape:

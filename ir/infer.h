@@ -10,7 +10,9 @@ namespace lazyfuse {
 
 // `given` is the node's own shape, needed where the attributes do not determine the result:
 // generators, reshape, expand and narrow. For those the rule checks `given` against the operand.
-Shape infer_shape(Op op, std::span<const Shape> inputs, const Attrs& attrs, const Shape& given);
+// The operands' shapes come by pointer: the frontend reads them where they are, uncopied.
+Shape infer_shape(Op op, std::span<const Shape* const> inputs, const Attrs& attrs,
+                  const Shape& given);
 
 // The dims a reduction reduces, normalized and sorted; all dims when the attribute is empty.
 std::vector<int64_t> reduction_dims(const Attrs& attrs, int64_t rank);

@@ -66,10 +66,10 @@ void verify(const Graph& graph, const VerifyOptions& options) {
       throw fail(absl::StrCat("the sizes of shape ", shape_str(node.shape),
                               " multiply past what an int64 holds"));
     std::vector<DType> input_dtypes;
-    std::vector<Shape> input_shapes;
+    std::vector<const Shape*> input_shapes;
     for (ValueId input : node.inputs) {
       input_dtypes.push_back(graph.nodes[input].dtype);
-      input_shapes.push_back(graph.nodes[input].shape);
+      input_shapes.push_back(&graph.nodes[input].shape);
     }
     try {
       require_attrs(node);

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "ir/errors.h"
@@ -62,9 +63,10 @@ namespace {
 // The pending DAG behind some outputs, in evaluation order: the computed values it reaches
 // (the params, in order of first use), then the pending values, each after its inputs. Each
 // value's position is left in its `walk_index` (valid until the next walk; under eval_mutex).
+// Small graphs, the ones evaluated in a loop, walk without touching the heap.
 struct Walk {
-  std::vector<LazyValue*> params;
-  std::vector<LazyValue*> pending;
+  absl::InlinedVector<LazyValue*, 8> params;
+  absl::InlinedVector<LazyValue*, 16> pending;
 };
 
 Walk walk_pending(std::span<const LazyRef> outputs) {
@@ -72,7 +74,7 @@ Walk walk_pending(std::span<const LazyRef> outputs) {
   const uint64_t walk = ++walks;
   Walk result;
   // Post-order DFS without recursion (deep chains must not overflow the stack).
-  std::vector<std::pair<LazyValue*, bool>> stack;
+  absl::InlinedVector<std::pair<LazyValue*, bool>, 32> stack;
   for (auto it = outputs.rbegin(); it != outputs.rend(); ++it) stack.push_back({it->get(), false});
   while (!stack.empty()) {
     auto [value, expanded] = stack.back();
@@ -244,13 +246,14 @@ void reset_eval_stats() {
 void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   // One evaluation at a time: values may be shared between graphs that threads evaluate.
   std::lock_guard lock(eval_mutex);
-  std::vector<LazyRef> pending;
+  absl::InlinedVector<LazyRef, 4> pending;
   for (const LazyRef& output : outputs)
     if (!output->computed()) pending.push_back(output);
   if (pending.empty()) return;
-  auto started = std::chrono::steady_clock::now();
-  const Walk walk = walk_pending(pending);
   const EnvConfig& env = env_config();
+  std::chrono::steady_clock::time_point started;
+  if (env.debug >= 1) started = std::chrono::steady_clock::now();
+  const Walk walk = walk_pending(pending);
   const bool fusion = options.fusion && env.fusion;
   const bool dumping = env.dump_ir || env.dump_fusion;
   const size_t num_nodes = walk.params.size() + walk.pending.size();
@@ -298,7 +301,9 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
     ValueId id = schedule.graph.outputs[i];
     BufferView buffer = *values[id];
     pending[i]->buffer = std::move(buffer);
-    pending[i]->strides = pending[i]->buffer->strides;
+    // Usually the strides it was given (contiguous) already: no copy then.
+    if (pending[i]->strides != pending[i]->buffer->strides)
+      pending[i]->strides = pending[i]->buffer->strides;
     pending[i]->inputs.clear();
     pending[i]->pending_nodes = 0;
   }

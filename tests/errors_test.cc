@@ -101,6 +101,19 @@ TEST(Errors, ShapeErrorForBroadcastingUsesPyTorchWordingAndTheCallSite) {
                         "non-singleton dimension 1"));
   // Scalars and size-1 dims broadcast: no error.
   EXPECT_NO_THROW(zeros({2, 3}) + zeros({1, 3}) + 1);
+  // Three operands merge left to right; the failing dim is counted in the broadcast of those
+  // merged so far with the failing one, not in that of all three.
+  EXPECT_THAT(message_of<ShapeError>([] {
+                return where(zeros({3}) > 0, zeros({4}), zeros({1, 1, 1}));
+              }),
+              HasSubstr("The size of tensor a (3) must match the size of tensor b (4) at "
+                        "non-singleton dimension 0"));
+  EXPECT_THAT(message_of<ShapeError>([] {
+                return where(zeros({4, 3}) > 0, zeros({1, 3}), zeros({2, 5, 3}));
+              }),
+              HasSubstr("The size of tensor a (4) must match the size of tensor b (5) at "
+                        "non-singleton dimension 1"));
+  EXPECT_EQ(where(zeros({3}) > 0, zeros({2, 1}), zeros({4, 1, 1})).sizes(), (Shape{4, 2, 3}));
 }
 
 TEST(Errors, ShapeErrorForMatmul) {

@@ -79,10 +79,10 @@ Graph random_graph(uint64_t seed, int steps) {
       }
     }
     std::vector<DType> input_dtypes;
-    std::vector<Shape> input_shapes;
+    std::vector<const Shape*> input_shapes;
     for (ValueId input : node.inputs) {
       input_dtypes.push_back(g.nodes[input].dtype);
-      input_shapes.push_back(g.nodes[input].shape);
+      input_shapes.push_back(&g.nodes[input].shape);
     }
     try {
       node.dtype = infer_result_dtype(node.op, input_dtypes, node.dtype);

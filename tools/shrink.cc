@@ -150,20 +150,20 @@ std::optional<Graph> rebuild(const Graph& graph, const Rewrite& rewrite) {
       continue;
     }
     std::vector<DType> dtypes;
-    std::vector<Shape> shapes;
+    std::vector<const Shape*> shapes;  // into `out`, which grows only after they are read
     copy.inputs.clear();
     for (ValueId input : node.inputs) {
       const ValueId now = id[resolve(input)];
       copy.inputs.push_back(now);
       dtypes.push_back(out.nodes[now].dtype);
-      shapes.push_back(out.nodes[now].shape);
+      shapes.push_back(&out.nodes[now].shape);
     }
     try {
       if (op_dtype_rule(node.op) != DTypeRule::Explicit)
         copy.dtype = infer_result_dtype(node.op, dtypes, node.dtype);
       if (has_given_shape(node.op)) {
         std::optional<Shape> shape =
-            given_shape(node, graph.nodes[node.inputs[0]].shape, shapes[0]);
+            given_shape(node, graph.nodes[node.inputs[0]].shape, *shapes[0]);
         if (!shape) return std::nullopt;
         copy.shape = std::move(*shape);
       } else {
