@@ -62,20 +62,29 @@ std::string reduction_head(Op op, DType acc) {
       type_name(acc), " acc = (", type_name(acc), ")(", combiner(op, acc).identity, ");\n");
 }
 
+// `var` combined over a warp's lanes through shuffles, ending in lane 0.
+std::string warp_combine(const std::string& indent, const std::string& var) {
+  return absl::StrCat(indent, "for (int offset = 16; offset > 0; offset /= 2) ", var,
+                      " = lf_combine(", var, ", __shfl_down_sync(0xffffffffu, ", var,
+                      ", offset));\n");
+}
+
+// Warp 0's lanes take the warps' results (stored in warp_results) and combine them.
+std::string combine_warp_results(Op op, DType acc, const std::string& indent,
+                                 const std::string& var) {
+  return absl::StrCat(indent, var, " = lane < (int)(blockDim.x / 32) ? warp_results[lane] : (",
+                      type_name(acc), ")(", combiner(op, acc).identity, ");\n",
+                      warp_combine(indent, var));
+}
+
 // The block's threads combined: each warp's through shuffles, then the warps' through shared
 // memory. Leaves the block's result in `acc` of lane 0 of warp 0, and returns from every other
 // thread.
 std::string block_combine(Op op, DType acc) {
-  return absl::StrCat(
-      R"(  for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
-  if (lane == 0) warp_results[warp] = acc;
-  __syncthreads();
-  if (warp != 0) return;
-  acc = lane < (int)(blockDim.x / 32) ? warp_results[lane] : ()",
-      type_name(acc), ")(", combiner(op, acc).identity, R"();
-  for (int offset = 16; offset > 0; offset /= 2) acc = lf_combine(acc, __shfl_down_sync(0xffffffffu, acc, offset));
-  if (lane != 0) return;
-)");
+  return absl::StrCat(warp_combine("  ", "acc"),
+                      "  if (lane == 0) warp_results[warp] = acc;\n  __syncthreads();\n"
+                      "  if (warp != 0) return;\n",
+                      combine_warp_results(op, acc, "  ", "acc"), "  if (lane != 0) return;\n");
 }
 
 // The kernel's end: the block's result is the row's (one chunk), or the chunk's partial, in
@@ -90,27 +99,21 @@ std::string reduction_tail(Op op, DType acc, DType out) {
   const std::string row_result =
       absl::StrCat(op == Op::Mean ? "  acc = acc / args.divisor;\n" : "", "  ((", type_name(out),
                    "*)args.out)[row] = lf_store<", type_name(out), ">(acc);\n");
-  return absl::StrCat("  __shared__ ", a, R"( warp_results[32];
+  return absl::StrCat(
+      "  __shared__ ", a, R"( warp_results[32];
   __shared__ bool last_block;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (args.chunks == 1) {
 )",
-                      block_combine(op, acc), row_result, R"(    return;
+      block_combine(op, acc), row_result, R"(    return;
   }
   {
     // As block_combine, but every thread stays for the combination of the partials.
     )",
-                      a, R"( own = acc;
-    for (int offset = 16; offset > 0; offset /= 2) own = lf_combine(own, __shfl_down_sync(0xffffffffu, own, offset));
-    if (lane == 0) warp_results[warp] = own;
-    __syncthreads();
-    if (warp == 0) {
-      own = lane < (int)(blockDim.x / 32) ? warp_results[lane] : ()",
-                      a, ")(", combiner(op, acc).identity, R"();
-      for (int offset = 16; offset > 0; offset /= 2) own = lf_combine(own, __shfl_down_sync(0xffffffffu, own, offset));
-      if (lane == 0) {
-        (()",
-                      a, R"(*)args.partial)[row * args.chunks + chunk] = own;
+      a, " own = acc;\n", warp_combine("    ", "own"),
+      "    if (lane == 0) warp_results[warp] = own;\n    __syncthreads();\n    if (warp == 0) {\n",
+      combine_warp_results(op, acc, "      ", "own"), "      if (lane == 0) {\n        ((", a,
+      R"(*)args.partial)[row * args.chunks + chunk] = own;
         __threadfence();
         last_block = atomicAdd(&args.counters[row], 1u) == (unsigned)(args.chunks - 1);
       }
@@ -120,12 +123,12 @@ std::string reduction_tail(Op op, DType acc, DType out) {
   if (!last_block) return;
   __threadfence();
   acc = ()",
-                      a, ")(", combiner(op, acc).identity, R"();
+      a, ")(", combiner(op, acc).identity, R"();
   for (long long j = threadIdx.x; j < args.chunks; j += blockDim.x)
     acc = lf_combine(acc, __ldcg(()",
-                      a, R"(*)args.partial + row * args.chunks + j));
+      a, R"(*)args.partial + row * args.chunks + j));
 )",
-                      block_combine(op, acc), row_result, "  args.counters[row] = 0;\n}\n");
+      block_combine(op, acc), row_result, "  args.counters[row] = 0;\n}\n");
 }
 
 // The start of a kernel over a step's iteration space that reduces rows: its name, the
