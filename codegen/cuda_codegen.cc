@@ -344,7 +344,7 @@ CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
 }
 
 void append_space_args(const CudaElementwiseLaunch& launch,
-                       const std::vector<uint64_t>& input_addresses, std::vector<uint64_t>& words) {
+                       std::span<const uint64_t> input_addresses, std::vector<uint64_t>& words) {
   for (int d = 0; d < launch.spec.rank; ++d)
     words.push_back(static_cast<uint64_t>(launch.sizes[d]));
   for (uint64_t a : input_addresses) words.push_back(a);
@@ -353,9 +353,12 @@ void append_space_args(const CudaElementwiseLaunch& launch,
 }
 
 std::vector<uint64_t> pack_elementwise_args(const CudaElementwiseLaunch& launch,
-                                            const std::vector<uint64_t>& input_addresses,
-                                            const std::vector<uint64_t>& output_addresses) {
-  std::vector<uint64_t> words = {static_cast<uint64_t>(launch.numel)};
+                                            std::span<const uint64_t> input_addresses,
+                                            std::span<const uint64_t> output_addresses) {
+  std::vector<uint64_t> words;
+  words.reserve(1 + launch.spec.rank * (1 + input_addresses.size()) + input_addresses.size() +
+                output_addresses.size());
+  words.push_back(static_cast<uint64_t>(launch.numel));
   append_space_args(launch, input_addresses, words);
   words.insert(words.end(), output_addresses.begin(), output_addresses.end());
   return words;

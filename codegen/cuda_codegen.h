@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -70,12 +71,12 @@ CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
                                      const CudaElementwiseSpec& spec, bool fast_math = false);
 
 std::vector<uint64_t> pack_elementwise_args(const CudaElementwiseLaunch& launch,
-                                            const std::vector<uint64_t>& input_addresses,
-                                            const std::vector<uint64_t>& output_addresses);
+                                            std::span<const uint64_t> input_addresses,
+                                            std::span<const uint64_t> output_addresses);
 // The words every kernel over an iteration space has in common: sizes[rank], input pointers,
 // input strides (inputs x rank). Fused reductions and row kernels follow them with their own.
 void append_space_args(const CudaElementwiseLaunch& launch,
-                       const std::vector<uint64_t>& input_addresses, std::vector<uint64_t>& words);
+                       std::span<const uint64_t> input_addresses, std::vector<uint64_t>& words);
 
 // The prologue every kernel starts with (codegen/cuda_prologue.cuh and codegen/philox.h).
 const std::string& cuda_prologue();

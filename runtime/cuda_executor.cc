@@ -7,6 +7,7 @@
 #include <limits>
 #include <mutex>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codegen/cuda_codegen.h"
@@ -107,8 +108,7 @@ void run_elementwise(const Graph& graph, const Step& step,
   if (memo != nullptr && outputs_aligned && memo_fits(*memo, step, values, fast_math)) {
     if (memo->plan.numel == 0) return;
     cuda::count_memory_hit();
-    std::vector<uint64_t> inputs;
-    inputs.reserve(step.inputs.size());
+    absl::InlinedVector<uint64_t, 8> inputs;
     for (ValueId v : step.inputs) inputs.push_back(address(*values[v]));
     std::vector<uint64_t> args = pack_elementwise_args(memo->plan, inputs, outputs);
     launch(static_cast<cuda::CUfunction>(memo->function), memo->blocks, kThreadsPerBlock, args,

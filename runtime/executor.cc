@@ -1,6 +1,7 @@
 // Running a schedule across devices.
 #include "runtime/executor.h"
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "ir/errors.h"
 #include "ir/infer.h"
@@ -82,11 +83,12 @@ void run_schedule(const Schedule& schedule, std::vector<std::optional<BufferView
   if (memos != nullptr && memos->size() != schedule.steps.size())
     memos->resize(schedule.steps.size());
   const Graph& graph = schedule.graph;
-  // The last step that reads each value, so intermediates are freed early.
-  std::vector<int> last_reader(graph.nodes.size(), -1);
+  // The last step that reads each value, so intermediates are freed early. (Inline: a small
+  // graph evaluated in a loop should not touch the heap for its bookkeeping.)
+  absl::InlinedVector<int, 32> last_reader(graph.nodes.size(), -1);
   for (size_t s = 0; s < schedule.steps.size(); ++s)
     for (ValueId v : schedule.steps[s].inputs) last_reader[v] = static_cast<int>(s);
-  std::vector<bool> is_output(graph.nodes.size(), false);
+  absl::InlinedVector<bool, 32> is_output(graph.nodes.size(), false);
   for (ValueId v : graph.outputs) is_output[v] = true;
 
   for (size_t s = 0; s < schedule.steps.size(); ++s) {
