@@ -85,10 +85,10 @@ const std::string& cuda_prologue();
 
 namespace lazyfuse {
 
-// A reduction over the rows of a contiguous [rows, columns] operand, in fixed chunks of
-// columns: grid = rows x chunks blocks of kCudaReduceThreads threads. With one chunk a block
-// writes the row's result (converted to `out`, divided by `divisor` for mean); with several it
-// writes a partial in the accumulator type to `partial` ([rows, chunks]), and the row's last
+// A reduction over the rows of a contiguous [rows, columns] operand, in chunks of columns
+// (cuda_reduce_chunk): grid = rows x chunks blocks of kCudaReduceThreads threads. With one chunk a
+// block writes the row's result (converted to `out`, divided by `divisor` for mean); with several
+// it writes a partial in the accumulator type to `partial` ([rows, chunks]), and the row's last
 // block to finish combines the partials in chunk order, in the same launch. `counters` holds a
 // zero per row on entry and again on exit. The chunking depends only on sizes and the order of
 // every combination is fixed, so a result's bits never depend on the GPU or on timing.
@@ -97,7 +97,14 @@ inline constexpr int kCudaReduceThreads = 256;
 // at most kCudaRowRegisterInputs operands.
 inline constexpr int kCudaRowRegisters = 32;
 inline constexpr int kCudaRowRegisterInputs = 4;
-inline constexpr int64_t kCudaReduceChunk = 32768;
+// The columns one block of a reduction takes, from the sizes alone (so a result's bits depend
+// on nothing else): as many as leave about kCudaReduceBlocks blocks in all, one full wave on an
+// H200 (132 multiprocessors of eight such blocks), a power of two of at least
+// kCudaReduceMinChunk. Measured on the H200 (docs/benchmarks.md): fewer, longer blocks pay
+// each block's combination less often; more than a wave leaves a partial last one.
+inline constexpr int64_t kCudaReduceBlocks = 1024;
+inline constexpr int64_t kCudaReduceMinChunk = 4096;
+int64_t cuda_reduce_chunk(int64_t rows, int64_t columns);
 
 // The accumulator: double for floating sums (as on the CPU), int64 for integer and bool sums,
 // the compute type for max and min.

@@ -1,6 +1,7 @@
 // Generating CUDA source for row reductions: a strided loop per thread, warp shuffles, then a
 // tree over the block's warps in shared memory.
 #include <algorithm>
+#include <bit>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda_codegen.h"
@@ -159,6 +160,15 @@ CudaSource begin_row_kernel(const Graph& graph, const Step& step, const CudaElem
 }
 
 }  // namespace
+
+int64_t cuda_reduce_chunk(int64_t rows, int64_t columns) {
+  const int64_t chunks_per_row =
+      std::max<int64_t>(1, kCudaReduceBlocks / std::max<int64_t>(rows, 1));
+  const int64_t columns_per_chunk = (columns + chunks_per_row - 1) / chunks_per_row;
+  return std::max<int64_t>(kCudaReduceMinChunk,
+                           static_cast<int64_t>(std::bit_ceil(
+                               static_cast<uint64_t>(std::max<int64_t>(columns_per_chunk, 1)))));
+}
 
 std::string cuda_reduction_kernel_name(Op op, DType in, DType out) {
   return absl::StrCat("r_", op_name(op), "_", dtype_ir_name(in), "_", dtype_ir_name(out));

@@ -212,7 +212,7 @@ int64_t append_reduction_args(const Device& device, DType acc, uint64_t out, int
                               int64_t columns, std::vector<uint64_t>& args,
                               std::optional<BufferView>& partial) {
   const int64_t chunk =
-      env_config().reduce_chunk > 0 ? env_config().reduce_chunk : kCudaReduceChunk;
+      env_config().reduce_chunk > 0 ? env_config().reduce_chunk : cuda_reduce_chunk(rows, columns);
   const int64_t chunks = std::max<int64_t>(1, (columns + chunk - 1) / chunk);
   if (chunks > 1) partial = allocate_buffer(device, acc, {rows, chunks});
   args.push_back(out);

@@ -22,8 +22,9 @@ struct EnvConfig {
   // element or vector, which measured fastest on the H200 (docs/benchmarks.md).
   int64_t blocks_per_sm = 0;
   // LAZYFUSE_REDUCE_CHUNK: the columns of a GPU reduction's row that one block reduces before
-  // the partials are combined (0, the default: codegen's kCudaReduceChunk). The result's bits
-  // depend on it, so it is a tuning knob for measurements, not a setting to vary in production.
+  // the partials are combined (0, the default: codegen's cuda_reduce_chunk, by size). The result's
+  // bits depend on it, so it is a tuning knob for measurements, not a setting to vary in
+  // production.
   int64_t reduce_chunk = 0;
 };
 

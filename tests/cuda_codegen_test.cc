@@ -328,5 +328,27 @@ TEST(CudaCodegen, CompileErrorCarriesTheLogAndTheSource) {
   }
 }
 
+// A reduction's chunk depends on its sizes alone: a power of two, at least the minimum, that
+// leaves at most kCudaReduceBlocks blocks (rows x chunks) and more than a quarter of that,
+// unless the minimum chunk or one chunk per row decides.
+TEST(CudaCodegen, ReductionChunkLeavesAboutOneWaveOfBlocks) {
+  for (int64_t rows : std::initializer_list<int64_t>{1, 3, 37, 1024, 100000}) {
+    for (int64_t columns :
+         std::initializer_list<int64_t>{1, 1000, 70001, 1 << 20, 1 << 26, 1 << 28}) {
+      SCOPED_TRACE(testing::Message() << rows << " x " << columns);
+      const int64_t chunk = cuda_reduce_chunk(rows, columns);
+      EXPECT_EQ(chunk & (chunk - 1), 0);
+      EXPECT_GE(chunk, kCudaReduceMinChunk);
+      const int64_t blocks = rows * ((columns + chunk - 1) / chunk);
+      if (chunk > kCudaReduceMinChunk && rows <= kCudaReduceBlocks) {
+        EXPECT_LE(blocks, kCudaReduceBlocks);
+        EXPECT_GT(blocks, kCudaReduceBlocks / 4);
+      }
+    }
+  }
+  EXPECT_EQ(cuda_reduce_chunk(1, int64_t{1} << 26), 65536);  // measured best at 2^26
+  EXPECT_EQ(cuda_reduce_chunk(37, 70001), 4096);
+}
+
 }  // namespace
 }  // namespace lazyfuse
