@@ -11,24 +11,14 @@ cd "$(dirname "$0")/.."
 out=${OUT:-bench-results}
 mkdir -p "$out/peers" "$out/ours"
 peer_sizes=${1:-12,20,26,28}
-# Every process runs on the CPUs next to the GPU (its PCI device's NUMA node), ours and the
-# peers alike: host cost measured from the far socket is slower, and differs process to process.
-pin=()
-bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i 0 2>/dev/null | tail -c 13 |
-  tr 'A-F' 'a-f')
-if [ -n "$bus" ] && [ -r "/sys/bus/pci/devices/$bus/local_cpulist" ]; then
-  pin=(taskset -c "$(cat "/sys/bus/pci/devices/$bus/local_cpulist")")
-  echo "pinned to CPUs $(cat "/sys/bus/pci/devices/$bus/local_cpulist") (the GPU's NUMA node)" \
-    >> "$out/lazyfuse.txt"
-fi
 our_sizes=()
 [ -n "${2:-}" ] && our_sizes=(--sizes ${2//,/ })
 for workload in exp_mul gelu bias_relu softmax sum_squares chain16 adam; do
-  "${pin[@]}" gpu-bundle/bin/lazyfuse bench --workloads "$workload" "${our_sizes[@]}" \
+  gpu-bundle/bin/lazyfuse bench --workloads "$workload" "${our_sizes[@]}" \
     --json "$out/ours/$workload.json" >> "$out/lazyfuse.txt" 2>> "$out/lazyfuse.err"
   echo "lazyfuse bench $workload exit $?" >> "$out/lazyfuse.txt"
 done
-"${pin[@]}" python3 bench/peers.py --out "$out/peers" --sizes "$peer_sizes" --dtypes f32 2> "$out/peers.log"
+python3 bench/peers.py --out "$out/peers" --sizes "$peer_sizes" --dtypes f32 2> "$out/peers.log"
 python3 bench/report.py "$out"/ours/*.json "$out"/peers/*.json --png "$out/bench.png" \
   --markdown "$out/report.md"
 # One archive for all the JSON files: the device tool brings back at most eight files.
