@@ -150,7 +150,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
           if (const auto* i = std::get_if<int64_t>(&node.attrs.get("value")))
             instr.int_value = *i;
           else
-            instr.int_value = static_cast<int64_t>(instr.value);
+            instr.int_value = float_constant_as_integer(instr.value, dtype);
         } else if (node.op == Op::Arange) {
           instr.value = node.attrs.get_float("start");
           instr.step = node.attrs.get_float("step");

@@ -67,7 +67,8 @@ std::string literal(const AttrValue& value, DType dtype) {
       return d != 0 ? "true" : "false";
     case DType::Int32:
     case DType::Int64:
-      return absl::StrCat("((", compute_type(dtype), ")", static_cast<int64_t>(d), "LL)");
+      return absl::StrCat("((", compute_type(dtype), ")", float_constant_as_integer(d, compute),
+                          "LL)");
     case DType::Float32: {
       float f = static_cast<float>(d);
       if (f != f || f == std::numeric_limits<float>::infinity() ||

@@ -104,6 +104,14 @@ inline To saturating_float_to_int(From x) {
   return static_cast<To>(x);
 }
 
+// The value of an integer constant whose attribute is a float (IR text may say
+// `const {value = 1e300} : i64[]`): the float converted as a cast to `dtype` converts it. Both
+// code generators take it from here.
+inline int64_t float_constant_as_integer(double value, DType dtype) {
+  return dtype == DType::Int32 ? saturating_float_to_int<int32_t>(value)
+                               : saturating_float_to_int<int64_t>(value);
+}
+
 // One value converted from one dtype's storage type to another's: what cast means, on the CPU.
 template <typename To, typename From>
 inline To convert_value(From x) {
