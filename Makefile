@@ -5,6 +5,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 
 .PHONY: all deps configure build demo test test-asan fuzz-parser fuzz-parser-build fuzz-parser-merge \
+	fuzz-pipeline fuzz-pipeline-merge \
   clean format
 
 all: build
@@ -64,6 +65,27 @@ fuzz-parser: fuzz-parser-build
 
 fuzz-parser-merge: fuzz-parser-build
 	build-libfuzzer/ir_parser_fuzzer -merge=1 $(FUZZ_CORPUS) build-libfuzzer/corpus
+
+# Past the IR text, in the same build: graphs that parse and verify go through the pass
+# pipeline (verified between passes) and both code generators. Seeded from its own corpus, the
+# IR text fuzzer's and tests/filecheck; new inputs go to build-libfuzzer/pipeline-corpus,
+# findings to build-libfuzzer/pipeline-findings/. `make fuzz-pipeline-merge` adds what covers
+# something new to the committed corpus (IrCorpus.EveryInputPassesThePipelineFuzzersChecks).
+PIPELINE_CORPUS = tests/fuzz/corpus/ir_pipeline
+
+fuzz-pipeline: fuzz-parser-build
+	mkdir -p build-libfuzzer/pipeline-corpus build-libfuzzer/pipeline-findings
+	cd build-libfuzzer && ./ir_pipeline_fuzzer pipeline-corpus ../$(PIPELINE_CORPUS) \
+	  ../$(FUZZ_CORPUS) ../tests/filecheck -dict=../tests/fuzz/ir.dict \
+	  -max_total_time=$(FUZZ_TIME) -jobs=1 -workers=1 -artifact_prefix=pipeline-findings/ \
+	  -print_final_stats=1 $(FUZZ_FLAGS)
+	@grep -E '^(#[0-9]+.*DONE|stat::)' build-libfuzzer/fuzz-0.log || tail -n 20 build-libfuzzer/fuzz-0.log
+	@if [ -n "$$(ls build-libfuzzer/pipeline-findings)" ]; then \
+	  echo "findings: $$(ls build-libfuzzer/pipeline-findings)"; exit 1; fi
+
+fuzz-pipeline-merge: fuzz-parser-build
+	mkdir -p $(PIPELINE_CORPUS)
+	build-libfuzzer/ir_pipeline_fuzzer -merge=1 $(PIPELINE_CORPUS) build-libfuzzer/pipeline-corpus
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc')

@@ -136,5 +136,9 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
 // and what `lazyfuse codegen` shows.
 CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,
                               bool fast_math = false);
+// The kernel a first evaluation of `step` compiles: its operands as freshly made tensors lie,
+// contiguous and 256-byte aligned (what cuMemAlloc gives). What `lazyfuse codegen` and
+// `compile` show.
+CudaSource cuda_source_for_fresh_operands(const Graph& graph, const Step& step);
 
 }  // namespace lazyfuse

@@ -14,28 +14,6 @@
 namespace lazyfuse::tools {
 namespace {
 
-// Operands as a freshly made tensor lies: contiguous and 256-byte aligned (what cuMemAlloc
-// gives), so the source is what a first evaluation of these shapes would compile.
-CudaSource cuda_source(const Schedule& schedule, const Step& step) {
-  std::vector<OperandLayout> layouts;
-  uint64_t address = 1 << 20;
-  for (ValueId v : step.inputs) {
-    const Node& node = schedule.graph.nodes[v];
-    layouts.push_back(
-        {address, dtype_size(node.dtype), node.shape, contiguous_strides(node.shape)});
-    address += 1 << 20;
-  }
-  std::vector<uint64_t> outputs;
-  std::vector<int64_t> sizes;
-  for (ValueId v : step.outputs) {
-    outputs.push_back(address += 1 << 20);
-    sizes.push_back(dtype_size(schedule.graph.nodes[v].dtype));
-  }
-  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, sizes);
-  if (step.kind == StepKind::Reduction) plan.spec.vectorized = false;
-  return generate_cuda_step(schedule.graph, step, plan.spec);
-}
-
 bool has_generated_kernel(const Step& step) {
   return step.kind == StepKind::Elementwise || step.kind == StepKind::Reduction;
 }
@@ -53,7 +31,7 @@ int codegen(const std::string& path, const std::string& target, bool with_prolog
       continue;
     }
     if (target == "cuda") {
-      CudaSource source = cuda_source(schedule, step);
+      CudaSource source = cuda_source_for_fresh_operands(schedule.graph, step);
       std::string text = source.source;
       if (!with_prologue) text = text.substr(cuda_prologue().size());
       std::cout << "// ----- " << source.kernel_name << " -----"
@@ -76,7 +54,7 @@ int compile(const std::string& path, const std::string& arch) {
   std::cout << "NVRTC " << nvrtc_version() << ", " << arch << "\n";
   for (const Step& step : schedule.steps) {
     if (!has_generated_kernel(step)) continue;
-    CudaSource source = cuda_source(schedule, step);
+    CudaSource source = cuda_source_for_fresh_operands(schedule.graph, step);
     CompiledKernel kernel = nvrtc_compile(source.source, source.kernel_name, major, minor);
     std::printf("%-40s %8.1f ms  %s %zu bytes\n", source.kernel_name.c_str(), kernel.compile_ms,
                 kernel.is_cubin ? "cubin" : "ptx", kernel.image.size());

@@ -1,0 +1,47 @@
+// The pipeline fuzzer's property (ir_pipeline_check.h).
+#include "tests/fuzz/ir_pipeline_check.h"
+
+#include "codegen/cpu_program.h"
+#include "codegen/cuda_codegen.h"
+#include "ir/errors.h"
+#include "ir/graph.h"
+#include "ir/passes/passes.h"
+#include "ir/verifier.h"
+
+namespace lazyfuse::fuzz {
+
+std::string check_ir_pipeline(std::string_view text) {
+  Graph graph;
+  try {
+    graph = parse_graph(text);
+    verify(graph);
+  } catch (const Error&) {
+    return "";  // the IR text fuzzer's ground
+  }
+  Schedule schedule;
+  try {
+    schedule = run_pipeline(graph, {});
+  } catch (const Error&) {
+    return "";  // a typed rejection, such as operands on two devices
+  }
+  for (const Step& step : schedule.steps) {
+    if (step.kind != StepKind::Elementwise && step.kind != StepKind::Reduction) continue;
+    for (ValueId v : step.nodes)
+      if (v < 0 || static_cast<size_t>(v) >= schedule.graph.nodes.size())
+        return "a step names a node the schedule's graph does not have";
+    try {
+      const CudaSource source = cuda_source_for_fresh_operands(schedule.graph, step);
+      if (source.kernel_name.empty() || source.source.find(source.kernel_name) == std::string::npos)
+        return "a generated kernel does not define the name it is launched by: " +
+               source.kernel_name;
+    } catch (const Error&) {
+    }
+    try {
+      cpu_step_listing(schedule.graph, step);
+    } catch (const Error&) {
+    }
+  }
+  return "";
+}
+
+}  // namespace lazyfuse::fuzz
