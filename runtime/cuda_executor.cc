@@ -93,6 +93,63 @@ bool memo_fits(const LaunchMemo& memo, const Step& step,
   return true;
 }
 
+// Keeps a launch's plan and kernel in `memo` for the next evaluation whose operands keep
+// these layouts (memo_fits).
+void remember_launch(LaunchMemo& memo, const std::vector<OperandLayout>& layouts,
+                     CudaElementwiseLaunch plan, cuda::CUfunction function, const std::string& key,
+                     int64_t blocks, bool fast_math) {
+  memo.valid = true;
+  memo.kernel_generation = cuda::kernel_cache_generation();
+  memo.fast_math = fast_math;
+  memo.shapes.clear();
+  memo.strides.clear();
+  memo.aligned.clear();
+  for (const OperandLayout& layout : layouts) {
+    memo.shapes.push_back(layout.shape);
+    memo.strides.push_back(layout.strides);
+    memo.aligned.push_back(layout.address % (plan.spec.vector_width * layout.element_size) == 0);
+  }
+  memo.plan = std::move(plan);
+  memo.function = function;
+  memo.name = key;
+  memo.blocks = blocks;
+}
+
+// The step's operand addresses, in step order.
+absl::InlinedVector<uint64_t, 8> input_addresses(
+    const Step& step, const std::vector<std::optional<BufferView>>& values) {
+  absl::InlinedVector<uint64_t, 8> inputs;
+  for (ValueId v : step.inputs) inputs.push_back(address(*values[v]));
+  return inputs;
+}
+
+// A reduction or row step's plan and kernel: the memo's when it fits the operands as they are
+// now (counted as a memory hit, as a lookup would be), else `make_plan` over their layouts
+// and the kernel of `generate`, remembered in the memo (or in `scratch` without one). Appends
+// the operands' words to `args`.
+template <typename MakePlan, typename Generate>
+const LaunchMemo& reduction_launch(const Step& step,
+                                   const std::vector<std::optional<BufferView>>& values,
+                                   LaunchMemo* memo, LaunchMemo& scratch,
+                                   std::vector<uint64_t>& args, MakePlan make_plan,
+                                   Generate generate) {
+  const bool fast_math = env_config().fast_math;
+  if (memo != nullptr && memo_fits(*memo, step, values, fast_math)) {
+    cuda::count_memory_hit();
+    append_space_args(memo->plan, input_addresses(step, values), args);
+    return *memo;
+  }
+  const Operands operands = operands_of(step, values);
+  CudaElementwiseLaunch plan = make_plan(operands.layouts);
+  const std::string key = kernel_cache_key(step, plan.spec, fast_math);
+  cuda::CUfunction function =
+      cuda::get_kernel(step.device.index(), key, [&] { return generate(plan.spec, fast_math); });
+  append_space_args(plan, operands.addresses, args);
+  LaunchMemo& kept = memo != nullptr ? *memo : scratch;
+  remember_launch(kept, operands.layouts, std::move(plan), function, key, 0, fast_math);
+  return kept;
+}
+
 void run_elementwise(const Graph& graph, const Step& step,
                      std::vector<std::optional<BufferView>>& values, LaunchMemo* memo) {
   const int device = step.device.index();
@@ -108,9 +165,8 @@ void run_elementwise(const Graph& graph, const Step& step,
   if (memo != nullptr && outputs_aligned && memo_fits(*memo, step, values, fast_math)) {
     if (memo->plan.numel == 0) return;
     cuda::count_memory_hit();
-    absl::InlinedVector<uint64_t, 8> inputs;
-    for (ValueId v : step.inputs) inputs.push_back(address(*values[v]));
-    std::vector<uint64_t> args = pack_elementwise_args(memo->plan, inputs, outputs);
+    std::vector<uint64_t> args =
+        pack_elementwise_args(memo->plan, input_addresses(step, values), outputs);
     launch(static_cast<cuda::CUfunction>(memo->function), memo->blocks, kThreadsPerBlock, args,
            memo->name);
     return;
@@ -134,23 +190,8 @@ void run_elementwise(const Graph& graph, const Step& step,
   const int64_t blocks =
       std::clamp<int64_t>((units + kThreadsPerBlock - 1) / kThreadsPerBlock, 1, cap);
   launch(function, blocks, kThreadsPerBlock, args, key);
-  if (memo != nullptr && outputs_aligned) {
-    memo->valid = true;
-    memo->kernel_generation = cuda::kernel_cache_generation();
-    memo->fast_math = fast_math;
-    memo->shapes.clear();
-    memo->strides.clear();
-    memo->aligned.clear();
-    for (const OperandLayout& layout : operands.layouts) {
-      memo->shapes.push_back(layout.shape);
-      memo->strides.push_back(layout.strides);
-      memo->aligned.push_back(layout.address % (plan.spec.vector_width * layout.element_size) == 0);
-    }
-    memo->plan = std::move(plan);
-    memo->function = function;
-    memo->name = key;
-    memo->blocks = blocks;
-  }
+  if (memo != nullptr && outputs_aligned)
+    remember_launch(*memo, operands.layouts, std::move(plan), function, key, blocks, fast_math);
 }
 
 }  // namespace
@@ -225,70 +266,80 @@ int64_t append_reduction_args(const Device& device, DType acc, uint64_t out, int
 }
 
 // A reduction with a fused prologue: one kernel computes the prologue's elements and reduces
-// them (a second, plain one combines partials when a row spans several chunks).
+// them, its last block per row combining the chunks' partials.
 BufferView run_fused_reduction(const Graph& graph, const Step& step,
-                               const std::vector<std::optional<BufferView>>& values) {
+                               const std::vector<std::optional<BufferView>>& values,
+                               LaunchMemo* memo) {
   const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
-  const int device = node.device.index();
-  cuda::activate(device);
-  const Operands operands = operands_of(step, values);
-  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, operands.layouts, {}, {});
-  plan.spec.vectorized = false;
-  const int64_t rows = numel(node.shape);
-  const int64_t columns = rows == 0 ? 0 : plan.numel / rows;
-  const DType acc = cuda_reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
+  cuda::activate(node.device.index());
   BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
+  const int64_t rows = numel(node.shape);
   if (rows == 0) return out;
-  const bool fast_math = env_config().fast_math;
-  const std::string key = kernel_cache_key(step, plan.spec, fast_math);
-  cuda::CUfunction function = cuda::get_kernel(device, key, [&] {
-    return generate_cuda_fused_reduction(graph, step, plan.spec, fast_math);
-  });
   std::vector<uint64_t> args;
-  append_space_args(plan, operands.addresses, args);
+  LaunchMemo scratch;
+  const LaunchMemo& kernel = reduction_launch(
+      step, values, memo, scratch, args,
+      [&](const std::vector<OperandLayout>& layouts) {
+        CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
+        plan.spec.vectorized = false;
+        return plan;
+      },
+      [&](const CudaElementwiseSpec& spec, bool fast_math) {
+        return generate_cuda_fused_reduction(graph, step, spec, fast_math);
+      });
+  const int64_t columns = kernel.plan.numel / rows;
+  const DType acc = cuda_reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
   std::optional<BufferView> partial;
   const int64_t chunks =
       append_reduction_args(node.device, acc, address(out), rows, columns, args, partial);
-  launch(function, rows * chunks, kCudaReduceThreads, args, key);
+  launch(static_cast<cuda::CUfunction>(kernel.function), rows * chunks, kCudaReduceThreads, args,
+         kernel.name);
   return out;
 }
 
 // A row step (reductions of the same rows, an epilogue): one warp per row.
 void run_row_kernel(const Graph& graph, const Step& step,
-                    std::vector<std::optional<BufferView>>& values) {
+                    std::vector<std::optional<BufferView>>& values, LaunchMemo* memo) {
   const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
-  const int device = node.device.index();
-  cuda::activate(device);
-  const Operands operands = operands_of(step, values);
+  cuda::activate(node.device.index());
   const std::vector<uint64_t> outputs = allocate_outputs(graph, step, values);
-  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, operands.layouts, {}, {});
   const int64_t rows = numel(node.shape);
   if (rows == 0) return;
-  const int64_t columns = plan.numel / rows;
-  plan.spec.row_in_registers = columns <= 32 * kCudaRowRegisters &&
-                               step.inputs.size() <= static_cast<size_t>(kCudaRowRegisterInputs);
   // Lanes read and write four consecutive elements at once (codegen/cuda_reduction.cc) where
   // the row is in registers, is whole groups of 128 columns, and every operand and stored
-  // output is aligned for it (the plan has checked the operands).
-  bool vector_rows = plan.spec.vectorized && plan.spec.row_in_registers && columns % 128 == 0;
-  plan.spec.vector_width = 4;  // the row kernel's layout: four consecutive columns per lane
-  for (size_t k = 0; vector_rows && k < step.outputs.size(); ++k) {
+  // output is aligned for it (the plan checks the operands). Fresh outputs always are; a memo
+  // is kept only for them.
+  bool outputs_aligned = true;
+  for (size_t k = 0; k < step.outputs.size(); ++k) {
     const Node& output = graph.nodes[step.outputs[k]];
-    vector_rows = is_reduction(output.op) || outputs[k] % (4 * dtype_size(output.dtype)) == 0;
+    outputs_aligned &= is_reduction(output.op) || outputs[k] % (4 * dtype_size(output.dtype)) == 0;
   }
-  plan.spec.vectorized = vector_rows;
-  const bool fast_math = env_config().fast_math;
-  const std::string key = kernel_cache_key(step, plan.spec, fast_math);
-  cuda::CUfunction function = cuda::get_kernel(
-      device, key, [&] { return generate_cuda_row_kernel(graph, step, plan.spec, fast_math); });
   std::vector<uint64_t> args;
-  append_space_args(plan, operands.addresses, args);
+  LaunchMemo scratch;
+  const LaunchMemo& kernel = reduction_launch(
+      step, values, outputs_aligned ? memo : nullptr, scratch, args,
+      [&](const std::vector<OperandLayout>& layouts) {
+        CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
+        const int64_t columns = plan.numel / rows;
+        plan.spec.row_in_registers =
+            columns <= 32 * kCudaRowRegisters &&
+            step.inputs.size() <= static_cast<size_t>(kCudaRowRegisterInputs);
+        plan.spec.vectorized = plan.spec.vectorized && plan.spec.row_in_registers &&
+                               columns % 128 == 0 && outputs_aligned;
+        plan.spec.vector_width = 4;  // the row kernel's layout: four consecutive columns a lane
+        return plan;
+      },
+      [&](const CudaElementwiseSpec& spec, bool fast_math) {
+        return generate_cuda_row_kernel(graph, step, spec, fast_math);
+      });
+  const int64_t columns = kernel.plan.numel / rows;
   args.insert(args.end(), outputs.begin(), outputs.end());
   args.push_back(static_cast<uint64_t>(rows));
   args.push_back(static_cast<uint64_t>(columns));
   args.push_back(std::bit_cast<uint64_t>(static_cast<double>(columns)));
   constexpr int64_t kRowsPerBlock = kCudaReduceThreads / 32;
-  launch(function, (rows + kRowsPerBlock - 1) / kRowsPerBlock, kCudaReduceThreads, args, key);
+  launch(static_cast<cuda::CUfunction>(kernel.function), (rows + kRowsPerBlock - 1) / kRowsPerBlock,
+         kCudaReduceThreads, args, kernel.name);
 }
 
 BufferView run_reduction(const Node& node, const BufferView& input) {
@@ -356,12 +407,12 @@ void run_cuda_step(const Graph& graph, const Step& step,
     case StepKind::Reduction: {
       const ReductionParts parts = reduction_parts(graph, step);
       if (parts.is_row_program()) {
-        run_row_kernel(graph, step, values);
+        run_row_kernel(graph, step, values, memo);
       } else {
         const Node& reduction = graph.nodes[parts.reduction];
         values[parts.reduction] = parts.prologue.empty()
                                       ? run_reduction(reduction, *values[reduction.inputs[0]])
-                                      : run_fused_reduction(graph, step, values);
+                                      : run_fused_reduction(graph, step, values, memo);
       }
       return;
     }
