@@ -365,6 +365,26 @@ std::vector<uint64_t> pack_elementwise_args(const CudaElementwiseLaunch& launch,
   return words;
 }
 
+CudaSource cuda_source_for_fresh_operands(const Graph& graph, const Step& step) {
+  std::vector<OperandLayout> layouts;
+  uint64_t address = 1 << 20;
+  for (ValueId v : step.inputs) {
+    const Node& node = graph.nodes[v];
+    layouts.push_back(
+        {address, dtype_size(node.dtype), node.shape, contiguous_strides(node.shape)});
+    address += 1 << 20;
+  }
+  std::vector<uint64_t> outputs;
+  std::vector<int64_t> sizes;
+  for (ValueId v : step.outputs) {
+    outputs.push_back(address += 1 << 20);
+    sizes.push_back(dtype_size(graph.nodes[v].dtype));
+  }
+  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, sizes);
+  if (step.kind == StepKind::Reduction) plan.spec.vectorized = false;
+  return generate_cuda_step(graph, step, plan.spec);
+}
+
 CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
                                      const CudaElementwiseSpec& spec, bool fast_math) {
   const int rank = spec.rank;

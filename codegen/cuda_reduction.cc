@@ -413,24 +413,4 @@ CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaEl
   return generate_cuda_reduction(node.op, graph.nodes[node.inputs[0]].dtype, node.dtype);
 }
 
-CudaSource cuda_source_for_fresh_operands(const Graph& graph, const Step& step) {
-  std::vector<OperandLayout> layouts;
-  uint64_t address = 1 << 20;
-  for (ValueId v : step.inputs) {
-    const Node& node = graph.nodes[v];
-    layouts.push_back(
-        {address, dtype_size(node.dtype), node.shape, contiguous_strides(node.shape)});
-    address += 1 << 20;
-  }
-  std::vector<uint64_t> outputs;
-  std::vector<int64_t> sizes;
-  for (ValueId v : step.outputs) {
-    outputs.push_back(address += 1 << 20);
-    sizes.push_back(dtype_size(graph.nodes[v].dtype));
-  }
-  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, sizes);
-  if (step.kind == StepKind::Reduction) plan.spec.vectorized = false;
-  return generate_cuda_step(graph, step, plan.spec);
-}
-
 }  // namespace lazyfuse

@@ -301,9 +301,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
     ValueId id = schedule.graph.outputs[i];
     BufferView buffer = *values[id];
     pending[i]->buffer = std::move(buffer);
-    // Usually the strides it was given (contiguous) already: no copy then.
-    if (pending[i]->strides != pending[i]->buffer->strides)
-      pending[i]->strides = pending[i]->buffer->strides;
+    pending[i]->strides = pending[i]->buffer->strides;
     pending[i]->inputs.clear();
     pending[i]->pending_nodes = 0;
   }
