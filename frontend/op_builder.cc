@@ -28,8 +28,7 @@ Tensor make_op(Op op, std::initializer_list<Tensor> operands, Attrs attrs, const
                Shape given, DType explicit_dtype, Device device) {
   // Ops have at most three operands: these stay off the heap (the host cost of an op counts
   // when a small expression is evaluated in a loop).
-  std::vector<LazyRef> inputs;
-  inputs.reserve(operands.size());
+  LazyInputs inputs;
   absl::InlinedVector<DType, 3> dtypes;
   absl::InlinedVector<const Shape*, 3> shapes;
   for (const Tensor& operand : operands) {

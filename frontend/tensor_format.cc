@@ -63,14 +63,14 @@ std::string python_sci(double value, int precision) {
   return printf_string("%.*e", precision, value);
 }
 
-int64_t numel_of(const std::vector<int64_t>& shape) {
+int64_t numel_of(const Shape& shape) {
   int64_t numel = 1;
   for (int64_t size : shape) numel *= size;
   return numel;
 }
 
 // Python's str(tuple(shape)): "(0, 3)", with the trailing comma of a 1-tuple.
-std::string shape_tuple_string(const std::vector<int64_t>& shape) {
+std::string shape_tuple_string(const Shape& shape) {
   std::string out = "(";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i > 0) out += ", ";
@@ -95,8 +95,8 @@ std::vector<int64_t> shown_indices(int64_t size, bool summarize) {
 }
 
 // Flat offsets of the elements that get printed, i.e. of get_summarized_data(t).
-void collect_shown(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
-                   size_t dim, int64_t offset, bool summarize, std::vector<int64_t>* out) {
+void collect_shown(const Shape& shape, const Strides& strides, size_t dim, int64_t offset,
+                   bool summarize, std::vector<int64_t>* out) {
   if (dim == shape.size()) {
     out->push_back(offset);
     return;
@@ -220,9 +220,9 @@ std::string vector_string(const ElementFormatter& formatter, int64_t size, int64
 
 // _tensor_str_with_formatter: nests one bracket per dim; sub-blocks of a k-dim tensor are
 // separated by k-1 newlines, so matrices of a 3-D tensor get a blank line between them.
-std::string nested_string(const ElementFormatter& formatter, const std::vector<int64_t>& shape,
-                          const std::vector<int64_t>& strides, size_t dim, int64_t offset,
-                          int64_t indent, bool summarize) {
+std::string nested_string(const ElementFormatter& formatter, const Shape& shape,
+                          const Strides& strides, size_t dim, int64_t offset, int64_t indent,
+                          bool summarize) {
   size_t rank = shape.size() - dim;
   if (rank == 0) return formatter.format(offset);
   if (rank == 1) {
@@ -321,7 +321,7 @@ std::string format_tensor(const FormatInput& in) {
     if (in.shape.size() != 1) suffixes.push_back("size=" + shape_tuple_string(in.shape));
     body = "[]";
   } else {
-    std::vector<int64_t> strides(in.shape.size(), 1);
+    Strides strides(in.shape.size(), 1);
     for (size_t d = in.shape.size(); d-- > 1;) strides[d - 1] = strides[d] * in.shape[d];
     const bool summarize = numel > kThreshold;
     std::vector<int64_t> shown;

@@ -7,11 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "ir/shape.h"
+
 namespace lazyfuse {
 
 // Host copy of a tensor's values, contiguous row-major, as PyTorch's formatter needs them.
 struct FormatInput {
-  std::vector<int64_t> shape;       // empty = 0-d scalar
+  Shape shape;                      // empty = 0-d scalar
   std::vector<double> values;       // used when is_floating or is_bool (bool as 0/1)
   std::vector<int64_t> int_values;  // used for integer dtypes (exact int64)
   bool is_floating = false;         // float32/64/16/bfloat16

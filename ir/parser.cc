@@ -373,7 +373,8 @@ class Parser {
       fail(dtype_at, e.what());
     }
     expect('[');
-    node->shape = parse_int_list_rest();
+    std::vector<int64_t> sizes = parse_int_list_rest();
+    node->shape.assign(sizes.begin(), sizes.end());
     skip_space();
     size_t device_at = pos_;
     if (peek() != '@') fail(device_at, "expected '@' and a device");

@@ -5,10 +5,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
+
 namespace lazyfuse {
 
-using Shape = std::vector<int64_t>;
-using Strides = std::vector<int64_t>;
+// Sizes and strides live inline up to rank 6: every lazy value, buffer and graph node carries
+// both, and a heap allocation for each was most of an evaluation's host cost after the launch.
+inline constexpr size_t kInlineRank = 6;
+using Shape = absl::InlinedVector<int64_t, kInlineRank>;
+using Strides = absl::InlinedVector<int64_t, kInlineRank>;
 
 int64_t numel(const Shape& shape);
 // The element count, or -1 when a size is negative or the sizes multiply past int64: what

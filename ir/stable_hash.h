@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "ir/device.h"
 
 namespace lazyfuse {
@@ -32,13 +33,22 @@ class StableHash {
   StableHash& add(const Device& device) { return add(device.type()).add(device.index()); }
   template <typename T>
   StableHash& add(const std::vector<T>& items) {
-    add(items.size());
-    for (const T& item : items) add(item);
-    return *this;
+    return add_items(items);
+  }
+  template <typename T, size_t N>
+  StableHash& add(const absl::InlinedVector<T, N>& items) {
+    return add_items(items);
   }
   uint64_t value() const { return state_; }
 
  private:
+  // The count, then each item: the same words whichever container holds them.
+  template <typename Items>
+  StableHash& add_items(const Items& items) {
+    add(items.size());
+    for (const auto& item : items) add(item);
+    return *this;
+  }
   uint64_t state_ = 0x6C617A7966757365ull;  // "lazyfuse"
 };
 

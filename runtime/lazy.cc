@@ -43,7 +43,7 @@ LazyRef make_leaf(BufferView buffer, SourceLoc where) {
   return value;
 }
 
-LazyRef make_pending(Node node, std::vector<LazyRef> inputs, Strides strides) {
+LazyRef make_pending(Node node, LazyInputs inputs, Strides strides) {
   auto value = std::make_shared<LazyValue>();
   value->pending_nodes = 1;
   std::lock_guard lock(eval_mutex);

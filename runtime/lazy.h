@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "ir/graph.h"
 #include "runtime/storage.h"
 
@@ -16,7 +17,7 @@ namespace lazyfuse {
 
 struct LazyValue : std::enable_shared_from_this<LazyValue> {
   Node node;  // op, dtype, shape, device, attrs, where; node.inputs is unused here
-  std::vector<std::shared_ptr<LazyValue>> inputs;
+  absl::InlinedVector<std::shared_ptr<LazyValue>, 3> inputs;
   std::optional<BufferView> buffer;  // set once computed; `inputs` is then cleared
   // The strides the value has or will have: contiguous for computed values, derived for views.
   Strides strides;
@@ -31,6 +32,8 @@ struct LazyValue : std::enable_shared_from_this<LazyValue> {
 };
 
 using LazyRef = std::shared_ptr<LazyValue>;
+// A value's inputs, inline up to three (where(), the widest op, takes three).
+using LazyInputs = absl::InlinedVector<LazyRef, 3>;
 
 // Whether the value holds its buffer, read under the evaluation lock (another thread may be
 // computing it).
@@ -38,7 +41,7 @@ bool is_computed(const LazyRef& value);
 // Wraps a buffer as a computed value.
 LazyRef make_leaf(BufferView buffer, SourceLoc where);
 // A pending node over `inputs`; dtype, shape and device already decided by the caller.
-LazyRef make_pending(Node node, std::vector<LazyRef> inputs, Strides strides);
+LazyRef make_pending(Node node, LazyInputs inputs, Strides strides);
 
 // The graph that computes `outputs` from computed values (params, in order of first use).
 struct BuiltGraph {

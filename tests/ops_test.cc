@@ -17,6 +17,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -33,7 +34,7 @@ constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 
 std::string name_of(DType dtype) { return std::string(dtype_torch_name(dtype)); }
 
-std::string shape_text(const Shape& shape) {
+std::string shape_text(std::span<const int64_t> shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
   return out + "]";

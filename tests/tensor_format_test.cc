@@ -17,7 +17,7 @@ constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // float64 values, taken as they are.
-FormatInput f64(std::vector<int64_t> shape, std::vector<double> values) {
+FormatInput f64(Shape shape, std::vector<double> values) {
   FormatInput in;
   in.shape = std::move(shape);
   in.values = std::move(values);
@@ -26,13 +26,13 @@ FormatInput f64(std::vector<int64_t> shape, std::vector<double> values) {
 }
 
 // float32 values: each literal is rounded to float first, as torch.tensor([...]) does.
-FormatInput f32(std::vector<int64_t> shape, std::vector<double> values) {
+FormatInput f32(Shape shape, std::vector<double> values) {
   for (double& value : values) value = static_cast<float>(value);
   return f64(std::move(shape), std::move(values));
 }
 
 // float32 tensor whose element i is fn(i), computed in float like the matching torch expression.
-FormatInput f32_from(std::vector<int64_t> shape, const std::function<float(int64_t)>& fn) {
+FormatInput f32_from(Shape shape, const std::function<float(int64_t)>& fn) {
   int64_t numel = 1;
   for (int64_t size : shape) numel *= size;
   std::vector<double> values;
@@ -40,7 +40,7 @@ FormatInput f32_from(std::vector<int64_t> shape, const std::function<float(int64
   return f64(std::move(shape), std::move(values));
 }
 
-FormatInput i64(std::vector<int64_t> shape, std::vector<int64_t> values) {
+FormatInput i64(Shape shape, std::vector<int64_t> values) {
   FormatInput in;
   in.shape = std::move(shape);
   in.int_values = std::move(values);
@@ -48,7 +48,7 @@ FormatInput i64(std::vector<int64_t> shape, std::vector<int64_t> values) {
 }
 
 // torch.arange(numel).reshape(shape)
-FormatInput arange_i64(std::vector<int64_t> shape) {
+FormatInput arange_i64(Shape shape) {
   int64_t numel = 1;
   for (int64_t size : shape) numel *= size;
   std::vector<int64_t> values;
@@ -56,7 +56,7 @@ FormatInput arange_i64(std::vector<int64_t> shape) {
   return i64(std::move(shape), std::move(values));
 }
 
-FormatInput bools(std::vector<int64_t> shape, std::vector<double> values) {
+FormatInput bools(Shape shape, std::vector<double> values) {
   FormatInput in;
   in.shape = std::move(shape);
   in.values = std::move(values);

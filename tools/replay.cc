@@ -249,7 +249,7 @@ std::vector<Tensor> evaluate_graph(const Graph& graph, const std::vector<Tensor>
       values.push_back(inputs[i].value());
       continue;
     }
-    std::vector<LazyRef> operands;
+    LazyInputs operands;
     for (ValueId in : node.inputs) operands.push_back(values[in]);
     Node description = node;
     description.inputs.clear();
