@@ -115,7 +115,7 @@ void BM_CudaLaunchPlan(benchmark::State& state) {
     const std::vector<uint64_t> outputs = {8192};
     CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, {4});
     std::string key = absl::StrFormat("%016x.%s%s", step.kernel_key, plan.spec.code(), "");
-    std::vector<uint64_t> args = pack_elementwise_args(plan, addresses, outputs);
+    KernelArgs args = pack_elementwise_args(plan, addresses, outputs);
     benchmark::DoNotOptimize(key);
     benchmark::DoNotOptimize(args);
   }

@@ -252,7 +252,7 @@ std::string CudaElementwiseSpec::code() const {
 
 CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
                                             const std::vector<OperandLayout>& inputs,
-                                            const std::vector<uint64_t>& output_addresses,
+                                            std::span<const uint64_t> output_addresses,
                                             const std::vector<int64_t>& output_element_sizes) {
   CudaElementwiseLaunch launch;
   launch.numel = numel(step.shape);
@@ -345,7 +345,7 @@ CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
 }
 
 void append_space_args(const CudaElementwiseLaunch& launch,
-                       std::span<const uint64_t> input_addresses, std::vector<uint64_t>& words) {
+                       std::span<const uint64_t> input_addresses, KernelArgs& words) {
   for (int d = 0; d < launch.spec.rank; ++d)
     words.push_back(static_cast<uint64_t>(launch.sizes[d]));
   for (uint64_t a : input_addresses) words.push_back(a);
@@ -353,10 +353,10 @@ void append_space_args(const CudaElementwiseLaunch& launch,
     for (int d = 0; d < launch.spec.rank; ++d) words.push_back(static_cast<uint64_t>(s[d]));
 }
 
-std::vector<uint64_t> pack_elementwise_args(const CudaElementwiseLaunch& launch,
-                                            std::span<const uint64_t> input_addresses,
-                                            std::span<const uint64_t> output_addresses) {
-  std::vector<uint64_t> words;
+KernelArgs pack_elementwise_args(const CudaElementwiseLaunch& launch,
+                                 std::span<const uint64_t> input_addresses,
+                                 std::span<const uint64_t> output_addresses) {
+  KernelArgs words;
   words.reserve(1 + launch.spec.rank * (1 + input_addresses.size()) + input_addresses.size() +
                 output_addresses.size());
   words.push_back(static_cast<uint64_t>(launch.numel));

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "ir/graph.h"
 #include "ir/schedule.h"
 
@@ -57,7 +58,7 @@ struct OperandLayout {
 // `outputs_address` are the result buffers' addresses (contiguous), for the alignment check.
 CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
                                             const std::vector<OperandLayout>& inputs,
-                                            const std::vector<uint64_t>& output_addresses,
+                                            std::span<const uint64_t> output_addresses,
                                             const std::vector<int64_t>& output_element_sizes);
 
 struct CudaSource {
@@ -70,13 +71,16 @@ struct CudaSource {
 CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
                                      const CudaElementwiseSpec& spec, bool fast_math = false);
 
-std::vector<uint64_t> pack_elementwise_args(const CudaElementwiseLaunch& launch,
-                                            std::span<const uint64_t> input_addresses,
-                                            std::span<const uint64_t> output_addresses);
+// A launch's parameter words, inline for the usual few operands (no heap on a repeat launch).
+using KernelArgs = absl::InlinedVector<uint64_t, 32>;
+
+KernelArgs pack_elementwise_args(const CudaElementwiseLaunch& launch,
+                                 std::span<const uint64_t> input_addresses,
+                                 std::span<const uint64_t> output_addresses);
 // The words every kernel over an iteration space has in common: sizes[rank], input pointers,
 // input strides (inputs x rank). Fused reductions and row kernels follow them with their own.
 void append_space_args(const CudaElementwiseLaunch& launch,
-                       std::span<const uint64_t> input_addresses, std::vector<uint64_t>& words);
+                       std::span<const uint64_t> input_addresses, KernelArgs& words);
 
 // The prologue every kernel starts with (codegen/cuda_prologue.cuh and codegen/philox.h).
 const std::string& cuda_prologue();

@@ -16,8 +16,7 @@ namespace {
 // Elements per parallel task: large enough to amortise scheduling, small enough to balance.
 constexpr int64_t kTaskElements = 16 * kCpuBlock;
 
-void run_elementwise(const Graph& graph, const Step& step,
-                     std::vector<std::optional<BufferView>>& values,
+void run_elementwise(const Graph& graph, const Step& step, ValueBuffers& values,
                      std::shared_ptr<const CpuProgram>* memo = nullptr) {
   std::shared_ptr<const CpuProgram> compiled = memo != nullptr ? *memo : nullptr;
   if (compiled == nullptr) {
@@ -65,8 +64,7 @@ void run_elementwise(const Graph& graph, const Step& step,
 
 // A reduction step, one reduction at a time (through the members it reads, when there are
 // any), then what is stored besides the reductions, as an elementwise program that reads them.
-void run_reduction(const Graph& graph, const Step& step,
-                   std::vector<std::optional<BufferView>>& values) {
+void run_reduction(const Graph& graph, const Step& step, ValueBuffers& values) {
   const std::vector<Step> parts = split_reduction_step(graph, step);
   for (const Step& part : parts) {
     if (part.kind == StepKind::Elementwise) {
@@ -87,8 +85,7 @@ void run_reduction(const Graph& graph, const Step& step,
 
 }  // namespace
 
-void run_cpu_step(const Graph& graph, const Step& step,
-                  std::vector<std::optional<BufferView>>& values,
+void run_cpu_step(const Graph& graph, const Step& step, ValueBuffers& values,
                   std::shared_ptr<const CpuProgram>* program) {
   const Node& node = graph.nodes[step.nodes.back()];
   switch (step.kind) {

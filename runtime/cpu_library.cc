@@ -149,8 +149,7 @@ BufferView cpu_reduce(const Node& node, const BufferView& input) {
   return out;
 }
 
-BufferView cpu_fused_reduce(const Graph& graph, const Step& step,
-                            const std::vector<std::optional<BufferView>>& values) {
+BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuffers& values) {
   const ReductionParts parts = reduction_parts(graph, step);
   const Node& node = graph.nodes[parts.reduction];
   const ValueId operand = node.inputs[0];

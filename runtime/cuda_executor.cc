@@ -29,8 +29,8 @@ uint64_t address(const BufferView& view) { return reinterpret_cast<uint64_t>(vie
 
 // Launches `function` with its one struct parameter `args`; under LAZYFUSE_SYNC=1 waits, so
 // an error names the kernel.
-void launch(cuda::CUfunction function, int64_t blocks, unsigned threads,
-            std::vector<uint64_t>& args, const std::string& name) {
+void launch(cuda::CUfunction function, int64_t blocks, unsigned threads, KernelArgs& args,
+            const std::string& name) {
   if (blocks == 0) return;
   void* params[] = {args.data()};
   cuda::check(cuda::driver()->cuLaunchKernel(function, static_cast<unsigned>(blocks), 1, 1, threads,
@@ -45,7 +45,7 @@ struct Operands {
   std::vector<OperandLayout> layouts;
   std::vector<uint64_t> addresses;
 };
-Operands operands_of(const Step& step, const std::vector<std::optional<BufferView>>& values) {
+Operands operands_of(const Step& step, const ValueBuffers& values) {
   Operands operands;
   for (ValueId v : step.inputs) {
     const BufferView& in = *values[v];
@@ -56,9 +56,9 @@ Operands operands_of(const Step& step, const std::vector<std::optional<BufferVie
 }
 
 // Fresh buffers for the step's results; their addresses, in step order.
-std::vector<uint64_t> allocate_outputs(const Graph& graph, const Step& step,
-                                       std::vector<std::optional<BufferView>>& values) {
-  std::vector<uint64_t> addresses;
+absl::InlinedVector<uint64_t, 4> allocate_outputs(const Graph& graph, const Step& step,
+                                                  ValueBuffers& values) {
+  absl::InlinedVector<uint64_t, 4> addresses;
   for (ValueId v : step.outputs) {
     const Node& node = graph.nodes[v];
     values[v] = allocate_buffer(node.device, node.dtype, node.shape);
@@ -78,8 +78,8 @@ constexpr int64_t kVectorAlignment = 8;
 // Whether `memo` was made for operands laid out as `values`' inputs of `step` are now: each
 // keeps its shape, strides, and alignment to the plan's vector width (the plan depends on
 // nothing else about the operands).
-bool memo_fits(const LaunchMemo& memo, const Step& step,
-               const std::vector<std::optional<BufferView>>& values, bool fast_math) {
+bool memo_fits(const LaunchMemo& memo, const Step& step, const ValueBuffers& values,
+               bool fast_math) {
   if (!memo.valid || memo.kernel_generation != cuda::kernel_cache_generation() ||
       memo.fast_math != fast_math || memo.shapes.size() != step.inputs.size())
     return false;
@@ -116,8 +116,7 @@ void remember_launch(LaunchMemo& memo, const std::vector<OperandLayout>& layouts
 }
 
 // The step's operand addresses, in step order.
-absl::InlinedVector<uint64_t, 8> input_addresses(
-    const Step& step, const std::vector<std::optional<BufferView>>& values) {
+absl::InlinedVector<uint64_t, 8> input_addresses(const Step& step, const ValueBuffers& values) {
   absl::InlinedVector<uint64_t, 8> inputs;
   for (ValueId v : step.inputs) inputs.push_back(address(*values[v]));
   return inputs;
@@ -128,10 +127,8 @@ absl::InlinedVector<uint64_t, 8> input_addresses(
 // and the kernel of `generate`, remembered in the memo (or in `scratch` without one). Appends
 // the operands' words to `args`.
 template <typename MakePlan, typename Generate>
-const LaunchMemo& reduction_launch(const Step& step,
-                                   const std::vector<std::optional<BufferView>>& values,
-                                   LaunchMemo* memo, LaunchMemo& scratch,
-                                   std::vector<uint64_t>& args, MakePlan make_plan,
+const LaunchMemo& reduction_launch(const Step& step, const ValueBuffers& values, LaunchMemo* memo,
+                                   LaunchMemo& scratch, KernelArgs& args, MakePlan make_plan,
                                    Generate generate) {
   const bool fast_math = env_config().fast_math;
   if (memo != nullptr && memo_fits(*memo, step, values, fast_math)) {
@@ -150,11 +147,10 @@ const LaunchMemo& reduction_launch(const Step& step,
   return kept;
 }
 
-void run_elementwise(const Graph& graph, const Step& step,
-                     std::vector<std::optional<BufferView>>& values, LaunchMemo* memo) {
+void run_elementwise(const Graph& graph, const Step& step, ValueBuffers& values, LaunchMemo* memo) {
   const int device = step.device.index();
   cuda::activate(device);
-  const std::vector<uint64_t> outputs = allocate_outputs(graph, step, values);
+  const absl::InlinedVector<uint64_t, 4> outputs = allocate_outputs(graph, step, values);
   const bool fast_math = env_config().fast_math;
   // Buffers of the caching allocator are aligned far beyond 16 bytes: when the inputs keep
   // their layout the plan, the kernel and the grid are the memo's.
@@ -165,8 +161,7 @@ void run_elementwise(const Graph& graph, const Step& step,
   if (memo != nullptr && outputs_aligned && memo_fits(*memo, step, values, fast_math)) {
     if (memo->plan.numel == 0) return;
     cuda::count_memory_hit();
-    std::vector<uint64_t> args =
-        pack_elementwise_args(memo->plan, input_addresses(step, values), outputs);
+    KernelArgs args = pack_elementwise_args(memo->plan, input_addresses(step, values), outputs);
     launch(static_cast<cuda::CUfunction>(memo->function), memo->blocks, kThreadsPerBlock, args,
            memo->name);
     return;
@@ -179,7 +174,7 @@ void run_elementwise(const Graph& graph, const Step& step,
   const std::string key = kernel_cache_key(step, plan.spec, fast_math);
   cuda::CUfunction function = cuda::get_kernel(
       device, key, [&] { return generate_cuda_elementwise(graph, step, plan.spec, fast_math); });
-  std::vector<uint64_t> args = pack_elementwise_args(plan, operands.addresses, outputs);
+  KernelArgs args = pack_elementwise_args(plan, operands.addresses, outputs);
   // A thread per element (or per vector), which measured fastest; under
   // LAZYFUSE_BLOCKS_PER_SM a capped grid whose threads loop over the rest.
   const int64_t width = plan.spec.vectorized ? plan.spec.vector_width : 1;
@@ -212,7 +207,7 @@ BufferView cuda_convert(const BufferView& source, DType dtype) {
   convert.inputs = {0};
   graph.outputs = {graph.add(convert)};
   Schedule schedule = run_fusion(std::move(graph), {});
-  std::vector<std::optional<BufferView>> values = {source, std::nullopt};
+  ValueBuffers values = {source, std::nullopt};
   run_elementwise(schedule.graph, schedule.steps.at(0), values, nullptr);
   return *values[1];
 }
@@ -250,7 +245,7 @@ uint64_t reduction_counters(const Device& device, int64_t rows) {
 // divisor, and the partials and counters of a row of several chunks (codegen/cuda_reduction.cc).
 // Returns the chunks per row.
 int64_t append_reduction_args(const Device& device, DType acc, uint64_t out, int64_t rows,
-                              int64_t columns, std::vector<uint64_t>& args,
+                              int64_t columns, KernelArgs& args,
                               std::optional<BufferView>& partial) {
   const int64_t chunk =
       env_config().reduce_chunk > 0 ? env_config().reduce_chunk : cuda_reduce_chunk(rows, columns);
@@ -267,15 +262,14 @@ int64_t append_reduction_args(const Device& device, DType acc, uint64_t out, int
 
 // A reduction with a fused prologue: one kernel computes the prologue's elements and reduces
 // them, its last block per row combining the chunks' partials.
-BufferView run_fused_reduction(const Graph& graph, const Step& step,
-                               const std::vector<std::optional<BufferView>>& values,
+BufferView run_fused_reduction(const Graph& graph, const Step& step, const ValueBuffers& values,
                                LaunchMemo* memo) {
   const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
   cuda::activate(node.device.index());
   BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
   const int64_t rows = numel(node.shape);
   if (rows == 0) return out;
-  std::vector<uint64_t> args;
+  KernelArgs args;
   LaunchMemo scratch;
   const LaunchMemo& kernel = reduction_launch(
       step, values, memo, scratch, args,
@@ -298,11 +292,10 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step,
 }
 
 // A row step (reductions of the same rows, an epilogue): one warp per row.
-void run_row_kernel(const Graph& graph, const Step& step,
-                    std::vector<std::optional<BufferView>>& values, LaunchMemo* memo) {
+void run_row_kernel(const Graph& graph, const Step& step, ValueBuffers& values, LaunchMemo* memo) {
   const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
   cuda::activate(node.device.index());
-  const std::vector<uint64_t> outputs = allocate_outputs(graph, step, values);
+  const absl::InlinedVector<uint64_t, 4> outputs = allocate_outputs(graph, step, values);
   const int64_t rows = numel(node.shape);
   if (rows == 0) return;
   // Lanes read and write four consecutive elements at once (codegen/cuda_reduction.cc) where
@@ -314,7 +307,7 @@ void run_row_kernel(const Graph& graph, const Step& step,
     const Node& output = graph.nodes[step.outputs[k]];
     outputs_aligned &= is_reduction(output.op) || outputs[k] % (4 * dtype_size(output.dtype)) == 0;
   }
-  std::vector<uint64_t> args;
+  KernelArgs args;
   LaunchMemo scratch;
   const LaunchMemo& kernel = reduction_launch(
       step, values, outputs_aligned ? memo : nullptr, scratch, args,
@@ -366,7 +359,7 @@ BufferView run_reduction(const Node& node, const BufferView& input) {
   const std::string name = cuda_reduction_kernel_name(node.op, dense.dtype, node.dtype);
   cuda::CUfunction function = cuda::get_kernel(
       device, name, [&] { return generate_cuda_reduction(node.op, dense.dtype, node.dtype); });
-  std::vector<uint64_t> args = {address(dense)};
+  KernelArgs args = {address(dense)};
   std::optional<BufferView> partial;
   const int64_t chunks =
       append_reduction_args(node.device, cuda_reduction_accumulator(node.op, dense.dtype),
@@ -397,8 +390,7 @@ BufferView run_matmul(const Node& node, const BufferView& a, const BufferView& b
 
 }  // namespace
 
-void run_cuda_step(const Graph& graph, const Step& step,
-                   std::vector<std::optional<BufferView>>& values, LaunchMemo* memo) {
+void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, LaunchMemo* memo) {
   const Node& node = graph.nodes[step.nodes.back()];
   switch (step.kind) {
     case StepKind::Elementwise:

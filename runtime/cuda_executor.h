@@ -12,8 +12,8 @@
 namespace lazyfuse {
 
 // `memo`, when given, is the step's LaunchMemo from earlier runs of the same schedule.
-void run_cuda_step(const Graph& graph, const Step& step,
-                   std::vector<std::optional<BufferView>>& values, LaunchMemo* memo = nullptr);
+void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values,
+                   LaunchMemo* memo = nullptr);
 BufferView cuda_contiguous(const BufferView& source);
 
 }  // namespace lazyfuse

@@ -78,8 +78,7 @@ BufferView copy_to_device(const BufferView& source, const Device& device) {
   return out;
 }
 
-void run_schedule(const Schedule& schedule, std::vector<std::optional<BufferView>>& values,
-                  std::vector<LaunchMemo>* memos) {
+void run_schedule(const Schedule& schedule, ValueBuffers& values, std::vector<LaunchMemo>* memos) {
   if (memos != nullptr && memos->size() != schedule.steps.size())
     memos->resize(schedule.steps.size());
   const Graph& graph = schedule.graph;

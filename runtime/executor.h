@@ -36,7 +36,7 @@ struct LaunchMemo {
 // `values` holds a buffer for every param (by value id) on entry; on return it also holds the
 // buffer of every graph output. `memos`, when given, has one entry per step, kept between runs
 // of the same schedule.
-void run_schedule(const Schedule& schedule, std::vector<std::optional<BufferView>>& values,
+void run_schedule(const Schedule& schedule, ValueBuffers& values,
                   std::vector<LaunchMemo>* memos = nullptr);
 
 // A contiguous copy of `source` on `device` (host to GPU, GPU to host, GPU to GPU through

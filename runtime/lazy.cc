@@ -292,7 +292,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   }
   const Schedule& schedule = cached->schedule;
 
-  std::vector<std::optional<BufferView>> values(schedule.graph.nodes.size());
+  ValueBuffers values(schedule.graph.nodes.size());
   for (size_t i = 0; i < walk.params.size(); ++i) values[i] = *walk.params[i]->buffer;
   run_schedule(schedule, values, cacheable ? &cached->memos : nullptr);
 

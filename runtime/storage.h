@@ -5,7 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
+#include "absl/container/inlined_vector.h"
 #include "ir/device.h"
 #include "ir/dtype.h"
 #include "ir/shape.h"
@@ -53,6 +55,10 @@ struct BufferView {
   }
   bool is_contiguous() const;
 };
+
+// The buffers of a schedule's values during one run, by ValueId (unset until computed): inline
+// for the small graphs that are evaluated in loops.
+using ValueBuffers = absl::InlinedVector<std::optional<BufferView>, 8>;
 
 // A fresh contiguous buffer.
 BufferView allocate_buffer(const Device& device, DType dtype, const Shape& shape);

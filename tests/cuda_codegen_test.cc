@@ -209,7 +209,8 @@ TEST(CudaCodegen, RowBroadcastIsReadByPeriodNotByCoordinates) {
     const Step& step = schedule.steps.at(0);
     std::vector<OperandLayout> layouts = contiguous_layouts(schedule, step);
     if (transposed) layouts[0].strides = {1, 64};
-    return std::make_pair(plan_cuda_elementwise(step, layouts, {8192}, {4}), schedule);
+    return std::make_pair(plan_cuda_elementwise(step, layouts, std::vector<uint64_t>{8192}, {4}),
+                          schedule);
   };
   auto [rows32, schedule32] = plan(32, false);
   EXPECT_EQ(rows32.spec.code(), "r1v4_cr");
@@ -237,7 +238,7 @@ TEST(CudaCodegen, VectorWidthIsSixteenBytesOfTheNarrowestOperand) {
               "[4096] @cuda:0\n  %3 = cast %2 : " + out + "[4096] @cuda:0\n  return %3\n}");
     const Step& step = schedule.steps.at(0);
     CudaElementwiseLaunch launch =
-        plan_cuda_elementwise(step, contiguous_layouts(schedule, step), {8192},
+        plan_cuda_elementwise(step, contiguous_layouts(schedule, step), std::vector<uint64_t>{8192},
                               {dtype_size(schedule.graph.nodes[step.outputs[0]].dtype)});
     return std::make_pair(launch, schedule);
   };
