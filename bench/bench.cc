@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/launch_floor.h"
 #include "bench/workloads.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/env.h"
@@ -201,22 +203,37 @@ int run_bench(const BenchOptions& options) {
   }
   std::fprintf(stderr, "\r%60s\r", "");
 
-  // Host cost: (z + 2).exp() * y on 4096 elements, its kernel cached, back to back.
-  double host_us = 0;
+  // Host cost: (z + 2).exp() * y on 4096 elements, its kernel cached, back to back; on a GPU,
+  // batches of a bare cuLaunchKernel of the same computation alternate with them (the floor,
+  // bench/launch_floor.h), so both see the machine in the same state.
+  double host_us = 0, floor_us = 0;
   {
-    Tensor y = rand({4096}, device), z = rand({4096}, device);
-    eval({y, z});
+    Tensor y = rand({4096}, device), z = rand({4096}, device), out = zeros({4096}, device);
+    eval({y, z, out});
     auto body = [&](int) { eval((z + 2).exp() * y); };
     timer.seconds_per_call(10, body);
-    std::vector<double> times;
-    for (int b = 0; b < options.batches; ++b) {
+    std::optional<LaunchFloor> floor;
+    if (device.is_cuda()) {
+      auto address = [](const Tensor& t) {
+        return reinterpret_cast<uint64_t>(t.value()->buffer->data());
+      };
+      floor.emplace(device.index(), address(y), address(z), address(out), 4096);
+    }
+    auto per_call_us = [&](auto&& call) {
       auto begin = Clock::now();
-      for (int i = 0; i < 1000; ++i) body(i);
-      times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - begin).count() /
-                      1000);
+      for (int i = 0; i < 1000; ++i) call(i);
+      const double us =
+          std::chrono::duration<double, std::micro>(Clock::now() - begin).count() / 1000;
       timer.synchronize();
+      return us;
+    };
+    std::vector<double> times, floor_times;
+    for (int b = 0; b < options.batches; ++b) {
+      times.push_back(per_call_us(body));
+      if (floor) floor_times.push_back(per_call_us([&](int) { floor->launch(); }));
     }
     host_us = median(times);
+    if (floor) floor_us = median(floor_times);
   }
 
   // Compile latency of a new fused kernel: cold (NVRTC and load, empty disk cache), warm (from
@@ -260,7 +277,9 @@ int run_bench(const BenchOptions& options) {
                 unfused.seconds * 1e6, roof.seconds * 1e6, fused.bytes / fused.seconds / 1e9,
                 100 * roof.seconds / fused.seconds);
   }
-  std::printf("host cost per evaluation, (z + 2).exp() * y on 4096 elements: %.2f us\n", host_us);
+  std::printf("host cost per evaluation, (z + 2).exp() * y on 4096 elements: %.2f us", host_us);
+  if (device.is_cuda()) std::printf(" (a bare cuLaunchKernel: %.2f us)", floor_us);
+  std::printf("\n");
   if (device.is_cuda())
     std::printf(
         "new fused kernel: cold %.2f ms (NVRTC and load), warm %.3f ms (disk cache), hot %.3f ms\n",
@@ -278,8 +297,9 @@ int run_bench(const BenchOptions& options) {
                                  "), driver ", report.driver_version);
     }
     json << "{\n  \"tool\": \"lazyfuse\",\n  \"date\": \"" << date << "\",\n  \"device\": \""
-         << device_name << "\",\n  \"host_cost_us\": " << host_us
-         << ",\n  \"compile_ms\": {\"cold\": " << cold_ms << ", \"warm\": " << warm_ms
+         << device_name << "\",\n  \"host_cost_us\": " << host_us;
+    if (device.is_cuda()) json << ",\n  \"launch_floor_us\": " << floor_us;
+    json << ",\n  \"compile_ms\": {\"cold\": " << cold_ms << ", \"warm\": " << warm_ms
          << ", \"hot\": " << hot_ms << "},\n  \"results\": [\n";
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];

@@ -13,11 +13,11 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "bench/launch_floor.h"
 #include "codegen/cuda_codegen.h"
 #include "ir/passes/passes.h"
 #include "lazyfuse/lazyfuse.h"
 #include "runtime/cuda_driver.h"
-#include "runtime/kernel_cache.h"
 #include "runtime/lazy.h"
 
 // Every heap allocation through operator new is counted: allocations are much of the host cost,
@@ -122,9 +122,8 @@ void BM_CudaLaunchPlan(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaLaunchPlan);
 
-// The floor under a GPU evaluation's host cost: cuLaunchKernel of an equivalent kernel (one
-// struct parameter, the inputs' and output's addresses and the size) with nothing around it.
-// Argument 0 launches on the legacy default stream, as lazyfuse does; 2 on the per-thread one.
+// The floor under a GPU evaluation's host cost (bench/launch_floor.h). Argument 0 launches on
+// the legacy default stream, as lazyfuse does; 2 on the per-thread one.
 void BM_DriverLaunch(benchmark::State& state) {
   if (device_name == "cpu") {
     state.SkipWithError("needs --device=cuda:N");
@@ -133,27 +132,14 @@ void BM_DriverLaunch(benchmark::State& state) {
   Inputs in;
   Tensor out = zeros({kElements}, Device(device_name));
   eval(out);
-  const int index = Device(device_name).index();
-  cuda::CUfunction function = cuda::get_kernel(index, "host-bench-launch-floor", [] {
-    return CudaSource{"lf_launch_floor", R"(
-struct Args { const float* y; const float* z; float* out; long long n; };
-extern "C" __global__ void lf_launch_floor(Args a) {
-  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (i < a.n) a.out[i] = expf(a.z[i] + 2.0f) * a.y[i];
-})"};
-  });
   auto address = [](const Tensor& t) {
     return reinterpret_cast<uint64_t>(t.value()->buffer->data());
   };
-  uint64_t args[] = {address(in.y), address(in.z), address(out), kElements};
-  void* params[] = {args};
+  bench::LaunchFloor floor(Device(device_name).index(), address(in.y), address(in.z), address(out),
+                           kElements);
   auto stream = reinterpret_cast<cuda::CUstream>(static_cast<uintptr_t>(state.range(0)));
-  const cuda::DriverApi* api = cuda::driver();
-  for (auto _ : state)
-    cuda::check(
-        api->cuLaunchKernel(function, kElements / 256, 1, 1, 256, 1, 1, 0, stream, params, nullptr),
-        "cuLaunchKernel");
-  cuda::check(api->cuCtxSynchronize(), "cuCtxSynchronize");
+  for (auto _ : state) floor.launch(stream);
+  cuda::check(cuda::driver()->cuCtxSynchronize(), "cuCtxSynchronize");
 }
 BENCHMARK(BM_DriverLaunch)->Arg(0)->Arg(2);
 

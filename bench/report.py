@@ -31,7 +31,10 @@ def load(paths):
             rows[(r["workload"], r["dtype"], r["n"])][r["mode"]] = (r["us"], r["bytes"])
     meta = dict(metas[0]) if metas else {}
     if len(metas) > 1:
-        meta["host_cost_us"] = median([m["host_cost_us"] for m in metas if "host_cost_us" in m])
+        for key in ("host_cost_us", "launch_floor_us"):
+            values = [m[key] for m in metas if key in m]
+            if values:
+                meta[key] = median(values)
         meta["compile_ms"] = {k: median([m["compile_ms"][k] for m in metas if "compile_ms" in m])
                               for k in ("cold", "warm", "hot")}
     return meta, rows
@@ -121,7 +124,12 @@ def main():
     if any_stand_in:
         lines += ["", "\u2020 against a cupy.ElementwiseKernel of the same expression: cupy.fuse did not "
                   "compile it on this machine."]
-    lines += ["", f"Host cost per evaluation, (z + 2).exp() * y on 4096 elements: {meta.get('host_cost_us', 0):.2f} us.",
+    host = f"Host cost per evaluation, (z + 2).exp() * y on 4096 elements: {meta.get('host_cost_us', 0):.2f} us"
+    if "launch_floor_us" in meta:
+        host += (f"; a bare cuLaunchKernel of the same computation, in alternating batches: "
+                 f"{meta['launch_floor_us']:.2f} us, so lazyfuse's own share is "
+                 f"{meta['host_cost_us'] - meta['launch_floor_us']:.2f} us")
+    lines += ["", host + ".",
               "New fused kernel: cold {cold:.2f} ms, warm {warm:.3f} ms, hot {hot:.3f} ms.".format(
                   **meta.get("compile_ms", {"cold": 0, "warm": 0, "hot": 0}))]
     lines += [""] + bars(meta, rows)
