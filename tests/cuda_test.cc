@@ -2,6 +2,7 @@
 // compared with the CPU path and with a float64 reference computed here.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -407,6 +408,39 @@ TEST_F(Cuda, FloatToIntegerCastsSaturate) {
     Tensor g = from_vector(v, {static_cast<int64_t>(v.size())}, dtype).to("cuda");
     EXPECT_EQ(g.to(kInt32).to_vector<int64_t>(), int32_want);
     EXPECT_EQ((g * 1).to(kInt64).to_vector<int64_t>(), int64_want);
+  }
+}
+
+// Rounding float32 to float16 and bfloat16 on the GPU gives the CPU's bits (codegen/half.h),
+// NaN aside (a NaN need only stay a NaN): float32 values spread over every exponent, every
+// float32 in [1, 1.0156) (each tie of both types there), the float16 subnormal range, and the
+// infinities and the largest finite values.
+TEST_F(Cuda, HalfRoundingMatchesTheCpuBitForBit) {
+  std::vector<double> v;
+  auto add_bits = [&v](uint32_t bits) { v.push_back(std::bit_cast<float>(bits)); };
+  for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 65521) add_bits(bits);
+  for (uint32_t bits = 0x3f800000u; bits < 0x3f820000u; ++bits) add_bits(bits);
+  for (uint32_t bits = 0x33000000u; bits < 0x38800000u; bits += 4099) add_bits(bits);
+  for (double x : {65504.0, 65519.0, 65520.0, 3.3895313892515355e38, 3.4028234663852886e38,
+                   double(INFINITY), -double(INFINITY), double(NAN), 0.0, -0.0})
+    v.push_back(x);
+  const auto n = static_cast<int64_t>(v.size());
+  Tensor cpu = from_vector(v, {n}, kFloat32);
+  Tensor gpu = cpu.to("cuda");
+  for (DType half : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(dtype_torch_name(half));
+    const std::vector<double> want = cpu.to(half).to_vector<double>();
+    const std::vector<double> got = gpu.to(half).to_vector<double>();
+    ASSERT_EQ(got.size(), want.size());
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool same = std::isnan(want[i])
+                            ? std::isnan(got[i])
+                            : got[i] == want[i] && std::signbit(got[i]) == std::signbit(want[i]);
+      if (!same && ++mismatches <= 5)
+        ADD_FAILURE() << "float32 " << v[i] << ": GPU " << got[i] << ", CPU " << want[i];
+    }
+    EXPECT_EQ(mismatches, 0);
   }
 }
 
