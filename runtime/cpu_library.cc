@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -149,6 +151,36 @@ BufferView cpu_reduce(const Node& node, const BufferView& input) {
   return out;
 }
 
+namespace {
+
+// A 64-byte aligned buffer that only grows, zeroed when it does (so no lane of a program's
+// registers ever reads uninitialised memory): scratch kept by a thread between uses.
+class AlignedBytes {
+ public:
+  AlignedBytes() = default;
+  AlignedBytes(const AlignedBytes&) = delete;
+  AlignedBytes& operator=(const AlignedBytes&) = delete;
+  ~AlignedBytes() { std::free(data_); }
+  std::byte* at_least(size_t bytes) {
+    if (bytes > size_) {
+      const size_t size = std::max<size_t>((bytes + 63) / 64 * 64, 64);
+      void* fresh = std::aligned_alloc(64, size);
+      if (fresh == nullptr) throw OutOfMemoryError("out of host memory for a reduction's block");
+      std::memset(fresh, 0, size);
+      std::free(data_);
+      data_ = static_cast<std::byte*>(fresh);
+      size_ = size;
+    }
+    return data_;
+  }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace
+
 BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuffers& values) {
   const ReductionParts parts = reduction_parts(graph, step);
   const Node& node = graph.nodes[parts.reduction];
@@ -172,14 +204,15 @@ BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuf
   BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
   dispatch_storage(dtype, [&]<typename S>() {
     auto visit = [&](int64_t row, int64_t begin, int64_t end, auto&& f) {
-      // Bytes rather than std::vector<S>, which for bool has no data().
-      std::vector<std::byte> block(static_cast<size_t>(end - begin) * sizeof(S));
-      std::vector<std::byte> scratch(program.scratch_bytes() + 64);
+      // Each thread keeps its block and registers between visits: allocating them per visit
+      // (a block is 128 KiB, past malloc's mmap threshold) cost page faults on every block.
+      thread_local AlignedBytes block, scratch;
+      std::byte* values = block.at_least(static_cast<size_t>(end - begin) * sizeof(S));
+      std::byte* registers = scratch.at_least(program.scratch_bytes());
       const int64_t first = row * inner + begin;
-      CpuResult result{block.data(), dtype};
-      program.run(operands, std::span(&result, 1), first, first + (end - begin), scratch.data(),
-                  first);
-      f(reinterpret_cast<const S*>(block.data()), end - begin, 1);
+      CpuResult result{values, dtype};
+      program.run(operands, std::span(&result, 1), first, first + (end - begin), registers, first);
+      f(reinterpret_cast<const S*>(values), end - begin, 1);
     };
     reduce_rows<S>(node, outer, inner, out, visit);
   });
