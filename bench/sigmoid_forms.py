@@ -13,9 +13,9 @@ import cupy as cp
 import numpy as np
 
 FORMS = {
-    "lazyfuse: __frcp_rn(1 + expf(-x))": "return __frcp_rn(__fadd_rn(1.0f, expf(-a)));",
+    "__frcp_rn(1 + expf(-x))": "return __frcp_rn(__fadd_rn(1.0f, expf(-a)));",
     "fast math: __frcp_rn(1 + __expf(-x))": "return __frcp_rn(1.0f + __expf(-a));",
-    "expf, reciprocal by MUFU.RCP + Newton": """float e = expf(-fabsf(a)); float d = 1.0f + e; float r;
+    "lazyfuse: expf, reciprocal by MUFU.RCP + Newton": """float e = expf(-fabsf(a)); float d = 1.0f + e; float r;
         asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
         r = fmaf(r, fmaf(-d, r, 1.0f), r);
         return a >= 0.0f ? r : r * e;""",
