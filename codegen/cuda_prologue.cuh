@@ -116,8 +116,8 @@ __device__ __forceinline__ double lf_rsqrt(double a) { return 1.0 / sqrt(a); }
 // the hardware reciprocal (rcp.approx, 1 ulp) needs no special cases and one Newton step
 // brings it within rounding; x < 0 takes e / (1 + e). Against 1 / (1 + expf(-x)) with a
 // correctly rounded reciprocal it gives up 0.5 ulp (3.7 against 3.1 ulp at most) for 18% more
-// speed in sigmoid chains, which are bound by their instructions (bench/sigmoid_forms.py), and
-// it keeps the subnormal results that form flushed to 0 for x below -87.
+// speed in sigmoid chains, which are bound by their instructions (bench/sigmoid_forms.py).
+// Where sigmoid is subnormal (x below about -87) both give 0: expf flushes there.
 __device__ __forceinline__ float lf_sigmoid(float a) {
   const float e = lf_exp(-fabsf(a));
   const float d = 1.0f + e;
