@@ -207,12 +207,12 @@ BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuf
       // Each thread keeps its block and registers between visits: allocating them per visit
       // (a block is 128 KiB, past malloc's mmap threshold) cost page faults on every block.
       thread_local AlignedBytes block, scratch;
-      std::byte* values = block.at_least(static_cast<size_t>(end - begin) * sizeof(S));
+      std::byte* elements = block.at_least(static_cast<size_t>(end - begin) * sizeof(S));
       std::byte* registers = scratch.at_least(program.scratch_bytes());
       const int64_t first = row * inner + begin;
-      CpuResult result{values, dtype};
+      CpuResult result{elements, dtype};
       program.run(operands, std::span(&result, 1), first, first + (end - begin), registers, first);
-      f(reinterpret_cast<const S*>(values), end - begin, 1);
+      f(reinterpret_cast<const S*>(elements), end - begin, 1);
     };
     reduce_rows<S>(node, outer, inner, out, visit);
   });
