@@ -28,6 +28,7 @@ struct LaunchMemo {
   CudaElementwiseLaunch plan;
   void* function = nullptr;  // the CUfunction
   std::string name;          // its cache key, for errors
+  int64_t blocks = 0;
   // A CPU elementwise step's compiled program (runtime/cpu_executor.h).
   std::shared_ptr<const CpuProgram> cpu_program;
 };
