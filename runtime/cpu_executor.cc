@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu_program.h"
 #include "ir/errors.h"
+#include "runtime/parallel.h"
 
 namespace lazyfuse {
 namespace {
@@ -39,27 +41,32 @@ void run_elementwise(const Graph& graph, const Step& step, ValueBuffers& values,
   const int64_t tasks = (total + kTaskElements - 1) / kTaskElements;
   const size_t scratch_bytes = program.scratch_bytes();
   auto run_range = [&](int64_t first_task, int64_t last_task) {
-    std::byte* scratch =
-        static_cast<std::byte*>(std::aligned_alloc(64, std::max<size_t>(scratch_bytes, 64)));
-    program.clear_scratch(scratch, total);
+    const size_t size = (std::max<size_t>(scratch_bytes, 64) + 63) / 64 * 64;
+    std::unique_ptr<std::byte, decltype(&std::free)> scratch(
+        static_cast<std::byte*>(std::aligned_alloc(64, size)), &std::free);
+    if (scratch == nullptr)
+      throw OutOfMemoryError(absl::StrCat("out of host memory for ", size,
+                                          " bytes of an elementwise program's registers"));
+    program.clear_scratch(scratch.get(), total);
     for (int64_t t = first_task; t < last_task; ++t) {
       program.run(operands, results, t * kTaskElements, std::min(total, (t + 1) * kTaskElements),
-                  scratch);
+                  scratch.get());
     }
-    std::free(scratch);
   };
   if (tasks <= 1) {
     run_range(0, tasks);
     return;
   }
+  ParallelFailure failure;
 #pragma omp parallel
   {
     int threads = omp_get_num_threads();
     int me = omp_get_thread_num();
     // Contiguous ranges per thread: each thread streams through its own part of memory.
     int64_t per = (tasks + threads - 1) / threads;
-    run_range(std::min(tasks, me * per), std::min(tasks, (me + 1) * per));
+    failure.run([&] { run_range(std::min(tasks, me * per), std::min(tasks, (me + 1) * per)); });
   }
+  failure.rethrow_if_any();
 }
 
 // A reduction step, one reduction at a time (through the members it reads, when there are

@@ -14,6 +14,7 @@
 #include "ir/errors.h"
 #include "ir/infer.h"
 #include "runtime/cpu_executor.h"
+#include "runtime/parallel.h"
 
 namespace lazyfuse {
 namespace {
@@ -33,23 +34,28 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
   const int64_t blocks = std::max<int64_t>(1, (inner + kReduceBlock - 1) / kReduceBlock);
   auto run = [&]<typename Acc>(auto combine, Acc identity) {
     std::vector<Acc> partials(outer * blocks);
+    ParallelFailure failure;  // a fused prologue's scratch can fail to allocate
 #pragma omp parallel for schedule(dynamic, 1) if (outer * inner > 32768)
     for (int64_t item = 0; item < outer * blocks; ++item) {
-      const int64_t row = item / blocks, begin = item % blocks * kReduceBlock;
-      Acc acc = identity;
-      visit(row, begin, std::min(inner, begin + kReduceBlock),
-            [&](const S* values, int64_t count, int64_t stride) {
-              Acc lanes[4] = {identity, identity, identity, identity};
-              int64_t i = 0;
-              for (; i + 4 <= count; i += 4)
-                for (int l = 0; l < 4; ++l)
-                  lanes[l] = combine(lanes[l], convert_value<Acc>(values[(i + l) * stride]));
-              for (; i < count; ++i)
-                lanes[0] = combine(lanes[0], convert_value<Acc>(values[i * stride]));
-              acc = combine(acc, combine(combine(lanes[0], lanes[1]), combine(lanes[2], lanes[3])));
-            });
-      partials[item] = acc;
+      failure.run([&] {
+        const int64_t row = item / blocks, begin = item % blocks * kReduceBlock;
+        Acc acc = identity;
+        visit(row, begin, std::min(inner, begin + kReduceBlock),
+              [&](const S* values, int64_t count, int64_t stride) {
+                Acc lanes[4] = {identity, identity, identity, identity};
+                int64_t i = 0;
+                for (; i + 4 <= count; i += 4)
+                  for (int l = 0; l < 4; ++l)
+                    lanes[l] = combine(lanes[l], convert_value<Acc>(values[(i + l) * stride]));
+                for (; i < count; ++i)
+                  lanes[0] = combine(lanes[0], convert_value<Acc>(values[i * stride]));
+                acc =
+                    combine(acc, combine(combine(lanes[0], lanes[1]), combine(lanes[2], lanes[3])));
+              });
+        partials[item] = acc;
+      });
     }
+    failure.rethrow_if_any();
     dispatch_storage(node.dtype, [&]<typename R>() {
       R* dst = static_cast<R*>(out.data());
       for (int64_t o = 0; o < outer; ++o) {

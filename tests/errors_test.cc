@@ -2,6 +2,7 @@
 // what was wrong and where (PyTorch's wording where PyTorch has one, and the file:line of the
 // user's call). Also: a failed evaluation leaves every tensor as it was, undefined tensors are
 // rejected, and the verifier rejects malformed graphs.
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "ir/passes/passes.h"
 #include "ir/verifier.h"
 #include "lazyfuse/lazyfuse.h"
+#include "runtime/parallel.h"
 
 namespace lazyfuse {
 namespace {
@@ -299,6 +301,32 @@ struct Pending {
     EXPECT_EQ(doubled.value()->inputs[0], x.value());
   }
 };
+
+TEST(Errors, ExceptionInAParallelRegionReachesTheCaller) {
+  // The CPU executor's threads allocate their registers and blocks inside OpenMP regions; an
+  // allocation that fails there must reach the caller as its own type, not end the process.
+  ParallelFailure failure;
+  std::atomic<int> finished{0};
+#pragma omp parallel for num_threads(4) schedule(dynamic, 1)
+  for (int item = 0; item < 64; ++item) {
+    failure.run([&] {
+      if (item == 5) throw OutOfMemoryError("out of host memory in item 5");
+      finished.fetch_add(1);
+    });
+  }
+  try {
+    failure.rethrow_if_any();
+    ADD_FAILURE() << "the exception thrown in the region was lost";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_STREQ(e.what(), "out of host memory in item 5");
+  }
+  EXPECT_LT(finished.load(), 64);
+
+  ParallelFailure none;
+#pragma omp parallel for num_threads(4)
+  for (int item = 0; item < 64; ++item) none.run([&] { finished.fetch_add(1); });
+  EXPECT_NO_THROW(none.rethrow_if_any());
+}
 
 TEST(Errors, FailedEvaluationLosesNothing) {
   // A real failure through the public API: a tensor far larger than the address space, whose
