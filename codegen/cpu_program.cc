@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codegen/philox.h"
@@ -262,17 +263,34 @@ void CpuProgram::clear_scratch(std::byte* scratch, int64_t elements) const {
 void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuResult> results,
                      int64_t begin, int64_t end, std::byte* scratch, int64_t result_base) const {
   auto reg = [&](int r) { return scratch + static_cast<size_t>(r) * kRegisterBytes; };
+  // Where each register's elements are read from: its scratch, or, for an operand stored
+  // contiguously in the register's own type, the operand itself (no copy). Instructions only
+  // ever write to scratch.
+  absl::InlinedVector<const std::byte*, 16> view(static_cast<size_t>(num_registers_));
+  auto wrote = [&](int r) { view[r] = reg(r); };
   for (int64_t start = begin; start < end; start += kCpuBlock) {
     const int64_t n = std::min(kCpuBlock, end - start);
+    // Vector kernels read whole vectors, the last one past n into a register's padding; an
+    // operand read in place has none, so it is read in place only when no vector crosses n.
+    const bool whole_vectors = n % kWholeVectorElements == 0;
     for (const Instr& instr : code_) {
       switch (instr.kind) {
-        case Kind::Load:
+        case Kind::Load: {
+          const CpuOperand& operand = operands[instr.slot];
+          const bool contiguous = operand.shape.size() == 1 && operand.strides[0] == 1;
+          if (whole_vectors && contiguous && instr.from == instr.dtype) {
+            view[instr.dst] = static_cast<const std::byte*>(operand.data) +
+                              static_cast<size_t>(start) * dtype_size(instr.dtype);
+            break;
+          }
           dispatch_storage(instr.from, [&]<typename S>() {
             dispatch_compute(instr.dtype, [&]<typename R>() {
-              gather<S, R>(operands[instr.slot], start, n, reinterpret_cast<R*>(reg(instr.dst)));
+              gather<S, R>(operand, start, n, reinterpret_cast<R*>(reg(instr.dst)));
             });
           });
+          wrote(instr.dst);
           break;
+        }
         case Kind::Const:
           dispatch_compute(instr.dtype, [&]<typename R>() {
             R value = std::is_integral_v<R> && !std::is_same_v<R, bool>
@@ -280,12 +298,14 @@ void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuRe
                           : convert_value<R>(instr.value);
             std::fill_n(reinterpret_cast<R*>(reg(instr.dst)), n, value);
           });
+          wrote(instr.dst);
           break;
         case Kind::Arange:
           dispatch_compute(instr.dtype, [&]<typename R>() {
             generate(start, n, reinterpret_cast<R*>(reg(instr.dst)),
                      [&](int64_t i) { return instr.value + static_cast<double>(i) * instr.step; });
           });
+          wrote(instr.dst);
           break;
         case Kind::Rand:
           dispatch_compute(instr.dtype, [&]<typename R>() {
@@ -294,6 +314,7 @@ void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuRe
                                     instr.bits);
             });
           });
+          wrote(instr.dst);
           break;
         case Kind::Randn:
           dispatch_compute(instr.dtype, [&]<typename R>() {
@@ -301,17 +322,21 @@ void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuRe
               return philox_normal(instr.offset + static_cast<uint64_t>(i), instr.seed);
             });
           });
+          wrote(instr.dst);
           break;
         case Kind::Apply: {
-          const void* in[3] = {reg(instr.src[0]), instr.src[1] >= 0 ? reg(instr.src[1]) : nullptr,
-                               instr.src[2] >= 0 ? reg(instr.src[2]) : nullptr};
+          const void* in[3] = {view[instr.src[0]], instr.src[1] >= 0 ? view[instr.src[1]] : nullptr,
+                               instr.src[2] >= 0 ? view[instr.src[2]] : nullptr};
           instr.apply(in, reg(instr.dst), n);
+          wrote(instr.dst);
           break;
         }
         case Kind::Convert:
-          instr.convert(reg(instr.src[0]), reg(instr.dst), n);
+          instr.convert(view[instr.src[0]], reg(instr.dst), n);
+          wrote(instr.dst);
           break;
         case Kind::Round: {
+          // In place, on a register an Apply, Convert or generator wrote: never an operand.
           float* values = reinterpret_cast<float*>(reg(instr.dst));
           if (instr.dtype == DType::Float16) {
             for (int64_t i = 0; i < n; ++i) values[i] = round_to_half(values[i]);
@@ -323,7 +348,7 @@ void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuRe
         case Kind::Store:
           dispatch_storage(instr.dtype, [&]<typename S>() {
             dispatch_compute(instr.from, [&]<typename R>() {
-              const R* src = reinterpret_cast<const R*>(reg(instr.src[0]));
+              const R* src = reinterpret_cast<const R*>(view[instr.src[0]]);
               S* dst = static_cast<S*>(results[instr.slot].data) + (start - result_base);
               for (int64_t i = 0; i < n; ++i) dst[i] = convert_value<S>(src[i]);
             });

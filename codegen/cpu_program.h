@@ -62,6 +62,9 @@ class CpuProgram {
 
  private:
   static constexpr size_t kRegisterBytes = kCpuBlock * 8;
+  // A multiple of every vector kernel's lanes (vectors are at most 64 bytes of elements of at
+  // least 4 bytes): a block of such a length is read in whole vectors.
+  static constexpr int64_t kWholeVectorElements = 16;
   enum class Kind : uint8_t { Load, Const, Arange, Rand, Randn, Apply, Convert, Round, Store };
   struct Instr {
     explicit Instr(Kind k) : kind(k) {}
