@@ -12,7 +12,6 @@
 #include <new>
 #include <string>
 
-#include "absl/strings/str_format.h"
 #include "bench/launch_floor.h"
 #include "codegen/cuda_codegen.h"
 #include "ir/passes/passes.h"
@@ -114,7 +113,7 @@ void BM_CudaLaunchPlan(benchmark::State& state) {
     }
     const std::vector<uint64_t> outputs = {8192};
     CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, {4});
-    std::string key = absl::StrFormat("%016x.%s%s", step.kernel_key, plan.spec.code(), "");
+    std::string key = cuda_kernel_cache_key(step, plan.spec, /*fast_math=*/false);
     KernelArgs args = pack_elementwise_args(plan, addresses, outputs);
     benchmark::DoNotOptimize(key);
     benchmark::DoNotOptimize(args);

@@ -353,6 +353,12 @@ void append_space_args(const CudaElementwiseLaunch& launch,
     for (int d = 0; d < launch.spec.rank; ++d) words.push_back(static_cast<uint64_t>(s[d]));
 }
 
+std::string cuda_kernel_cache_key(const Step& step, const CudaElementwiseSpec& spec,
+                                  bool fast_math) {
+  return absl::StrCat(absl::Hex(step.kernel_key, absl::kZeroPad16), ".", spec.code(),
+                      fast_math ? ".fast" : "");
+}
+
 KernelArgs pack_elementwise_args(const CudaElementwiseLaunch& launch,
                                  std::span<const uint64_t> input_addresses,
                                  std::span<const uint64_t> output_addresses) {

@@ -61,6 +61,11 @@ CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
                                             std::span<const uint64_t> output_addresses,
                                             const std::vector<int64_t>& output_element_sizes);
 
+// What names a generated kernel in the runtime's in-memory cache: the step's structure, its
+// variant, and whether it was generated with fast math.
+std::string cuda_kernel_cache_key(const Step& step, const CudaElementwiseSpec& spec,
+                                  bool fast_math);
+
 struct CudaSource {
   std::string kernel_name;  // "k_3f9a1c0b_r1.v4..." with dots as underscores
   std::string source;       // complete: prologue and kernel

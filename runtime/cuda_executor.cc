@@ -9,7 +9,6 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "codegen/cuda_codegen.h"
 #include "ir/errors.h"
 #include "ir/infer.h"
@@ -65,11 +64,6 @@ absl::InlinedVector<uint64_t, 4> allocate_outputs(const Graph& graph, const Step
     addresses.push_back(address(*values[v]));
   }
   return addresses;
-}
-
-// What names a generated kernel in the in-memory cache: the step's structure and its variant.
-std::string kernel_cache_key(const Step& step, const CudaElementwiseSpec& spec, bool fast_math) {
-  return absl::StrFormat("%016x.%s%s", step.kernel_key, spec.code(), fast_math ? ".fast" : "");
 }
 
 // Outputs as aligned as the widest vector access (8 elements) suit any plan.
@@ -138,7 +132,7 @@ const LaunchMemo& reduction_launch(const Step& step, const ValueBuffers& values,
   }
   const Operands operands = operands_of(step, values);
   CudaElementwiseLaunch plan = make_plan(operands.layouts);
-  const std::string key = kernel_cache_key(step, plan.spec, fast_math);
+  const std::string key = cuda_kernel_cache_key(step, plan.spec, fast_math);
   cuda::CUfunction function =
       cuda::get_kernel(step.device.index(), key, [&] { return generate(plan.spec, fast_math); });
   append_space_args(plan, operands.addresses, args);
@@ -171,7 +165,7 @@ void run_elementwise(const Graph& graph, const Step& step, ValueBuffers& values,
   for (ValueId v : step.outputs) output_sizes.push_back(dtype_size(graph.nodes[v].dtype));
   CudaElementwiseLaunch plan = plan_cuda_elementwise(step, operands.layouts, outputs, output_sizes);
   if (plan.numel == 0) return;
-  const std::string key = kernel_cache_key(step, plan.spec, fast_math);
+  const std::string key = cuda_kernel_cache_key(step, plan.spec, fast_math);
   cuda::CUfunction function = cuda::get_kernel(
       device, key, [&] { return generate_cuda_elementwise(graph, step, plan.spec, fast_math); });
   KernelArgs args = pack_elementwise_args(plan, operands.addresses, outputs);

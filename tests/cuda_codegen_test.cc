@@ -256,6 +256,18 @@ TEST(CudaCodegen, VectorWidthIsSixteenBytesOfTheNarrowestOperand) {
   }
 }
 
+TEST(CudaCodegen, KernelCacheKeyNamesTheStructureTheVariantAndFastMath) {
+  Step step;
+  step.kernel_key = 0x3f9a1c0bULL;
+  CudaElementwiseSpec spec;
+  spec.vectorized = true;
+  spec.inputs = {OperandAccess::Contiguous};
+  EXPECT_EQ(cuda_kernel_cache_key(step, spec, false), "000000003f9a1c0b." + spec.code());
+  EXPECT_EQ(cuda_kernel_cache_key(step, spec, true), "000000003f9a1c0b." + spec.code() + ".fast");
+  step.kernel_key = ~0ULL;
+  EXPECT_EQ(cuda_kernel_cache_key(step, spec, false).substr(0, 17), "ffffffffffffffff.");
+}
+
 // Softmax with its rows in registers: the row is read once, and the exponentials of the sum's
 // pass are kept for the normalisation instead of computed again.
 TEST(CudaCodegen, SoftmaxInRegistersComputesEachExponentialOnce) {
