@@ -64,7 +64,11 @@ void run_elementwise(const Graph& graph, const Step& step, ValueBuffers& values,
     int me = omp_get_thread_num();
     // Contiguous ranges per thread: each thread streams through its own part of memory.
     int64_t per = (tasks + threads - 1) / threads;
-    failure.run([&] { run_range(std::min(tasks, me * per), std::min(tasks, (me + 1) * per)); });
+    try {
+      run_range(std::min(tasks, me * per), std::min(tasks, (me + 1) * per));
+    } catch (...) {
+      failure.capture();
+    }
   }
   failure.rethrow_if_any();
 }

@@ -37,7 +37,8 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
     ParallelFailure failure;  // a fused prologue's scratch can fail to allocate
 #pragma omp parallel for schedule(dynamic, 1) if (outer * inner > 32768)
     for (int64_t item = 0; item < outer * blocks; ++item) {
-      failure.run([&] {
+      if (failure.stopped()) continue;
+      try {
         const int64_t row = item / blocks, begin = item % blocks * kReduceBlock;
         Acc acc = identity;
         visit(row, begin, std::min(inner, begin + kReduceBlock),
@@ -53,7 +54,9 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
                     combine(acc, combine(combine(lanes[0], lanes[1]), combine(lanes[2], lanes[3])));
               });
         partials[item] = acc;
-      });
+      } catch (...) {
+        failure.capture();
+      }
     }
     failure.rethrow_if_any();
     dispatch_storage(node.dtype, [&]<typename R>() {
