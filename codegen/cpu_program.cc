@@ -35,6 +35,8 @@ namespace {
 
 template <typename S, typename R>
 void gather(const CpuOperand& operand, int64_t start, int64_t n, R* out) {
+  // Nothing to read; a zero-size dim must not be divided by below.
+  if (n <= 0) return;
   const S* base = static_cast<const S*>(operand.data);
   const int rank = static_cast<int>(operand.shape.size());
   if (rank == 0 || (rank == 1 && operand.strides[0] == 0)) {

@@ -126,13 +126,14 @@ BufferView cpu_reduce(const Node& node, const BufferView& input) {
     const int inner_rank = static_cast<int>(inner_shape.size());
     // Walks a row's elements through the strides, a run along the innermost dim at a time.
     auto visit = [&](int64_t row, int64_t begin, int64_t end, auto&& consume) {
+      if (end <= begin) return;  // an empty row: its sizes include a zero, not to divide by
       int64_t offset = 0;
       for (int64_t d = static_cast<int64_t>(outer_shape.size()) - 1, rest = row; d >= 0; --d) {
         offset += (rest % outer_shape[d]) * outer_strides[d];
         rest /= outer_shape[d];
       }
       if (inner_rank == 0) {
-        if (end > begin) consume(base + offset, 1, 1);
+        consume(base + offset, 1, 1);
         return;
       }
       int64_t index[16] = {};

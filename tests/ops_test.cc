@@ -1524,6 +1524,27 @@ TEST(OpsFactories, ConstantsHaveTheirValuesAndDTypes) {
   EXPECT_THROW(full({-1}, 1), ShapeError);
 }
 
+TEST(OpsFactories, TensorsWithNoElementsOfAnyShape) {
+  // A zero-size dim anywhere: nothing to read, compute or print, fused or not, and a sum over
+  // the empty dim is zero (PyTorch's rules). The evaluation fuzzer found [0, 0] read through
+  // its strides as a layout to walk (a division by zero).
+  for (const Shape& shape : std::vector<Shape>{{0}, {0, 0}, {3, 0, 2}, {0, 3}, {2, 0}}) {
+    std::ostringstream where;
+    for (int64_t size : shape) where << size << " ";
+    for (bool fusion : {true, false}) {
+      Tensor x = full(shape, 2.5), y = (x + 1).exp() * x;
+      eval(std::vector<Tensor>{y}, EvalOptions{.fusion = fusion});
+      EXPECT_EQ(y.numel(), 0) << where.str();
+      EXPECT_TRUE(y.to_vector<float>().empty()) << where.str();
+      EXPECT_TRUE(x.transpose(0, -1).to_vector<double>().empty()) << where.str();
+      EXPECT_FALSE(y.str().empty()) << where.str();
+    }
+  }
+  Tensor summed = zeros({3, 0, 2}).sum({1});
+  EXPECT_EQ(summed.sizes(), (Shape{3, 2}));
+  EXPECT_EQ(summed.to_vector<float>(), std::vector<float>(6, 0.0f));
+}
+
 TEST(OpsFactories, ArangeFollowsPyTorchDTypeRules) {
   auto host = [](std::vector<double> v) { return Host{{static_cast<int64_t>(v.size())}, v}; };
   expect_matches(arange(5), host({0, 1, 2, 3, 4}), kInt64, {}, "arange(5)");
