@@ -5,7 +5,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 
 .PHONY: all deps configure build demo test test-asan fuzz-parser fuzz-parser-build fuzz-parser-merge \
-	fuzz-pipeline fuzz-pipeline-merge \
+	fuzz-pipeline fuzz-pipeline-merge fuzz-eval fuzz-eval-merge \
   clean format
 
 all: build
@@ -49,7 +49,7 @@ FUZZ_CORPUS = tests/fuzz/corpus/ir_parser
 
 fuzz-parser-build: deps
 	@command -v clang++-14 >/dev/null || \
-	  { echo "fuzz-parser needs clang++-14 and libclang-rt-14-dev"; exit 1; }
+	  { echo "the fuzzers need clang++-14, libclang-rt-14-dev and libomp-14-dev"; exit 1; }
 	cmake -S tests/fuzz -B build-libfuzzer -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build build-libfuzzer -j $(JOBS)
@@ -86,6 +86,27 @@ fuzz-pipeline: fuzz-parser-build
 fuzz-pipeline-merge: fuzz-parser-build
 	mkdir -p $(PIPELINE_CORPUS)
 	build-libfuzzer/ir_pipeline_fuzzer -merge=1 $(PIPELINE_CORPUS) build-libfuzzer/pipeline-corpus
+
+# Through evaluation, in the same build: small CPU graphs (at most 64 nodes of 2^16 elements)
+# that parse and verify are evaluated fused and unfused by the runtime, and must agree bit for
+# bit. Seeded from its own corpus and the pipeline fuzzer's; new inputs go to
+# build-libfuzzer/eval-corpus, findings to build-libfuzzer/eval-findings/. `make
+# fuzz-eval-merge` adds what covers something new to the committed corpus
+# (IrCorpus.EveryInputPassesTheEvaluationFuzzersChecks).
+EVAL_CORPUS = tests/fuzz/corpus/ir_eval
+
+fuzz-eval: fuzz-parser-build
+	mkdir -p build-libfuzzer/eval-corpus build-libfuzzer/eval-findings
+	cd build-libfuzzer && OMP_NUM_THREADS=1 ./ir_eval_fuzzer eval-corpus ../$(EVAL_CORPUS) \
+	  ../$(PIPELINE_CORPUS) -dict=../tests/fuzz/ir.dict -max_total_time=$(FUZZ_TIME) -jobs=1 \
+	  -workers=1 -artifact_prefix=eval-findings/ -print_final_stats=1 $(FUZZ_FLAGS)
+	@grep -E '^(#[0-9]+.*DONE|stat::)' build-libfuzzer/fuzz-0.log || tail -n 20 build-libfuzzer/fuzz-0.log
+	@if [ -n "$$(ls build-libfuzzer/eval-findings)" ]; then \
+	  echo "findings: $$(ls build-libfuzzer/eval-findings)"; exit 1; fi
+
+fuzz-eval-merge: fuzz-parser-build
+	mkdir -p $(EVAL_CORPUS)
+	OMP_NUM_THREADS=1 build-libfuzzer/ir_eval_fuzzer -merge=1 $(EVAL_CORPUS) build-libfuzzer/eval-corpus
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc')

@@ -1,7 +1,7 @@
-// Replays the fuzzers' committed corpora (tests/fuzz/corpus/ir_parser and ir_pipeline) through
-// the same checks as the libFuzzer targets, with the normal toolchain: every input a fuzzer
-// kept, and every input that once broke the parser or the passes, is run again by every build
-// of the suite (under ASan and UBSan in `make test-asan`).
+// Replays the fuzzers' committed corpora (tests/fuzz/corpus/ir_parser, ir_pipeline and ir_eval)
+// through the same checks as the libFuzzer targets, with the normal toolchain: every input a
+// fuzzer kept, and every input that once broke the parser, the passes or evaluation, is run
+// again by every build of the suite (under ASan and UBSan in `make test-asan`).
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/fuzz/ir_eval_check.h"
 #include "tests/fuzz/ir_pipeline_check.h"
 #include "tests/fuzz/ir_text_check.h"
 
@@ -51,6 +52,13 @@ TEST(IrCorpus, EveryInputPassesThePipelineFuzzersChecks) {
   ASSERT_GE(files.size(), 20u);
   for (const std::filesystem::path& file : files)
     EXPECT_EQ(finding_in(file, check_ir_pipeline), "") << file;
+}
+
+TEST(IrCorpus, EveryInputPassesTheEvaluationFuzzersChecks) {
+  const std::vector<std::filesystem::path> files = corpus("ir_eval");
+  ASSERT_GE(files.size(), 20u);
+  for (const std::filesystem::path& file : files)
+    EXPECT_EQ(finding_in(file, check_ir_evaluation), "") << file;
 }
 
 }  // namespace
