@@ -83,7 +83,8 @@ Shape infer_shape(Op op, std::span<const Shape* const> inputs, const Attrs& attr
   if ((op_kind(op) == OpKind::Source || op == Op::Reshape || op == Op::Expand) &&
       checked_numel(given) < 0)
     throw ShapeError(absl::StrCat("shape ", shape_str(given),
-                                  " has a negative size or more elements than an int64 counts"));
+                                  " has a negative size or more elements than an int64 counts",
+                                  zeros_as_ones(given)));
   switch (op_kind(op)) {
     case OpKind::Source:
       return given;

@@ -1,6 +1,8 @@
 // Shapes, strides, broadcasting and the view rule.
 #include "ir/shape.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ir/errors.h"
@@ -14,10 +16,21 @@ int64_t numel(const Shape& shape) {
 }
 
 int64_t checked_numel(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape)
-    if (s < 0 || __builtin_mul_overflow(n, s, &n)) return -1;
-  return n;
+  // The sizes with each zero counted as one are what contiguous strides multiply: a shape with
+  // no elements still needs strides that an int64 holds.
+  int64_t span = 1;
+  bool empty = false;
+  for (int64_t s : shape) {
+    if (s < 0 || __builtin_mul_overflow(span, std::max<int64_t>(s, 1), &span)) return -1;
+    empty = empty || s == 0;
+  }
+  return empty ? 0 : span;
+}
+
+std::string zeros_as_ones(const Shape& shape) {
+  return std::find(shape.begin(), shape.end(), 0) != shape.end()
+             ? " (zeros counted as one, as strides count them)"
+             : "";
 }
 
 Strides contiguous_strides(const Shape& shape) {

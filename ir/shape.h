@@ -16,9 +16,13 @@ using Shape = absl::InlinedVector<int64_t, kInlineRank>;
 using Strides = absl::InlinedVector<int64_t, kInlineRank>;
 
 int64_t numel(const Shape& shape);
-// The element count, or -1 when a size is negative or the sizes multiply past int64: what
-// must be ruled out before numel() is called on a shape from outside.
+// The element count, or -1 when a size is negative or the sizes (zeros counted as one, as
+// contiguous strides count them) multiply past int64: what must be ruled out before numel()
+// or contiguous_strides() is called on a shape from outside.
 int64_t checked_numel(const Shape& shape);
+// " (zeros counted as one, as strides count them)" when `shape` has a zero size, else "": what
+// a message about checked_numel's -1 adds for a shape with no elements.
+std::string zeros_as_ones(const Shape& shape);
 Strides contiguous_strides(const Shape& shape);
 // "[2, 3]" as PyTorch prints sizes in messages.
 std::string shape_str(const Shape& shape);

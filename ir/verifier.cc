@@ -64,7 +64,7 @@ void verify(const Graph& graph, const VerifyOptions& options) {
       if (d < 0) throw fail("negative size in shape");
     if (checked_numel(node.shape) < 0)
       throw fail(absl::StrCat("the sizes of shape ", shape_str(node.shape),
-                              " multiply past what an int64 holds"));
+                              " multiply past what an int64 holds", zeros_as_ones(node.shape)));
     std::vector<DType> input_dtypes;
     std::vector<const Shape*> input_shapes;
     for (ValueId input : node.inputs) {

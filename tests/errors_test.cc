@@ -531,6 +531,9 @@ TEST(Errors, ShapesPastInt64AreShapeErrors) {
   EXPECT_THROW(x.reshape({big, big, -1}), ShapeError);
   EXPECT_THROW(zeros({big, big}), ShapeError);
   EXPECT_THROW(zeros({1}).expand({big, big}), ShapeError);
+  // No elements, but contiguous strides of 2^80 (the evaluation fuzzer's finding).
+  EXPECT_THROW(zeros({big, 0, big}), ShapeError);
+  EXPECT_EQ(zeros({big, 0}).numel(), 0);
   // The tensor is still usable.
   EXPECT_EQ(x.reshape({3, 2}).sizes(), (Shape{3, 2}));
 }

@@ -595,6 +595,14 @@ TEST(IrVerifierTest, ShapesWhoseSizesMultiplyPastInt64AreErrors) {
       "}\n",
       "%2 = add (made at <unknown>): the sizes of shape [4294967296, 4294967296] multiply past "
       "what an int64 holds");
+  // Nor the strides of a shape with no elements (the evaluation fuzzer's finding).
+  expect_verifier_error(
+      "graph @main() {\n"
+      "  %0 = const {value = 1.0} : f32[4294967296,0,4294967296] @cpu\n"
+      "  return %0\n"
+      "}\n",
+      "%0 = const (made at <unknown>): the sizes of shape [4294967296, 0, 4294967296] multiply "
+      "past what an int64 holds (zeros counted as one, as strides count them)");
   // 2^62 elements fit.
   EXPECT_NO_THROW(
       verify(parse_graph("graph @main(%0: f32[2147483648,2147483648] @cpu) {\n"
