@@ -7,18 +7,15 @@
 #include "ir/errors.h"
 #include "ir/graph.h"
 #include "ir/verifier.h"
+#include "tests/fuzz/ir_text_check.h"
 #include "tools/replay.h"
 
 namespace lazyfuse::fuzz {
 
 std::string check_ir_evaluation(std::string_view text) {
-  Graph graph;
-  try {
-    graph = parse_graph(text);
-    verify(graph);
-  } catch (const Error&) {
-    return "";  // the IR text fuzzer's ground
-  }
+  std::optional<Graph> parsed = parsed_and_verified(text);
+  if (!parsed) return "";  // the IR text fuzzer's ground
+  const Graph& graph = *parsed;
   if (graph.nodes.size() > kEvalMaxNodes) return "";
   for (const Node& node : graph.nodes) {
     if (!node.device.is_cpu()) return "";

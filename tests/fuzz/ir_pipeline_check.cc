@@ -7,17 +7,14 @@
 #include "ir/graph.h"
 #include "ir/passes/passes.h"
 #include "ir/verifier.h"
+#include "tests/fuzz/ir_text_check.h"
 
 namespace lazyfuse::fuzz {
 
 std::string check_ir_pipeline(std::string_view text) {
-  Graph graph;
-  try {
-    graph = parse_graph(text);
-    verify(graph);
-  } catch (const Error&) {
-    return "";  // the IR text fuzzer's ground
-  }
+  std::optional<Graph> parsed = parsed_and_verified(text);
+  if (!parsed) return "";  // the IR text fuzzer's ground
+  const Graph& graph = *parsed;
   Schedule schedule;
   try {
     schedule = run_pipeline(graph, {});

@@ -52,4 +52,14 @@ std::string check_ir_text(std::string_view text) {
   return "";
 }
 
+std::optional<Graph> parsed_and_verified(std::string_view text) {
+  try {
+    Graph graph = parse_graph(text);
+    verify(graph);
+    return graph;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 }  // namespace lazyfuse::fuzz

@@ -2,8 +2,11 @@
 // (ir_parser_fuzzer.cc) and the test that replays its corpus (tests/ir_corpus_test.cc).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "ir/graph.h"
 
 namespace lazyfuse::fuzz {
 
@@ -13,5 +16,9 @@ namespace lazyfuse::fuzz {
 // get the same verdict from the verifier. Returns what went wrong, or "" when nothing did.
 // Exceptions other than lazyfuse::Error propagate: they are findings too.
 std::string check_ir_text(std::string_view text);
+
+// The graph `text` describes when it parses and verifies; nullopt when either rejects it with
+// a lazyfuse::Error (the IR text fuzzer's ground, which the later fuzzers skip).
+std::optional<Graph> parsed_and_verified(std::string_view text);
 
 }  // namespace lazyfuse::fuzz
