@@ -1,7 +1,6 @@
 // Host allocation and per-device accounting. (Device memory arrives with the CUDA runtime.)
 #include "runtime/storage.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -63,8 +62,6 @@ MemoryStats memory_stats(const Device& device) {
 }
 
 bool BufferView::is_contiguous() const {
-  // No elements: any strides describe the same (empty) layout, as in PyTorch.
-  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return true;
   int64_t expected = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     if (shape[i] != 1 && strides[i] != expected) return false;

@@ -6,7 +6,6 @@
 #include "ir/errors.h"
 #include "ir/graph.h"
 #include "ir/passes/passes.h"
-#include "ir/verifier.h"
 #include "tests/fuzz/ir_text_check.h"
 
 namespace lazyfuse::fuzz {
