@@ -8,6 +8,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "codegen/kernel_plan.h"
 #include "codegen/philox.h"
 #include "ir/errors.h"
 
@@ -15,20 +16,8 @@ namespace lazyfuse {
 
 CpuOperand make_cpu_operand(const void* data, DType dtype, const Shape& shape,
                             const Strides& strides, const Shape& space) {
-  Strides full = broadcast_strides(shape, strides, space);
-  CpuOperand operand{data, dtype, {}, {}};
-  for (size_t d = 0; d < space.size(); ++d) {
-    if (space[d] == 1) continue;
-    // Merge with the previous dim when this one continues it in memory.
-    if (!operand.shape.empty() && operand.strides.back() == full[d] * space[d]) {
-      operand.shape.back() *= space[d];
-      operand.strides.back() = full[d];
-    } else {
-      operand.shape.push_back(space[d]);
-      operand.strides.push_back(full[d]);
-    }
-  }
-  return operand;
+  IterationSpace own = merge_dims(space, std::span(&shape, 1), std::span(&strides, 1));
+  return CpuOperand{data, dtype, std::move(own.sizes), std::move(own.strides[0])};
 }
 
 namespace {
@@ -47,29 +36,14 @@ void gather(const CpuOperand& operand, int64_t start, int64_t n, R* out) {
     for (int64_t i = 0; i < n; ++i) out[i] = convert_value<R>(base[start + i]);
     return;
   }
-  int64_t index[16];
-  int64_t offset = 0;
-  int64_t rest = start;
-  for (int d = rank - 1; d >= 0; --d) {
-    index[d] = rest % operand.shape[d];
-    rest /= operand.shape[d];
-    offset += index[d] * operand.strides[d];
-  }
-  const int inner = rank - 1;
-  const int64_t inner_size = operand.shape[inner];
-  const int64_t inner_stride = operand.strides[inner];
+  StridedCursor cursor(operand.shape, operand.strides, start);
+  const int64_t inner_stride = cursor.inner_stride();
   for (int64_t i = 0; i < n;) {
-    int64_t run = std::min(n - i, inner_size - index[inner]);
-    for (int64_t j = 0; j < run; ++j)
-      out[i + j] = convert_value<R>(base[offset + j * inner_stride]);
+    const int64_t run = std::min(n - i, cursor.run_left());
+    const S* at = base + cursor.offset();
+    for (int64_t j = 0; j < run; ++j) out[i + j] = convert_value<R>(at[j * inner_stride]);
     i += run;
-    offset += run * inner_stride;
-    index[inner] += run;
-    for (int d = inner; d > 0 && index[d] == operand.shape[d]; --d) {
-      offset += operand.strides[d - 1] - operand.shape[d] * operand.strides[d];
-      index[d] = 0;
-      ++index[d - 1];
-    }
+    cursor.advance(run);
   }
 }
 

@@ -255,53 +255,26 @@ CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
                                             std::span<const uint64_t> output_addresses,
                                             const std::vector<int64_t>& output_element_sizes) {
   CudaElementwiseLaunch launch;
-  launch.numel = numel(step.shape);
-  std::vector<Strides> full;
-  for (const OperandLayout& in : inputs)
-    full.push_back(broadcast_strides(in.shape, in.strides, step.shape));
-  // Collapse: drop size-1 dims; merge a dim into the previous one when every operand walks
-  // them as one.
-  Shape sizes;
-  std::vector<Strides> strides(inputs.size());
-  for (size_t d = 0; d < step.shape.size(); ++d) {
-    int64_t size = step.shape[d];
-    if (size == 1) continue;
-    bool merge = !sizes.empty();
-    for (size_t k = 0; merge && k < inputs.size(); ++k)
-      merge = strides[k].back() == full[k][d] * size;
-    if (merge) {
-      sizes.back() *= size;
-      for (size_t k = 0; k < inputs.size(); ++k) strides[k].back() = full[k][d];
-    } else {
-      sizes.push_back(size);
-      for (size_t k = 0; k < inputs.size(); ++k) strides[k].push_back(full[k][d]);
-    }
+  std::vector<Shape> shapes;
+  std::vector<Strides> operand_strides;
+  for (const OperandLayout& in : inputs) {
+    shapes.push_back(in.shape);
+    operand_strides.push_back(in.strides);
   }
-  if (sizes.empty()) {
-    sizes.push_back(1);
-    for (Strides& s : strides) s.push_back(0);
-  }
+  IterationSpace merged = merge_dims(step.shape, shapes, operand_strides);
+  launch.numel = merged.numel;
+  Shape& sizes = merged.sizes;
+  std::vector<Strides>& strides = merged.strides;
   CudaElementwiseSpec& spec = launch.spec;
-  const Strides dense = contiguous_strides(sizes);
   std::vector<int64_t> periods(inputs.size(), 0);
   bool any_strided = false;
   int64_t max_offset = launch.numel;
   for (size_t k = 0; k < inputs.size(); ++k) {
-    const Strides& s = strides[k];
-    const size_t leading_zeros =
-        std::find_if(s.begin(), s.end(), [](int64_t x) { return x != 0; }) - s.begin();
-    const bool broadcast = leading_zeros == s.size();
-    const bool dense_after =
-        std::equal(s.begin() + leading_zeros, s.end(), dense.begin() + leading_zeros);
-    OperandAccess access = broadcast                           ? OperandAccess::Broadcast
-                           : dense_after && leading_zeros == 0 ? OperandAccess::Contiguous
-                           : dense_after                       ? OperandAccess::Repeated
-                                                               : OperandAccess::Strided;
-    if (access == OperandAccess::Repeated) periods[k] = dense[leading_zeros] * sizes[leading_zeros];
+    const OperandAccess access = classify_access(sizes, strides[k], &periods[k]);
     any_strided |= access == OperandAccess::Strided;
     spec.inputs.push_back(access);
     int64_t reach = 0;
-    for (size_t d = 0; d < sizes.size(); ++d) reach += (sizes[d] - 1) * s[d];
+    for (size_t d = 0; d < sizes.size(); ++d) reach += (sizes[d] - 1) * strides[k][d];
     max_offset = std::max(max_offset, reach + 1);
   }
   // With a strided operand the kernel walks coordinates and the stride arguments are strides,

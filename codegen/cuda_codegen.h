@@ -10,19 +10,11 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "codegen/kernel_plan.h"
 #include "ir/graph.h"
 #include "ir/schedule.h"
 
 namespace lazyfuse {
-
-enum class OperandAccess : uint8_t {
-  Contiguous,  // element i
-  Broadcast,   // element 0
-  // Element i % period: broadcast over leading dims, dense over the rest (a bias over rows);
-  // the period is the operand's stride argument.
-  Repeated,
-  Strided,  // by coordinates and strides
-};
 
 struct CudaElementwiseSpec {
   int rank = 1;
@@ -38,7 +30,7 @@ struct CudaElementwiseSpec {
   std::string code() const;  // "r1v4_cbr": part of the kernel's name
 };
 
-// What one launch needs besides the kernel: sizes and strides after collapsing dims.
+// What one launch needs besides the kernel: sizes and strides after merging dims (kernel_plan.h).
 struct CudaElementwiseLaunch {
   CudaElementwiseSpec spec;
   int64_t numel = 0;
@@ -115,9 +107,6 @@ inline constexpr int64_t kCudaReduceBlocks = 1024;
 inline constexpr int64_t kCudaReduceMinChunk = 4096;
 int64_t cuda_reduce_chunk(int64_t rows, int64_t columns);
 
-// The accumulator: double for floating sums (as on the CPU), int64 for integer and bool sums,
-// the compute type for max and min.
-DType cuda_reduction_accumulator(Op op, DType in);
 // Kernel parameters: in, out, rows, columns, chunk, chunks, divisor (a double), partial,
 // counters, each 8 bytes.
 CudaSource generate_cuda_reduction(Op op, DType in, DType out);

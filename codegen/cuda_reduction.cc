@@ -13,38 +13,39 @@ namespace {
 
 const char* type_name(DType dtype) { return cuda_emit::storage_type_name(dtype); }
 
-}  // namespace
-
-DType cuda_reduction_accumulator(Op op, DType in) {
-  if (op == Op::Sum || op == Op::Mean) return is_floating(in) ? DType::Float64 : DType::Int64;
-  return in == DType::Bool ? DType::Int64 : compute_dtype(in);
-}
-
-namespace {
-
 struct Combiner {
   std::string identity, combine;
 };
 
+// The op table's meaning of the reduction (ir/ops.def), as CUDA source for accumulator `acc`.
+// The identities of max and min are the accumulator type's own extremes: int32 accumulates
+// int32 max and min, and an int64 extreme converted to int32 is -1 or 0.
 Combiner combiner(Op op, DType acc) {
-  switch (op) {
-    case Op::Sum:
-    case Op::Mean:
-      return {"0", "x + y"};
-    // The identity of max and min is the accumulator type's own extreme: int32 accumulates
-    // int32 max and min, and an int64 extreme converted to int32 is -1 or 0.
-    case Op::Max:
+  const ReductionMeaning& meaning = reduction_meaning(op);
+  switch (meaning.identity) {
+    case ReductionIdentity::Zero:
+      return {"0", meaning.combine};
+    case ReductionIdentity::Lowest:
       return {is_floating(acc)      ? "-__longlong_as_double(0x7ff0000000000000LL)"
               : acc == DType::Int32 ? "(-2147483647 - 1)"
                                     : "(-9223372036854775807LL - 1)",
-              "lf_max(x, y)"};
-    default:
-      return {is_floating(acc)      ? "__longlong_as_double(0x7ff0000000000000LL)"
-              : acc == DType::Int32 ? "2147483647"
-                                    : "9223372036854775807LL",
-              "lf_min(x, y)"};
+              meaning.combine};
+    case ReductionIdentity::Highest:
+      break;
   }
+  return {is_floating(acc)      ? "__longlong_as_double(0x7ff0000000000000LL)"
+          : acc == DType::Int32 ? "2147483647"
+                                : "9223372036854775807LL",
+          meaning.combine};
 }
+
+bool divides_by_count(Op op) {
+  return reduction_meaning(op).finish == ReductionFinish::DivideByCount;
+}
+
+}  // namespace
+
+namespace {
 
 // Before the kernel: the combining function.
 std::string reduction_preamble(Op op, DType acc, const std::string& name = "lf_combine") {
@@ -98,8 +99,8 @@ std::string block_combine(Op op, DType acc) {
 std::string reduction_tail(Op op, DType acc, DType out) {
   const char* a = type_name(acc);
   const std::string row_result =
-      absl::StrCat(op == Op::Mean ? "  acc = acc / args.divisor;\n" : "", "  ((", type_name(out),
-                   "*)args.out)[row] = lf_store<", type_name(out), ">(acc);\n");
+      absl::StrCat(divides_by_count(op) ? "  acc = acc / args.divisor;\n" : "", "  ((",
+                   type_name(out), "*)args.out)[row] = lf_store<", type_name(out), ">(acc);\n");
   return absl::StrCat(
       "  __shared__ ", a, R"( warp_results[32];
   __shared__ bool last_block;
@@ -176,7 +177,7 @@ std::string cuda_reduction_kernel_name(Op op, DType in, DType out) {
 
 CudaSource generate_cuda_reduction(Op op, DType in, DType out) {
   if (!is_reduction(op)) throw VerifierError(absl::StrCat(op_name(op), " is not a reduction"));
-  const DType acc = cuda_reduction_accumulator(op, in);
+  const DType acc = reduction_accumulator(op, in);
   CudaSource source;
   source.kernel_name = cuda_reduction_kernel_name(op, in, out);
   std::string& s = source.source;
@@ -207,7 +208,7 @@ CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
   const ReductionParts parts = reduction_parts(graph, step);
   const Node& node = graph.nodes[parts.reduction];
   const ValueId operand = node.inputs[0];
-  const DType acc = cuda_reduction_accumulator(node.op, graph.nodes[operand].dtype);
+  const DType acc = reduction_accumulator(node.op, graph.nodes[operand].dtype);
   const std::vector<ValueId>& prologue = parts.prologue;
   const int rank = spec.rank;
   CudaSource source = begin_row_kernel(
@@ -234,7 +235,7 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
   for (size_t k = 0; k < parts.reductions.size(); ++k) {
     const Node& node = graph.nodes[parts.reductions[k]];
     preamble += reduction_preamble(
-        node.op, cuda_reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype),
+        node.op, reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype),
         absl::StrCat("lf_combine", k));
     absl::StrAppend(&names, k ? ", then " : "", op_name(node.op));
   }
@@ -341,7 +342,7 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     const ValueId r = parts.reductions[k];
     const Node& node = graph.nodes[r];
     const ValueId operand = node.inputs[0];
-    const DType acc = cuda_reduction_accumulator(node.op, graph.nodes[operand].dtype);
+    const DType acc = reduction_accumulator(node.op, graph.nodes[operand].dtype);
     const char* a = type_name(acc);
     const std::string combine = absl::StrCat("lf_combine", k);
     // Every member before the reduction; what it does not need the compiler drops.
@@ -358,7 +359,8 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     const char* result_type = type_name(node.dtype);
     absl::StrAppend(&s, "  for (int offset = 16; offset > 0; offset /= 2) acc", k, " = ", combine,
                     "(acc", k, ", __shfl_xor_sync(0xffffffffu, acc", k, ", offset));\n");
-    if (node.op == Op::Mean) absl::StrAppend(&s, "  acc", k, " = acc", k, " / args.divisor;\n");
+    if (divides_by_count(node.op))
+      absl::StrAppend(&s, "  acc", k, " = acc", k, " / args.divisor;\n");
     absl::StrAppend(&s, "  const ", result_type, " total", k, " = lf_store<", result_type, ">(acc",
                     k, ");\n  const ", type_name(compute_dtype(node.dtype)), " v", r,
                     " = lf_load(total", k, ");\n");

@@ -27,7 +27,31 @@ constexpr std::array<OpInfo, kNumOps> kOpInfo = {{
 
 const OpInfo& info(Op op) { return kOpInfo[static_cast<int>(op)]; }
 
+struct ReductionEntry {
+  Op op;
+  ReductionMeaning meaning;
+};
+constexpr ReductionEntry kReductions[] = {
+#define LF_REDUCTION(Name, mnemonic, dtype_rule, accumulator, identity, combine, finish) \
+  {Op::Name,                                                                             \
+   {ReductionAccumulator::accumulator, ReductionIdentity::identity, #combine,            \
+    ReductionFinish::finish}},
+#include "ir/ops.def"
+};
+
 }  // namespace
+
+const ReductionMeaning& reduction_meaning(Op op) {
+  for (const ReductionEntry& entry : kReductions)
+    if (entry.op == op) return entry.meaning;
+  throw VerifierError(absl::StrCat(op_name(op), " is not a reduction"));
+}
+
+DType reduction_accumulator(Op op, DType in) {
+  if (reduction_meaning(op).accumulator == ReductionAccumulator::Wide || in == DType::Bool)
+    return is_floating(in) ? DType::Float64 : DType::Int64;
+  return compute_dtype(in);
+}
 
 const char* op_name(Op op) { return info(op).name; }
 OpKind op_kind(Op op) { return info(op).kind; }

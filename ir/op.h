@@ -53,6 +53,28 @@ inline bool is_generator(Op op) {
 // What the fusion pass may put in one elementwise kernel.
 inline bool is_fusable_elementwise(Op op) { return is_elementwise(op) || is_generator(op); }
 
+// What a reduction means, from ops.def's LF_REDUCTION columns: every backend reads it here.
+enum class ReductionAccumulator : uint8_t {
+  Wide,     // float64 for floating operands, int64 for integers and bool
+  Compute,  // the operand's compute dtype (bool counts as int64)
+};
+enum class ReductionIdentity : uint8_t {
+  Zero,
+  Lowest,   // -infinity, or the accumulator type's minimum
+  Highest,  // +infinity, or the accumulator type's maximum
+};
+enum class ReductionFinish : uint8_t { None, DivideByCount };
+struct ReductionMeaning {
+  ReductionAccumulator accumulator;
+  ReductionIdentity identity;
+  const char* combine;  // an expression over accumulators x and y (ops.def)
+  ReductionFinish finish;
+};
+// Throws VerifierError for an op that is not a reduction.
+const ReductionMeaning& reduction_meaning(Op op);
+// The dtype a reduction `op` of an operand of dtype `in` accumulates in.
+DType reduction_accumulator(Op op, DType in);
+
 // The dtype an op's inputs are converted to before it computes (the promoted dtype, in its
 // compute form: half types compute in float32).
 DType op_input_compute_dtype(Op op, std::span<const DType> inputs, DType result);

@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu_program.h"
+#include "codegen/cpu_reduction.h"
+#include "codegen/kernel_plan.h"
 #include "ir/errors.h"
 #include "ir/infer.h"
 #include "runtime/cpu_executor.h"
@@ -32,7 +34,10 @@ template <typename S, typename Visit>
 void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferView& out,
                  Visit&& visit) {
   const int64_t blocks = std::max<int64_t>(1, (inner + kReduceBlock - 1) / kReduceBlock);
-  auto run = [&]<typename Acc>(auto combine, Acc identity) {
+  dispatch_reduction(node.op, [&]<Op kOp>() {
+    using Meaning = CpuReduction<kOp>;
+    using Acc = CpuAccumulator<kOp, S>;
+    const Acc identity = reduction_identity_value<Acc>(Meaning::identity);
     std::vector<Acc> partials(outer * blocks);
     ParallelFailure failure;  // a fused prologue's scratch can fail to allocate
 #pragma omp parallel for schedule(dynamic, 1) if (outer * inner > 32768)
@@ -47,11 +52,12 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
                 int64_t i = 0;
                 for (; i + 4 <= count; i += 4)
                   for (int l = 0; l < 4; ++l)
-                    lanes[l] = combine(lanes[l], convert_value<Acc>(values[(i + l) * stride]));
+                    lanes[l] =
+                        Meaning::combine(lanes[l], convert_value<Acc>(values[(i + l) * stride]));
                 for (; i < count; ++i)
-                  lanes[0] = combine(lanes[0], convert_value<Acc>(values[i * stride]));
-                acc =
-                    combine(acc, combine(combine(lanes[0], lanes[1]), combine(lanes[2], lanes[3])));
+                  lanes[0] = Meaning::combine(lanes[0], convert_value<Acc>(values[i * stride]));
+                acc = Meaning::combine(acc, Meaning::combine(Meaning::combine(lanes[0], lanes[1]),
+                                                             Meaning::combine(lanes[2], lanes[3])));
               });
         partials[item] = acc;
       } catch (...) {
@@ -63,35 +69,18 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
       R* dst = static_cast<R*>(out.data());
       for (int64_t o = 0; o < outer; ++o) {
         Acc acc = identity;
-        for (int64_t b = 0; b < blocks; ++b) acc = combine(acc, partials[o * blocks + b]);
-        if (node.op == Op::Mean)
-          acc = inner == 0 ? std::numeric_limits<Acc>::quiet_NaN() : acc / static_cast<Acc>(inner);
+        for (int64_t b = 0; b < blocks; ++b) acc = Meaning::combine(acc, partials[o * blocks + b]);
+        if constexpr (Meaning::finish == ReductionFinish::DivideByCount) {
+          if constexpr (std::is_floating_point_v<Acc>)
+            acc =
+                inner == 0 ? std::numeric_limits<Acc>::quiet_NaN() : acc / static_cast<Acc>(inner);
+          else
+            acc = inner == 0 ? Acc(0) : acc / static_cast<Acc>(inner);
+        }
         dst[o] = convert_value<R>(acc);
       }
     });
-  };
-  if (node.op == Op::Sum || node.op == Op::Mean) {
-    if constexpr (std::is_floating_point_v<ComputeOf<S>>) {
-      run([](double a, double b) { return a + b; }, 0.0);
-    } else {
-      run([](int64_t a, int64_t b) { return a + b; }, int64_t{0});
-    }
-  } else {
-    using Acc = std::conditional_t<std::is_floating_point_v<ComputeOf<S>>, double, int64_t>;
-    const bool is_max = node.op == Op::Max;
-    auto pick = [is_max](Acc a, Acc b) {
-      if constexpr (std::is_floating_point_v<Acc>) {
-        if (a != a) return a;
-        if (b != b) return b;
-      }
-      return is_max ? std::max(a, b) : std::min(a, b);
-    };
-    Acc identity = is_max ? std::numeric_limits<Acc>::lowest() : std::numeric_limits<Acc>::max();
-    if constexpr (std::is_floating_point_v<Acc>)
-      identity =
-          is_max ? -std::numeric_limits<Acc>::infinity() : std::numeric_limits<Acc>::infinity();
-    run(pick, identity);
-  }
+  });
 }
 
 }  // namespace
@@ -107,19 +96,12 @@ BufferView cpu_reduce(const Node& node, const BufferView& input) {
     (reduced ? inner_strides : outer_strides).push_back(input.strides[d]);
   }
   // Reduced dims that memory walks in order are one: a contiguous operand is one run a block.
-  Shape runs_shape;
-  Strides runs_strides;
-  for (size_t d = 0; d < inner_shape.size(); ++d) {
-    if (!runs_shape.empty() && runs_strides.back() == inner_strides[d] * inner_shape[d]) {
-      runs_shape.back() *= inner_shape[d];
-      runs_strides.back() = inner_strides[d];
-    } else {
-      runs_shape.push_back(inner_shape[d]);
-      runs_strides.push_back(inner_strides[d]);
-    }
+  if (!inner_shape.empty()) {
+    IterationSpace runs =
+        merge_dims(inner_shape, std::span(&inner_shape, 1), std::span(&inner_strides, 1));
+    inner_shape = std::move(runs.sizes);
+    inner_strides = std::move(runs.strides[0]);
   }
-  inner_shape = runs_shape;
-  inner_strides = runs_strides;
   BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
   dispatch_storage(input.dtype, [&]<typename S>() {
     const S* base = static_cast<const S*>(input.data());
@@ -136,24 +118,12 @@ BufferView cpu_reduce(const Node& node, const BufferView& input) {
         consume(base + offset, 1, 1);
         return;
       }
-      int64_t index[16] = {};
-      for (int64_t d = inner_rank - 1, rest = begin; d >= 0; --d) {
-        index[d] = rest % inner_shape[d];
-        rest /= inner_shape[d];
-        offset += index[d] * inner_strides[d];
-      }
-      const int last = inner_rank - 1;
+      StridedCursor cursor(inner_shape, inner_strides, begin);
       for (int64_t j = begin; j < end;) {
-        const int64_t run = std::min(end - j, inner_shape[last] - index[last]);
-        consume(base + offset, run, inner_strides[last]);
+        const int64_t run = std::min(end - j, cursor.run_left());
+        consume(base + offset + cursor.offset(), run, cursor.inner_stride());
         j += run;
-        offset += run * inner_strides[last];
-        index[last] += run;
-        for (int d = last; d > 0 && index[d] == inner_shape[d]; --d) {
-          offset += inner_strides[d - 1] - inner_shape[d] * inner_strides[d];
-          index[d] = 0;
-          ++index[d - 1];
-        }
+        cursor.advance(run);
       }
     };
     reduce_rows<S>(node, numel(outer_shape), numel(inner_shape), out, visit);

@@ -276,7 +276,7 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step, const Value
         return generate_cuda_fused_reduction(graph, step, spec, fast_math);
       });
   const int64_t columns = kernel.plan.numel / rows;
-  const DType acc = cuda_reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
+  const DType acc = reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
   std::optional<BufferView> partial;
   const int64_t chunks =
       append_reduction_args(node.device, acc, address(out), rows, columns, args, partial);
@@ -356,8 +356,8 @@ BufferView run_reduction(const Node& node, const BufferView& input) {
   KernelArgs args = {address(dense)};
   std::optional<BufferView> partial;
   const int64_t chunks =
-      append_reduction_args(node.device, cuda_reduction_accumulator(node.op, dense.dtype),
-                            address(out), rows, columns, args, partial);
+      append_reduction_args(node.device, reduction_accumulator(node.op, dense.dtype), address(out),
+                            rows, columns, args, partial);
   launch(function, rows * chunks, kCudaReduceThreads, args, name);
   return out;
 }

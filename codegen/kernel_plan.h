@@ -1,0 +1,81 @@
+// The backend-neutral part of turning a fused step into a kernel, written once for every
+// backend: the iteration space with the dims that memory walks in order merged, how each
+// operand is read over it, and a cursor that walks strided memory of any rank. A backend's
+// emitter adds only what is its own (vector widths, index widths, its calling convention).
+// A reduction's meaning (identity, combine, accumulator) is the op table's: ir/op.h.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "ir/shape.h"
+
+namespace lazyfuse {
+
+// How a kernel reads an operand over the merged iteration space.
+enum class OperandAccess : uint8_t {
+  Contiguous,  // element i
+  Broadcast,   // element 0
+  // Element i % period: broadcast over leading dims, dense over the rest (a bias over rows).
+  Repeated,
+  Strided,  // by coordinates and strides
+};
+
+// An iteration space of any rank after merging: size-1 dims dropped, and a dim merged into
+// the one before it wherever every operand walks the two as one. At least one dim (a scalar
+// space is [1]); a space with no elements keeps its zero-size dim.
+struct IterationSpace {
+  int64_t numel = 0;
+  Shape sizes;
+  std::vector<Strides> strides;  // per operand, over `sizes`; 0 where the operand broadcasts
+};
+
+// `space` read through operands of the given shapes and strides (each broadcast to `space`).
+// With one operand, its own walk merged as far as its memory allows.
+IterationSpace merge_dims(const Shape& space, std::span<const Shape> shapes,
+                          std::span<const Strides> strides);
+
+// How an operand with `strides` over the merged `sizes` is read. For Repeated, `period` is set
+// to the elements after which it repeats.
+OperandAccess classify_access(const Shape& sizes, const Strides& strides, int64_t* period);
+
+// Where a walk over strided memory is: the coordinates of a linear index in `sizes` and the
+// element offset they make with `strides`. It advances along the innermost dim in runs and
+// carries into outer dims, so a walk costs a few operations per run, not per element. Any rank.
+// Sizes must be non-empty and have no zero (callers return first when there is nothing to
+// walk); the spans must outlive the cursor.
+class StridedCursor {
+ public:
+  StridedCursor(std::span<const int64_t> sizes, std::span<const int64_t> strides, int64_t start)
+      : sizes_(sizes), strides_(strides), index_(sizes.size(), 0) {
+    for (size_t d = sizes.size(); d-- > 0;) {
+      index_[d] = start % sizes[d];
+      start /= sizes[d];
+      offset_ += index_[d] * strides[d];
+    }
+  }
+  int64_t offset() const { return offset_; }
+  int64_t inner_stride() const { return strides_.back(); }
+  // Elements from here to the end of the innermost dim.
+  int64_t run_left() const { return sizes_.back() - index_.back(); }
+  // Moves `run` elements on; at most run_left().
+  void advance(int64_t run) {
+    const size_t last = sizes_.size() - 1;
+    offset_ += run * strides_[last];
+    index_[last] += run;
+    for (size_t d = last; d > 0 && index_[d] == sizes_[d]; --d) {
+      offset_ += strides_[d - 1] - sizes_[d] * strides_[d];
+      index_[d] = 0;
+      ++index_[d - 1];
+    }
+  }
+
+ private:
+  std::span<const int64_t> sizes_, strides_;
+  absl::InlinedVector<int64_t, 8> index_;
+  int64_t offset_ = 0;
+};
+
+}  // namespace lazyfuse
