@@ -15,7 +15,7 @@
 #include "codegen/kernel_plan.h"
 #include "ir/errors.h"
 #include "ir/infer.h"
-#include "runtime/cpu_executor.h"
+#include "runtime/cpu_backend.h"
 #include "runtime/parallel.h"
 
 namespace lazyfuse {

@@ -5,9 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "ir/errors.h"
 #include "ir/infer.h"
-#include "runtime/cpu_executor.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/cuda_executor.h"
 
 namespace lazyfuse {
 
@@ -45,42 +42,31 @@ BufferView apply_view(const Node& node, const BufferView& input) {
 
 BufferView contiguous(const BufferView& source) {
   if (source.is_contiguous()) return source;
-  return source.storage->device().is_cpu() ? cpu_contiguous(source) : cuda_contiguous(source);
+  return backend_for(source.storage->device()).contiguous(source);
 }
 
 BufferView copy_to_device(const BufferView& source, const Device& device) {
   const Device& from = source.storage->device();
   if (from == device) return contiguous(source);
+  // Whichever side's backend can move the bytes does: a GPU's backend copies to and from the
+  // host.
+  Backend& target = backend_for(device);
+  Backend& copier = target.can_copy(from, device) ? target : backend_for(from);
+  if (!copier.can_copy(from, device))
+    throw UnsupportedError(
+        absl::StrCat("no backend copies from ", from.str(), " to ", device.str()));
   // Transfers move dense bytes: make the source dense where it lives first.
   BufferView dense = contiguous(source);
   BufferView out = allocate_buffer(device, source.dtype, source.shape);
   const size_t bytes = static_cast<size_t>(numel(source.shape) * dtype_size(source.dtype));
-  if (bytes == 0) return out;
-  const cuda::DriverApi* api = cuda::driver();
-  auto device_pointer = [](const BufferView& v) {
-    return reinterpret_cast<cuda::CUdeviceptr>(v.data());
-  };
-  if (from.is_cpu()) {
-    cuda::activate(device.index());
-    cuda::check(api->cuMemcpyHtoD(device_pointer(out), dense.data(), bytes), "cuMemcpyHtoD");
-  } else if (device.is_cpu()) {
-    cuda::activate(from.index());
-    cuda::check(api->cuMemcpyDtoH(out.data(), device_pointer(dense), bytes), "cuMemcpyDtoH");
-  } else {
-    // Between GPUs: the driver copies peer to peer where the GPUs allow it, through the host
-    // otherwise.
-    cuda::CUcontext source_context = cuda::activate(from.index());
-    cuda::CUcontext target_context = cuda::activate(device.index());
-    cuda::check(api->cuMemcpyPeer(device_pointer(out), target_context, device_pointer(dense),
-                                  source_context, bytes),
-                "cuMemcpyPeer");
-  }
+  if (bytes > 0) copier.copy(dense.data(), from, out.data(), device, bytes);
   return out;
 }
 
-void run_schedule(const Schedule& schedule, ValueBuffers& values, std::vector<LaunchMemo>* memos) {
-  if (memos != nullptr && memos->size() != schedule.steps.size())
-    memos->resize(schedule.steps.size());
+void run_schedule(const Schedule& schedule, ValueBuffers& values,
+                  std::vector<std::unique_ptr<StepCache>>* caches) {
+  if (caches != nullptr && caches->size() != schedule.steps.size())
+    caches->resize(schedule.steps.size());
   const Graph& graph = schedule.graph;
   // The last step that reads each value, so intermediates are freed early. (Inline: a small
   // graph evaluated in a loop should not touch the heap for its bookkeeping.)
@@ -97,10 +83,9 @@ void run_schedule(const Schedule& schedule, ValueBuffers& values, std::vector<La
       values[step.nodes[0]] = apply_view(node, *values[node.inputs[0]]);
     } else if (step.kind == StepKind::Transfer) {
       values[step.nodes[0]] = copy_to_device(*values[node.inputs[0]], node.device);
-    } else if (step.device.is_cpu()) {
-      run_cpu_step(graph, step, values, memos != nullptr ? &(*memos)[s].cpu_program : nullptr);
     } else {
-      run_cuda_step(graph, step, values, memos != nullptr ? &(*memos)[s] : nullptr);
+      backend_for(step.device)
+          .run_step(graph, step, values, caches != nullptr ? &(*caches)[s] : nullptr);
     }
     for (ValueId v : step.inputs) {
       if (last_reader[v] == static_cast<int>(s) && !is_output[v] && graph.nodes[v].op != Op::Param)

@@ -31,10 +31,10 @@ CUfunction get_kernel(int device, const std::string& key,
 KernelCacheStats kernel_cache_stats();
 // Forgets the in-memory kernels (the disk cache stays): tests measure cold and warm paths.
 void clear_memory_kernel_cache();
-// Counts clear_memory_kernel_cache() calls: a kernel remembered elsewhere (a LaunchMemo) is
+// Counts clear_memory_kernel_cache() calls: a kernel remembered elsewhere (a step cache) is
 // valid only under the generation it was found in.
 uint64_t kernel_cache_generation();
-// Counts a kernel found in memory without get_kernel (a LaunchMemo's) as the memory hit it is.
+// Counts a kernel found in memory without get_kernel (a step cache's) as the memory hit it is.
 void count_memory_hit();
 
 // Compute capability and multiprocessor count of GPU `device`.

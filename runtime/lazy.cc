@@ -143,7 +143,7 @@ constexpr size_t kScheduleCacheMaxNodes = 4096;
 struct CachedSchedule {
   Graph graph;  // before the passes
   Schedule schedule;
-  std::vector<LaunchMemo> memos;  // one per step, kept between evaluations
+  std::vector<std::unique_ptr<StepCache>> step_caches;  // one per step, the backends'
 };
 
 // The cache key's hash: a multiply per word, mixed once at the end. It never leaves the
@@ -294,7 +294,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
 
   ValueBuffers values(schedule.graph.nodes.size());
   for (size_t i = 0; i < walk.params.size(); ++i) values[i] = *walk.params[i]->buffer;
-  run_schedule(schedule, values, cacheable ? &cached->memos : nullptr);
+  run_schedule(schedule, values, cacheable ? &cached->step_caches : nullptr);
 
   // Only now, with every result in hand, do values change: a failure above loses nothing.
   for (size_t i = 0; i < pending.size(); ++i) {

@@ -1,6 +1,7 @@
-// Host allocation and per-device accounting. (Device memory arrives with the CUDA runtime.)
+// Storage through each device's backend, and per-device accounting.
 #include "runtime/storage.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -9,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ir/errors.h"
-#include "runtime/cuda_memory.h"
+#include "runtime/backend.h"
 
 namespace lazyfuse {
 namespace {
@@ -24,18 +25,7 @@ std::pair<int, int> key(const Device& d) { return {static_cast<int>(d.type()), d
 }  // namespace
 
 std::shared_ptr<Storage> Storage::allocate(const Device& device, int64_t nbytes) {
-  void* data = nullptr;
-  if (device.is_cuda()) {
-    data = cuda::allocate(device.index(), std::max<int64_t>(nbytes, 1));
-  } else {
-    size_t size = static_cast<size_t>((std::max<int64_t>(nbytes, 1) + 63) / 64 * 64);
-    data = std::aligned_alloc(64, size);
-    if (data == nullptr)
-      throw OutOfMemoryError(absl::StrFormat(
-          "out of host memory: tried to allocate %.2f MiB; lazyfuse holds %.2f MiB on the CPU",
-          static_cast<double>(size) / (1 << 20),
-          static_cast<double>(memory_stats(device).allocated_bytes) / (1 << 20)));
-  }
+  void* data = backend_for(device).allocate(device, std::max<int64_t>(nbytes, 1));
   {
     std::lock_guard lock(stats_mutex);
     MemoryStats& stats = all_stats()[key(device)];
@@ -47,11 +37,7 @@ std::shared_ptr<Storage> Storage::allocate(const Device& device, int64_t nbytes)
 }
 
 Storage::~Storage() {
-  if (device_.is_cuda()) {
-    cuda::release(device_.index(), data_, std::max<int64_t>(nbytes_, 1));
-  } else {
-    std::free(data_);
-  }
+  backend_for(device_).release(device_, data_, std::max<int64_t>(nbytes_, 1));
   std::lock_guard lock(stats_mutex);
   all_stats()[key(device_)].allocated_bytes -= nbytes_;
 }

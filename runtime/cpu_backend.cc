@@ -1,15 +1,18 @@
-// The CPU executor: each step of a schedule in order.
-#include "runtime/cpu_executor.h"
+// The CPU backend: each compute step of a schedule on the host.
+#include "runtime/cpu_backend.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "codegen/cpu_program.h"
 #include "ir/errors.h"
+#include "runtime/backend.h"
 #include "runtime/parallel.h"
 
 namespace lazyfuse {
@@ -94,25 +97,68 @@ void run_reduction(const Graph& graph, const Step& step, ValueBuffers& values) {
         values[v].reset();
 }
 
+// An elementwise step's compiled program depends on the graph and the step alone, not on the
+// operands' layouts: kept for every later run of the schedule.
+struct CpuStepCache : StepCache {
+  std::shared_ptr<const CpuProgram> program;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  void run_step(const Graph& graph, const Step& step, ValueBuffers& values,
+                std::unique_ptr<StepCache>* cache) override {
+    const Node& node = graph.nodes[step.nodes.back()];
+    switch (step.kind) {
+      case StepKind::Elementwise: {
+        if (cache == nullptr) {
+          run_elementwise(graph, step, values);
+          return;
+        }
+        if (*cache == nullptr) *cache = std::make_unique<CpuStepCache>();
+        run_elementwise(graph, step, values, &static_cast<CpuStepCache&>(**cache).program);
+        return;
+      }
+      case StepKind::Reduction:
+        run_reduction(graph, step, values);
+        return;
+      case StepKind::Matmul:
+        values[step.nodes[0]] = cpu_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);
+        return;
+      case StepKind::View:
+      case StepKind::Transfer:
+        break;
+    }
+    throw VerifierError("views and transfers are the executor's, not the CPU backend's");
+  }
+
+  void* allocate(const Device& device, int64_t nbytes) override {
+    const size_t size = static_cast<size_t>((std::max<int64_t>(nbytes, 1) + 63) / 64 * 64);
+    void* data = std::aligned_alloc(64, size);
+    if (data == nullptr)
+      throw OutOfMemoryError(absl::StrFormat(
+          "out of host memory: tried to allocate %.2f MiB; lazyfuse holds %.2f MiB on the CPU",
+          static_cast<double>(size) / (1 << 20),
+          static_cast<double>(memory_stats(device).allocated_bytes) / (1 << 20)));
+    return data;
+  }
+  void release(const Device&, void* data, int64_t) override { std::free(data); }
+
+  BufferView contiguous(const BufferView& source) override { return cpu_contiguous(source); }
+  bool can_copy(const Device& from, const Device& to) const override {
+    return from.is_cpu() && to.is_cpu();
+  }
+  void copy(const void* source, const Device&, void* target, const Device&, size_t bytes) override {
+    std::memcpy(target, source, bytes);
+  }
+  // Host work is done when the call that did it returns.
+  void synchronize(const Device&) override {}
+};
+
 }  // namespace
 
-void run_cpu_step(const Graph& graph, const Step& step, ValueBuffers& values,
-                  std::shared_ptr<const CpuProgram>* program) {
-  const Node& node = graph.nodes[step.nodes.back()];
-  switch (step.kind) {
-    case StepKind::Elementwise:
-      run_elementwise(graph, step, values, program);
-      break;
-    case StepKind::Reduction:
-      run_reduction(graph, step, values);
-      break;
-    case StepKind::Matmul:
-      values[step.nodes[0]] = cpu_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);
-      break;
-    case StepKind::View:
-    case StepKind::Transfer:
-      throw VerifierError("views and transfers are the executor's, not the CPU's");
-  }
+Backend& cpu_backend() {
+  static CpuBackend* backend = new CpuBackend();
+  return *backend;
 }
 
 }  // namespace lazyfuse

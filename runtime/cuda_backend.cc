@@ -1,6 +1,6 @@
-// Running steps on a GPU: generated kernels (elementwise, reductions with what is fused around
-// them), cuBLAS matmul.
-#include "runtime/cuda_executor.h"
+// The CUDA backend: generated kernels (elementwise, reductions with what is fused around
+// them), cuBLAS matmul, device memory and copies.
+#include "runtime/cuda_backend.h"
 
 #include <algorithm>
 #include <bit>
@@ -13,9 +13,11 @@
 #include "ir/errors.h"
 #include "ir/infer.h"
 #include "ir/passes/passes.h"
-#include "runtime/cpu_executor.h"
+#include "runtime/backend.h"
+#include "runtime/cpu_backend.h"
 #include "runtime/cublas.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/cuda_memory.h"
 #include "runtime/env.h"
 #include "runtime/kernel_cache.h"
 
@@ -23,6 +25,22 @@ namespace lazyfuse {
 namespace {
 
 constexpr unsigned kThreadsPerBlock = 256;
+
+// What a launch of a generated kernel can reuse while its operands keep their layout: the plan
+// (variant, merged sizes and strides), the kernel and the grid. Kept per step of a cached
+// schedule; used under the evaluation lock.
+struct LaunchMemo : StepCache {
+  bool valid = false;
+  uint64_t kernel_generation = 0;  // cuda::kernel_cache_generation() when it was made
+  bool fast_math = false;
+  std::vector<Shape> shapes;
+  std::vector<Strides> strides;
+  std::vector<bool> aligned;  // each operand's address, to the plan's vector width
+  CudaElementwiseLaunch plan;
+  void* function = nullptr;  // the CUfunction
+  std::string name;          // its cache key, for errors
+  int64_t blocks = 0;
+};
 
 uint64_t address(const BufferView& view) { return reinterpret_cast<uint64_t>(view.data()); }
 
@@ -382,8 +400,6 @@ BufferView run_matmul(const Node& node, const BufferView& a, const BufferView& b
   return work == node.dtype ? c_work : cuda_convert(c_work, node.dtype);
 }
 
-}  // namespace
-
 void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, LaunchMemo* memo) {
   const Node& node = graph.nodes[step.nodes.back()];
   switch (step.kind) {
@@ -407,8 +423,69 @@ void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, L
       return;
     case StepKind::View:
     case StepKind::Transfer:
-      throw VerifierError("views and transfers are the executor's, not the GPU's");
+      break;
   }
+  throw VerifierError("views and transfers are the executor's, not the CUDA backend's");
+}
+
+cuda::CUdeviceptr device_pointer(const void* data) {
+  return reinterpret_cast<cuda::CUdeviceptr>(data);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  void run_step(const Graph& graph, const Step& step, ValueBuffers& values,
+                std::unique_ptr<StepCache>* cache) override {
+    if (cache != nullptr && *cache == nullptr) *cache = std::make_unique<LaunchMemo>();
+    run_cuda_step(graph, step, values,
+                  cache != nullptr ? &static_cast<LaunchMemo&>(**cache) : nullptr);
+  }
+
+  void* allocate(const Device& device, int64_t nbytes) override {
+    return cuda::allocate(device.index(), nbytes);
+  }
+  void release(const Device& device, void* data, int64_t nbytes) override {
+    cuda::release(device.index(), data, nbytes);
+  }
+
+  BufferView contiguous(const BufferView& source) override { return cuda_contiguous(source); }
+
+  // Host to GPU, GPU to host, and between GPUs.
+  bool can_copy(const Device& from, const Device& to) const override {
+    return (from.is_cuda() || from.is_cpu()) && (to.is_cuda() || to.is_cpu()) &&
+           (from.is_cuda() || to.is_cuda());
+  }
+  void copy(const void* source, const Device& from, void* target, const Device& to,
+            size_t bytes) override {
+    const cuda::DriverApi* api = cuda::driver();
+    if (from.is_cpu()) {
+      cuda::activate(to.index());
+      cuda::check(api->cuMemcpyHtoD(device_pointer(target), source, bytes), "cuMemcpyHtoD");
+    } else if (to.is_cpu()) {
+      cuda::activate(from.index());
+      cuda::check(api->cuMemcpyDtoH(target, device_pointer(source), bytes), "cuMemcpyDtoH");
+    } else {
+      // Between GPUs: the driver copies peer to peer where the GPUs allow it, through the host
+      // otherwise.
+      cuda::CUcontext source_context = cuda::activate(from.index());
+      cuda::CUcontext target_context = cuda::activate(to.index());
+      cuda::check(api->cuMemcpyPeer(device_pointer(target), target_context, device_pointer(source),
+                                    source_context, bytes),
+                  "cuMemcpyPeer");
+    }
+  }
+
+  void synchronize(const Device& device) override {
+    cuda::activate(device.index());
+    cuda::check(cuda::driver()->cuCtxSynchronize(), "cuCtxSynchronize");
+  }
+};
+
+}  // namespace
+
+Backend& cuda_backend() {
+  static CudaBackend* backend = new CudaBackend();
+  return *backend;
 }
 
 }  // namespace lazyfuse

@@ -1,22 +1,16 @@
-// The steps that run on the host: fused elementwise programs on all cores (OpenMP),
-// reductions, OpenBLAS matmul.
+// The CPU backend (runtime/backend.h): fused elementwise programs on all cores (OpenMP),
+// reductions, OpenBLAS matmul, host memory. Its library steps are declared here for the CUDA
+// backend's staging and for tests.
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <vector>
 
-#include "codegen/cpu_program.h"
 #include "ir/schedule.h"
 #include "runtime/storage.h"
 
 namespace lazyfuse {
-
-// Runs one step whose device is the host, reading and writing buffers in `values` by value id.
-// `program`, when given, keeps an elementwise step's compiled program between runs of the same
-// schedule: it depends on the graph and the step alone, not on the operands' layouts.
-void run_cpu_step(const Graph& graph, const Step& step, ValueBuffers& values,
-                  std::shared_ptr<const CpuProgram>* program = nullptr);
 
 // A matmul's operands as [batch..., rows, cols] views broadcast over the common batch (1-D
 // operands promoted as numpy does): what both the CPU and the GPU stage for gemm.

@@ -1,0 +1,30 @@
+// The registry of backends, one per device type.
+#include "runtime/backend.h"
+
+#include <array>
+#include <atomic>
+
+namespace lazyfuse {
+namespace {
+
+constexpr size_t kDeviceTypes = 2;
+
+// Made on first use and never destroyed: storage freed at exit still finds its backend.
+std::array<std::atomic<Backend*>, kDeviceTypes>& registry() {
+  static auto* backends =
+      new std::array<std::atomic<Backend*>, kDeviceTypes>{{&cpu_backend(), &cuda_backend()}};
+  return *backends;
+}
+
+std::atomic<Backend*>& slot(DeviceType type) { return registry()[static_cast<size_t>(type)]; }
+
+}  // namespace
+
+Backend& backend_for(const Device& device) { return *slot(device.type()).load(); }
+
+ScopedBackend::ScopedBackend(DeviceType type, Backend& backend)
+    : type_(type), previous_(slot(type).exchange(&backend)) {}
+
+ScopedBackend::~ScopedBackend() { slot(type_).store(previous_); }
+
+}  // namespace lazyfuse

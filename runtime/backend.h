@@ -1,0 +1,78 @@
+// The boundary between the executor and the devices. The executor (executor.cc) runs a
+// schedule's steps in order and hands each compute step to the backend of its device; it never
+// asks what kind of device that is. One backend is registered per DeviceType (backend.cc):
+// the CPU's (cpu_backend.cc) and CUDA's (cuda_backend.cc); tests put one of their own in place
+// with ScopedBackend.
+//
+// A backend owns, for its devices: finding or compiling a compute step's code and running it
+// (with whatever it keeps between runs in its StepCache), memory, dense copies, and waiting for
+// queued work. Codegen's kernel plan (codegen/kernel_plan.h) is shared; each backend's emitter
+// and calling convention are its own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "ir/schedule.h"
+#include "runtime/storage.h"
+
+namespace lazyfuse {
+
+// What a backend keeps for one step of a cached schedule between evaluations (Note [Schedule
+// cache] in lazy.cc): its compiled program, its launch plan and kernel. Each backend derives
+// its own and is the only one to read it.
+struct StepCache {
+  virtual ~StepCache() = default;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Runs a compute step (Elementwise, Reduction, Matmul) whose device is this backend's: reads
+  // its inputs from `values` by value id and sets each of its outputs there. `cache` is the
+  // step's entry kept between runs of the same schedule (empty on the first), or null when
+  // nothing is kept. Views and transfers are the executor's.
+  virtual void run_step(const Graph& graph, const Step& step, ValueBuffers& values,
+                        std::unique_ptr<StepCache>* cache) = 0;
+
+  // `nbytes` (at least 1) on `device`, aligned to at least 64 bytes; throws OutOfMemoryError.
+  virtual void* allocate(const Device& device, int64_t nbytes) = 0;
+  // Gives back what allocate() returned.
+  virtual void release(const Device& device, void* data, int64_t nbytes) = 0;
+
+  // A contiguous copy of `source`, which lives on one of this backend's devices.
+  virtual BufferView contiguous(const BufferView& source) = 0;
+  // Whether copy() moves bytes from `from` to `to` (one of them a device of this backend's).
+  virtual bool can_copy(const Device& from, const Device& to) const = 0;
+  // Copies `bytes` dense bytes; returns once `target` holds them.
+  virtual void copy(const void* source, const Device& from, void* target, const Device& to,
+                    size_t bytes) = 0;
+
+  // Returns once the work queued on `device` is done.
+  virtual void synchronize(const Device& device) = 0;
+};
+
+// The backend of `device`'s type.
+Backend& backend_for(const Device& device);
+
+// Puts `backend` in place of the registered one for devices of `type` while it lives (tests).
+// Not for use while another thread evaluates.
+class ScopedBackend {
+ public:
+  ScopedBackend(DeviceType type, Backend& backend);
+  ~ScopedBackend();
+  ScopedBackend(const ScopedBackend&) = delete;
+  ScopedBackend& operator=(const ScopedBackend&) = delete;
+
+ private:
+  DeviceType type_;
+  Backend* previous_;
+};
+
+// The backends registered by default (cpu_backend.cc, cuda_backend.cc).
+Backend& cpu_backend();
+Backend& cuda_backend();
+
+}  // namespace lazyfuse
