@@ -317,31 +317,10 @@ CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
   return launch;
 }
 
-void append_space_args(const CudaElementwiseLaunch& launch,
-                       std::span<const uint64_t> input_addresses, KernelArgs& words) {
-  for (int d = 0; d < launch.spec.rank; ++d)
-    words.push_back(static_cast<uint64_t>(launch.sizes[d]));
-  for (uint64_t a : input_addresses) words.push_back(a);
-  for (const Strides& s : launch.strides)
-    for (int d = 0; d < launch.spec.rank; ++d) words.push_back(static_cast<uint64_t>(s[d]));
-}
-
 std::string cuda_kernel_cache_key(const Step& step, const CudaElementwiseSpec& spec,
                                   bool fast_math) {
   return absl::StrCat(absl::Hex(step.kernel_key, absl::kZeroPad16), ".", spec.code(),
                       fast_math ? ".fast" : "");
-}
-
-KernelArgs pack_elementwise_args(const CudaElementwiseLaunch& launch,
-                                 std::span<const uint64_t> input_addresses,
-                                 std::span<const uint64_t> output_addresses) {
-  KernelArgs words;
-  words.reserve(1 + launch.spec.rank * (1 + input_addresses.size()) + input_addresses.size() +
-                output_addresses.size());
-  words.push_back(static_cast<uint64_t>(launch.numel));
-  append_space_args(launch, input_addresses, words);
-  words.insert(words.end(), output_addresses.begin(), output_addresses.end());
-  return words;
 }
 
 CudaSource cuda_source_for_fresh_operands(const Graph& graph, const Step& step) {
@@ -374,12 +353,11 @@ CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
   std::string& s = out.source;
   if (fast_math) s += "#define LF_FAST_MATH 1\n";
   s += cuda_prologue();
-  absl::StrAppend(&s, "\n// ", step.nodes.size(), " fused nodes\nstruct Args_", out.kernel_name,
-                  " {\n  long long n;\n  long long size[", rank, "];\n");
-  if (num_inputs)
-    absl::StrAppend(&s, "  const void* in[", num_inputs, "];\n  long long stride[", num_inputs,
-                    "][", rank, "];\n");
-  absl::StrAppend(&s, "  void* out[", step.outputs.size(), "];\n};\n\n");
+  absl::StrAppend(&s, "\n// ", step.nodes.size(), " fused nodes\n",
+                  elementwise_arg_layout(spec, static_cast<int>(num_inputs),
+                                         static_cast<int>(step.outputs.size()))
+                      .declare(absl::StrCat("Args_", out.kernel_name)),
+                  "\n");
   absl::StrAppend(&s, "extern \"C\" __global__ void __launch_bounds__(256) ", out.kernel_name,
                   "(const Args_", out.kernel_name, " args) {\n");
   absl::StrAppend(&s, "  typedef ", spec.index64 ? "long long" : "unsigned int", " IDX;\n");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "codegen/cuda_kernel_args.h"
 #include "codegen/kernel_plan.h"
 #include "ir/graph.h"
 #include "ir/schedule.h"
@@ -63,21 +64,9 @@ struct CudaSource {
   std::string source;       // complete: prologue and kernel
 };
 
-// The kernel's parameters are one struct, packed by pack_elementwise_args in this order:
-// numel, sizes[rank], input pointers, input strides (row-major, inputs x rank), output pointers.
+// The kernel's parameters: elementwise_arg_layout (codegen/cuda_kernel_args.h).
 CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
                                      const CudaElementwiseSpec& spec, bool fast_math = false);
-
-// A launch's parameter words, inline for the usual few operands (no heap on a repeat launch).
-using KernelArgs = absl::InlinedVector<uint64_t, 32>;
-
-KernelArgs pack_elementwise_args(const CudaElementwiseLaunch& launch,
-                                 std::span<const uint64_t> input_addresses,
-                                 std::span<const uint64_t> output_addresses);
-// The words every kernel over an iteration space has in common: sizes[rank], input pointers,
-// input strides (inputs x rank). Fused reductions and row kernels follow them with their own.
-void append_space_args(const CudaElementwiseLaunch& launch,
-                       std::span<const uint64_t> input_addresses, KernelArgs& words);
 
 // The prologue every kernel starts with (codegen/cuda_prologue.cuh and codegen/philox.h).
 const std::string& cuda_prologue();

@@ -134,11 +134,12 @@ std::string reduction_tail(Op op, DType acc, DType out) {
 }
 
 // The start of a kernel over a step's iteration space that reduces rows: its name, the
-// prologue, the argument struct (sizes, inputs, strides, then `fields`), the combining
-// function, the signature and the typed input pointers.
+// prologue, the argument struct (the space's fields, then those `add_fields` adds), the
+// combining function, the signature and the typed input pointers.
+template <typename AddFields>
 CudaSource begin_row_kernel(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,
                             bool fast_math, const std::string& preamble, const std::string& comment,
-                            const std::string& fields) {
+                            AddFields add_fields) {
   const size_t num_inputs = step.inputs.size();
   CudaSource source;
   source.kernel_name = absl::StrCat(step.kernel_name(), "_", spec.code());
@@ -147,15 +148,14 @@ CudaSource begin_row_kernel(const Graph& graph, const Step& step, const CudaElem
   std::string& s = source.source;
   if (fast_math) s += "#define LF_FAST_MATH 1\n";
   s += cuda_prologue();
-  absl::StrAppend(&s, "\n// ", comment, "\nstruct Args_", source.kernel_name,
-                  " {\n  long long size[", spec.rank, "];\n");
-  if (num_inputs)
-    absl::StrAppend(&s, "  const void* in[", num_inputs, "];\n  long long stride[", num_inputs,
-                    "][", spec.rank, "];\n");
-  absl::StrAppend(&s, fields, "};\n", preamble, "\nextern \"C\" __global__ void __launch_bounds__(",
-                  kCudaReduceThreads, ") ", source.kernel_name, "(const Args_", source.kernel_name,
-                  " args) {\n", "  typedef ", spec.index64 ? "long long" : "unsigned int",
-                  " IDX;\n");
+  ArgLayout layout;
+  add_space_fields(layout, spec, static_cast<int>(num_inputs));
+  add_fields(layout);
+  absl::StrAppend(&s, "\n// ", comment, "\n",
+                  layout.declare(absl::StrCat("Args_", source.kernel_name)), preamble,
+                  "\nextern \"C\" __global__ void __launch_bounds__(", kCudaReduceThreads, ") ",
+                  source.kernel_name, "(const Args_", source.kernel_name, " args) {\n",
+                  "  typedef ", spec.index64 ? "long long" : "unsigned int", " IDX;\n");
   s += cuda_emit::emit_input_pointers(graph, step.inputs);
   return source;
 }
@@ -182,16 +182,7 @@ CudaSource generate_cuda_reduction(Op op, DType in, DType out) {
   source.kernel_name = cuda_reduction_kernel_name(op, in, out);
   std::string& s = source.source;
   s = cuda_prologue();
-  absl::StrAppend(&s, R"(
-struct ReduceArgs {
-  const void* in;
-  void* out;
-  long long rows, columns, chunk, chunks;
-  double divisor;
-  void* partial;
-  unsigned int* counters;
-};
-)",
+  absl::StrAppend(&s, "\n", plain_reduction_arg_layout().declare("ReduceArgs"),
                   reduction_preamble(op, acc), "\nextern \"C\" __global__ void __launch_bounds__(",
                   kCudaReduceThreads, ") ", source.kernel_name, "(const ReduceArgs args) {\n");
   s += reduction_head(op, acc);
@@ -211,11 +202,10 @@ CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
   const DType acc = reduction_accumulator(node.op, graph.nodes[operand].dtype);
   const std::vector<ValueId>& prologue = parts.prologue;
   const int rank = spec.rank;
-  CudaSource source = begin_row_kernel(
-      graph, step, spec, fast_math, reduction_preamble(node.op, acc),
-      absl::StrCat(op_name(node.op), " of ", prologue.size(), " fused nodes"),
-      "  void* out;\n  long long rows, columns, chunk, chunks;\n  double divisor;\n  void* "
-      "partial;\n  unsigned int* counters;\n");
+  CudaSource source =
+      begin_row_kernel(graph, step, spec, fast_math, reduction_preamble(node.op, acc),
+                       absl::StrCat(op_name(node.op), " of ", prologue.size(), " fused nodes"),
+                       add_reduction_fields);
   std::string& s = source.source;
   s += reduction_head(node.op, acc);
   s += "  for (long long j = begin + threadIdx.x; j < end; j += blockDim.x) {\n"
@@ -239,12 +229,11 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
         absl::StrCat("lf_combine", k));
     absl::StrAppend(&names, k ? ", then " : "", op_name(node.op));
   }
-  CudaSource source =
-      begin_row_kernel(graph, step, spec, fast_math, preamble,
-                       absl::StrCat(names, " over each row, then ", parts.epilogue.size(),
-                                    " fused nodes over the row again"),
-                       absl::StrCat("  void* out[", step.outputs.size(),
-                                    "];\n  long long rows, columns;\n  double divisor;\n"));
+  CudaSource source = begin_row_kernel(
+      graph, step, spec, fast_math, preamble,
+      absl::StrCat(names, " over each row, then ", parts.epilogue.size(),
+                   " fused nodes over the row again"),
+      [&](ArgLayout& layout) { add_row_fields(layout, static_cast<int>(step.outputs.size())); });
   std::string& s = source.source;
   const std::vector<std::string> loads = cuda_emit::strided_loads(spec);
   // One warp per row: its lanes walk the row, then combine through shuffles.

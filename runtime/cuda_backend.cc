@@ -253,22 +253,25 @@ uint64_t reduction_counters(const Device& device, int64_t rows) {
   return address(*slot);
 }
 
-// Kernel parameters of a reduction after its operands: out, rows, columns, chunk, chunks,
-// divisor, and the partials and counters of a row of several chunks (codegen/cuda_reduction.cc).
-// Returns the chunks per row.
-int64_t append_reduction_args(const Device& device, DType acc, uint64_t out, int64_t rows,
-                              int64_t columns, KernelArgs& args,
-                              std::optional<BufferView>& partial) {
+// A reduction's words after its operands (codegen/cuda_kernel_args.h), with the partials and
+// counters a row of several chunks needs. Returns the chunks per row.
+int64_t append_reduction_launch(const Device& device, DType acc, uint64_t out, int64_t rows,
+                                int64_t columns, KernelArgs& args,
+                                std::optional<BufferView>& partial) {
   const int64_t chunk =
       env_config().reduce_chunk > 0 ? env_config().reduce_chunk : cuda_reduce_chunk(rows, columns);
   const int64_t chunks = std::max<int64_t>(1, (columns + chunk - 1) / chunk);
   if (chunks > 1) partial = allocate_buffer(device, acc, {rows, chunks});
-  args.push_back(out);
-  for (int64_t word : {rows, columns, chunks == 1 ? std::max<int64_t>(columns, 1) : chunk, chunks})
-    args.push_back(static_cast<uint64_t>(word));
-  args.push_back(std::bit_cast<uint64_t>(static_cast<double>(columns)));
-  args.push_back(partial ? address(*partial) : 0);
-  args.push_back(chunks > 1 ? reduction_counters(device, rows) : 0);
+  ReductionWords words;
+  words.out = out;
+  words.rows = rows;
+  words.columns = columns;
+  words.chunk = chunks == 1 ? std::max<int64_t>(columns, 1) : chunk;
+  words.chunks = chunks;
+  words.divisor = static_cast<double>(columns);
+  words.partial = partial ? address(*partial) : 0;
+  words.counters = chunks > 1 ? reduction_counters(device, rows) : 0;
+  append_reduction_args(words, args);
   return chunks;
 }
 
@@ -297,7 +300,7 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step, const Value
   const DType acc = reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
   std::optional<BufferView> partial;
   const int64_t chunks =
-      append_reduction_args(node.device, acc, address(out), rows, columns, args, partial);
+      append_reduction_launch(node.device, acc, address(out), rows, columns, args, partial);
   launch(static_cast<cuda::CUfunction>(kernel.function), rows * chunks, kCudaReduceThreads, args,
          kernel.name);
   return out;
@@ -338,10 +341,7 @@ void run_row_kernel(const Graph& graph, const Step& step, ValueBuffers& values, 
         return generate_cuda_row_kernel(graph, step, spec, fast_math);
       });
   const int64_t columns = kernel.plan.numel / rows;
-  args.insert(args.end(), outputs.begin(), outputs.end());
-  args.push_back(static_cast<uint64_t>(rows));
-  args.push_back(static_cast<uint64_t>(columns));
-  args.push_back(std::bit_cast<uint64_t>(static_cast<double>(columns)));
+  append_row_args(outputs, rows, columns, args);
   constexpr int64_t kRowsPerBlock = kCudaReduceThreads / 32;
   launch(static_cast<cuda::CUfunction>(kernel.function), (rows + kRowsPerBlock - 1) / kRowsPerBlock,
          kCudaReduceThreads, args, kernel.name);
@@ -374,8 +374,8 @@ BufferView run_reduction(const Node& node, const BufferView& input) {
   KernelArgs args = {address(dense)};
   std::optional<BufferView> partial;
   const int64_t chunks =
-      append_reduction_args(node.device, reduction_accumulator(node.op, dense.dtype), address(out),
-                            rows, columns, args, partial);
+      append_reduction_launch(node.device, reduction_accumulator(node.op, dense.dtype),
+                              address(out), rows, columns, args, partial);
   launch(function, rows * chunks, kCudaReduceThreads, args, name);
   return out;
 }

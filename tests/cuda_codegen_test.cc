@@ -2,6 +2,8 @@
 // and is specialised on layout but not on sizes.
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda_codegen.h"
 #include "codegen/nvrtc.h"
@@ -361,6 +363,104 @@ TEST(CudaCodegen, ReductionChunkLeavesAboutOneWaveOfBlocks) {
   }
   EXPECT_EQ(cuda_reduce_chunk(1, int64_t{1} << 26), 65536);  // measured best at 2^26
   EXPECT_EQ(cuda_reduce_chunk(37, 70001), 4096);
+}
+
+}  // namespace
+}  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+// Note [Kernel calling convention]: every kind of kernel's words, packed by the runtime's
+// functions, hold each field at the offset the struct the generator declares gives it, and no
+// more words than the struct has. Distinct values per word show a field out of place.
+TEST(CudaKernelArgs, PackedWordsMatchTheDeclaredLayoutOfEveryKind) {
+  for (int rank : {1, 3}) {
+    for (int inputs : {0, 1, 4}) {
+      for (int outputs : {1, 3}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "rank " << rank << ", " << inputs << " inputs, " << outputs << " outputs");
+        CudaElementwiseLaunch launch;
+        launch.spec.rank = rank;
+        launch.numel = 1000;
+        for (int d = 0; d < rank; ++d) launch.sizes.push_back(10 + d);
+        std::vector<uint64_t> in, out;
+        for (int k = 0; k < inputs; ++k) {
+          in.push_back(0x1000 + k);
+          Strides strides;
+          for (int d = 0; d < rank; ++d) strides.push_back(100 * k + d);
+          launch.strides.push_back(strides);
+        }
+        for (int k = 0; k < outputs; ++k) out.push_back(0x2000 + k);
+
+        // Elementwise.
+        const ArgLayout layout = elementwise_arg_layout(launch.spec, inputs, outputs);
+        const KernelArgs words = pack_elementwise_args(launch, in, out);
+        ASSERT_EQ(static_cast<int>(words.size()), layout.words());
+        EXPECT_EQ(words[layout.offset("n")], 1000u);
+        for (int d = 0; d < rank; ++d)
+          EXPECT_EQ(words[layout.offset("size") + d], static_cast<uint64_t>(10 + d));
+        for (int k = 0; k < inputs; ++k) {
+          EXPECT_EQ(words[layout.offset("in") + k], 0x1000u + k);
+          for (int d = 0; d < rank; ++d)
+            EXPECT_EQ(words[layout.offset("stride") + k * rank + d],
+                      static_cast<uint64_t>(100 * k + d));
+        }
+        for (int k = 0; k < outputs; ++k) EXPECT_EQ(words[layout.offset("out") + k], 0x2000u + k);
+
+        // A fused reduction: the space, then the reduction's words.
+        ArgLayout reduction;
+        add_space_fields(reduction, launch.spec, inputs);
+        add_reduction_fields(reduction);
+        KernelArgs reduction_words;
+        append_space_args(launch, in, reduction_words);
+        ReductionWords r{0x3000, 7, 11, 13, 17, 19.5, 0x4000, 0x5000};
+        append_reduction_args(r, reduction_words);
+        ASSERT_EQ(static_cast<int>(reduction_words.size()), reduction.words());
+        EXPECT_EQ(reduction_words[reduction.offset("out")], 0x3000u);
+        EXPECT_EQ(reduction_words[reduction.offset("rows")], 7u);
+        EXPECT_EQ(reduction_words[reduction.offset("columns")], 11u);
+        EXPECT_EQ(reduction_words[reduction.offset("chunk")], 13u);
+        EXPECT_EQ(reduction_words[reduction.offset("chunks")], 17u);
+        EXPECT_EQ(std::bit_cast<double>(reduction_words[reduction.offset("divisor")]), 19.5);
+        EXPECT_EQ(reduction_words[reduction.offset("partial")], 0x4000u);
+        EXPECT_EQ(reduction_words[reduction.offset("counters")], 0x5000u);
+
+        // A row kernel: the space, then its outputs and sizes.
+        ArgLayout row;
+        add_space_fields(row, launch.spec, inputs);
+        add_row_fields(row, outputs);
+        KernelArgs row_words;
+        append_space_args(launch, in, row_words);
+        append_row_args(out, 5, 9, row_words);
+        ASSERT_EQ(static_cast<int>(row_words.size()), row.words());
+        for (int k = 0; k < outputs; ++k) EXPECT_EQ(row_words[row.offset("out") + k], 0x2000u + k);
+        EXPECT_EQ(row_words[row.offset("rows")], 5u);
+        EXPECT_EQ(row_words[row.offset("columns")], 9u);
+        EXPECT_EQ(std::bit_cast<double>(row_words[row.offset("divisor")]), 9.0);
+      }
+    }
+  }
+  // A plain reduction: its dense operand, then the reduction's words.
+  const ArgLayout plain = plain_reduction_arg_layout();
+  KernelArgs words = {0x6000};
+  append_reduction_args(ReductionWords{0x3000, 2, 3, 4, 1, 3.0, 0, 0}, words);
+  ASSERT_EQ(static_cast<int>(words.size()), plain.words());
+  EXPECT_EQ(words[plain.offset("in")], 0x6000u);
+  EXPECT_EQ(words[plain.offset("out")], 0x3000u);
+  EXPECT_EQ(words[plain.offset("counters")], 0u);
+}
+
+// The struct the generators declare is the layout's: a field per line, arrays of no elements
+// left out.
+TEST(CudaKernelArgs, DeclaredStructFollowsTheLayout) {
+  CudaElementwiseSpec spec;
+  spec.rank = 2;
+  EXPECT_EQ(elementwise_arg_layout(spec, 0, 1).declare("Args_k"),
+            "struct Args_k {\n  long long n;\n  long long size[2];\n  void* out[1];\n};\n");
+  EXPECT_EQ(elementwise_arg_layout(spec, 2, 1).declare("Args_k"),
+            "struct Args_k {\n  long long n;\n  long long size[2];\n  const void* in[2];\n"
+            "  long long stride[2][2];\n  void* out[1];\n};\n");
 }
 
 }  // namespace

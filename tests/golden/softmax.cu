@@ -10,7 +10,8 @@ struct Args_k_82807c08_r1_c {
   const void* in[1];
   long long stride[1][1];
   void* out[1];
-  long long rows, columns;
+  long long rows;
+  long long columns;
   double divisor;
 };
 

@@ -10,7 +10,10 @@ struct Args_k_d0910fb2_r1_c {
   const void* in[1];
   long long stride[1][1];
   void* out;
-  long long rows, columns, chunk, chunks;
+  long long rows;
+  long long columns;
+  long long chunk;
+  long long chunks;
   double divisor;
   void* partial;
   unsigned int* counters;

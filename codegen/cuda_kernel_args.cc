@@ -1,0 +1,147 @@
+// The calling convention of generated CUDA kernels: layouts and the packing of their words.
+#include "codegen/cuda_kernel_args.h"
+
+#include <bit>
+
+#include "absl/strings/str_cat.h"
+#include "codegen/cuda_codegen.h"
+
+namespace lazyfuse {
+namespace {
+
+const char* cuda_type(ArgType type) {
+  switch (type) {
+    case ArgType::Int64:
+      return "long long";
+    case ArgType::Double:
+      return "double";
+    case ArgType::Pointer:
+      return "void*";
+    case ArgType::ConstPointer:
+      return "const void*";
+    case ArgType::Counters:
+      return "unsigned int*";
+  }
+  return "?";
+}
+
+}  // namespace
+
+ArgLayout& ArgLayout::add(std::string_view name, ArgType type) {
+  fields_.push_back({std::string(name), type, 0, 1, 1});
+  return *this;
+}
+ArgLayout& ArgLayout::add_array(std::string_view name, ArgType type, int count) {
+  fields_.push_back({std::string(name), type, 1, count, 1});
+  return *this;
+}
+ArgLayout& ArgLayout::add_matrix(std::string_view name, ArgType type, int rows, int columns) {
+  fields_.push_back({std::string(name), type, 2, rows, columns});
+  return *this;
+}
+
+std::string ArgLayout::declare(std::string_view struct_name) const {
+  std::string s = absl::StrCat("struct ", std::string(struct_name), " {\n");
+  for (const Field& f : fields_) {
+    if (f.words() == 0) continue;
+    absl::StrAppend(&s, "  ", cuda_type(f.type), " ", f.name);
+    if (f.dims >= 1) absl::StrAppend(&s, "[", f.rows, "]");
+    if (f.dims == 2) absl::StrAppend(&s, "[", f.columns, "]");
+    s += ";\n";
+  }
+  return s + "};\n";
+}
+
+int ArgLayout::words() const {
+  int total = 0;
+  for (const Field& f : fields_) total += f.words();
+  return total;
+}
+
+int ArgLayout::offset(std::string_view name) const {
+  int at = 0;
+  for (const Field& f : fields_) {
+    if (f.name == name) return at;
+    at += f.words();
+  }
+  return -1;
+}
+
+void add_space_fields(ArgLayout& layout, const CudaElementwiseSpec& spec, int inputs) {
+  layout.add_array("size", ArgType::Int64, spec.rank)
+      .add_array("in", ArgType::ConstPointer, inputs)
+      .add_matrix("stride", ArgType::Int64, inputs, spec.rank);
+}
+
+void append_space_args(const CudaElementwiseLaunch& launch,
+                       std::span<const uint64_t> input_addresses, KernelArgs& words) {
+  for (int d = 0; d < launch.spec.rank; ++d)
+    words.push_back(static_cast<uint64_t>(launch.sizes[d]));
+  for (uint64_t a : input_addresses) words.push_back(a);
+  for (const Strides& s : launch.strides)
+    for (int d = 0; d < launch.spec.rank; ++d) words.push_back(static_cast<uint64_t>(s[d]));
+}
+
+ArgLayout elementwise_arg_layout(const CudaElementwiseSpec& spec, int inputs, int outputs) {
+  ArgLayout layout;
+  layout.add("n", ArgType::Int64);
+  add_space_fields(layout, spec, inputs);
+  layout.add_array("out", ArgType::Pointer, outputs);
+  return layout;
+}
+
+KernelArgs pack_elementwise_args(const CudaElementwiseLaunch& launch,
+                                 std::span<const uint64_t> input_addresses,
+                                 std::span<const uint64_t> output_addresses) {
+  KernelArgs words;
+  words.reserve(1 + launch.spec.rank * (1 + input_addresses.size()) + input_addresses.size() +
+                output_addresses.size());
+  words.push_back(static_cast<uint64_t>(launch.numel));
+  append_space_args(launch, input_addresses, words);
+  words.insert(words.end(), output_addresses.begin(), output_addresses.end());
+  return words;
+}
+
+void add_reduction_fields(ArgLayout& layout) {
+  layout.add("out", ArgType::Pointer)
+      .add("rows", ArgType::Int64)
+      .add("columns", ArgType::Int64)
+      .add("chunk", ArgType::Int64)
+      .add("chunks", ArgType::Int64)
+      .add("divisor", ArgType::Double)
+      .add("partial", ArgType::Pointer)
+      .add("counters", ArgType::Counters);
+}
+
+void append_reduction_args(const ReductionWords& reduction, KernelArgs& words) {
+  words.push_back(reduction.out);
+  for (int64_t word : {reduction.rows, reduction.columns, reduction.chunk, reduction.chunks})
+    words.push_back(static_cast<uint64_t>(word));
+  words.push_back(std::bit_cast<uint64_t>(reduction.divisor));
+  words.push_back(reduction.partial);
+  words.push_back(reduction.counters);
+}
+
+ArgLayout plain_reduction_arg_layout() {
+  ArgLayout layout;
+  layout.add("in", ArgType::ConstPointer);
+  add_reduction_fields(layout);
+  return layout;
+}
+
+void add_row_fields(ArgLayout& layout, int outputs) {
+  layout.add_array("out", ArgType::Pointer, outputs)
+      .add("rows", ArgType::Int64)
+      .add("columns", ArgType::Int64)
+      .add("divisor", ArgType::Double);
+}
+
+void append_row_args(std::span<const uint64_t> output_addresses, int64_t rows, int64_t columns,
+                     KernelArgs& words) {
+  words.insert(words.end(), output_addresses.begin(), output_addresses.end());
+  words.push_back(static_cast<uint64_t>(rows));
+  words.push_back(static_cast<uint64_t>(columns));
+  words.push_back(std::bit_cast<uint64_t>(static_cast<double>(columns)));
+}
+
+}  // namespace lazyfuse
