@@ -4,16 +4,33 @@
 //
 // Grammar (whitespace and comments may appear between any two tokens; %N, @name and @device
 // are single tokens):
-//   graph  := 'graph' '@' NAME '(' [param (',' param)*] ')' '{' node* return '}'
+//   graph  := 'graph' '@' NAME '(' [param (',' param)*] ')' '{' (node | kernel)* return '}'
 //   param  := '%N' ':' type [loc]
 //   node   := '%N' '=' OP [value (',' value)*] ['{' [attr (',' attr)*] '}'] ':' type [loc]
+//   kernel := 'kernel' '@' NAME '(' [value (',' value)*] ')' '->' '(' [value (',' value)*] ')'
+//             '{' node* '}'
 //   return := 'return' [value (',' value)*]
 //   type   := DTYPE '[' [INT (',' INT)*] ']' '@' DEVICE
 //   attr   := KEY '=' (INT | FLOAT | 'true' | 'false' | '[' [INT (',' INT)*] ']')
 //   loc    := 'loc' '(' STRING ':' INT ':' INT ')'
+//
+// Note [Definition order]: params are %0, %1, ... in order. Body nodes may be defined in any
+// order that defines each value before its uses, because fused IR (print_schedule) lists
+// nodes in the order of the schedule's steps, and a kernel's members need not be consecutive
+// numbers (exp %1 and sin %3 in one kernel, the sum %2 of exp in a step after it). Node %i is
+// still the graph's i-th node: each operand must have a smaller number than its user, and the
+// numbers must run from %0 without gaps, so the Graph is the one that was printed.
+//
+// A kernel region groups nodes and defines no values of its own: its members are ordinary
+// nodes, and the Graph does not keep the grouping (fusion recomputes it). Its header is checked
+// against the members: each operand is a value defined before the region, each result is
+// computed in the region (or is a constant defined before it: a scalar constant that several
+// kernels recompute prints once, outside them), and a member reads only the operands, other
+// members and constants.
 #include <charconv>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -78,19 +95,25 @@ class Parser {
     while (true) {
       skip_space();
       if (peek() == '%') {
-        parse_node(&graph);
+        parse_node(graph, nullptr);
         continue;
       }
       size_t at = pos_;
-      if (read_ident() == "return") break;
+      std::string_view word = read_ident();
+      if (word == "return") break;
+      if (word == "kernel") {
+        parse_kernel(graph);
+        continue;
+      }
       fail(at, "expected a value definition '%N = ...' or 'return'");
     }
     skip_space();
     if (peek() == '%') {
       do {
-        graph.outputs.push_back(parse_use(graph));
+        graph.outputs.push_back(parse_use(graph, std::nullopt));
       } while (accept(','));
     }
+    add_body_nodes(&graph);
     expect('}');
     skip_space();
     if (pos_ != text_.size()) fail(pos_, "unexpected text after the end of the graph");
@@ -254,16 +277,53 @@ class Parser {
     return {number, at};
   }
 
-  ValueId parse_use(const Graph& graph) {
+  // A body node as parsed, before the numbers are known to run without gaps.
+  struct Definition {
+    Node node;
+    size_t at = 0;  // where its %N is
+  };
+
+  // The kernel region being parsed: what its members may read.
+  struct Region {
+    std::string_view name;
+    std::set<ValueId> operands;
+    std::set<ValueId> members;
+  };
+
+  bool is_defined(const Graph& graph, int64_t number) const {
+    return (number >= 0 && number < static_cast<int64_t>(graph.nodes.size())) ||
+           (number >= 0 && number <= INT32_MAX && body_.count(static_cast<ValueId>(number)) > 0);
+  }
+
+  // The node that defines `id`, a defined value.
+  const Node& node_of(const Graph& graph, ValueId id) const {
+    if (id < static_cast<ValueId>(graph.nodes.size())) return graph.nodes[id];
+    return body_.at(id).node;
+  }
+
+  // A use of a defined value; `user`, when the use is an operand, is the number of the node
+  // being defined, which must be larger (Note [Definition order]).
+  ValueId parse_use(const Graph& graph, std::optional<ValueId> user) {
     auto [number, at] = parse_value_name();
-    if (number >= static_cast<int64_t>(graph.nodes.size())) {
-      fail(at, cat("use of undefined value ", text_.substr(at, pos_ - at)));
-    }
+    std::string_view name = text_.substr(at, pos_ - at);
+    if (!is_defined(graph, number)) fail(at, cat("use of undefined value ", name));
+    if (user && number > *user)
+      fail(at, cat("operand ", name, " of %", static_cast<int64_t>(*user),
+                   " has a larger number than its user (operands are numbered below their users)"));
     return static_cast<ValueId>(number);
   }
 
-  // A definition must name the next value: node i defines %i.
-  void parse_definition(const Graph& graph) {
+  // The lowest number at or past the params that no body node defines yet.
+  int64_t lowest_undefined(const Graph& graph) const {
+    int64_t number = static_cast<int64_t>(graph.nodes.size());
+    for (auto it = body_.lower_bound(static_cast<ValueId>(number));
+         it != body_.end() && it->first == number; ++it)
+      ++number;
+    return number;
+  }
+
+  // A param must name the next value: param i defines %i.
+  void parse_param_definition(const Graph& graph) {
     auto [number, at] = parse_value_name();
     int64_t expected = static_cast<int64_t>(graph.nodes.size());
     std::string_view name = text_.substr(at, pos_ - at);
@@ -272,8 +332,21 @@ class Parser {
       fail(at, cat("value ", name, " defined out of order (expected %", expected, ")"));
   }
 
+  // A body node may name any value not defined yet (Note [Definition order]); gaps are found
+  // once the body is read (add_body_nodes). Returns the number and where it was.
+  std::pair<ValueId, size_t> parse_body_definition(const Graph& graph) {
+    auto [number, at] = parse_value_name();
+    std::string_view name = text_.substr(at, pos_ - at);
+    if (is_defined(graph, number)) fail(at, cat("redefinition of value ", name));
+    // A ValueId is 32 bits; no graph has that many nodes, so a number past them leaves a gap.
+    if (number >= INT32_MAX)
+      fail(at,
+           cat("value ", name, " defined out of order (expected %", lowest_undefined(graph), ")"));
+    return {static_cast<ValueId>(number), at};
+  }
+
   void parse_param(Graph* graph) {
-    parse_definition(*graph);
+    parse_param_definition(*graph);
     Node node;
     node.op = Op::Param;
     expect(':');
@@ -281,8 +354,9 @@ class Parser {
     graph->add(std::move(node));
   }
 
-  void parse_node(Graph* graph) {
-    parse_definition(*graph);
+  // A node of the body, or of `region` when inside a kernel.
+  void parse_node(const Graph& graph, Region* region) {
+    auto [id, def_at] = parse_body_definition(graph);
     Node node;
     expect('=');
     skip_space();
@@ -295,13 +369,108 @@ class Parser {
     skip_space();
     if (peek() == '%') {
       do {
-        node.inputs.push_back(parse_use(*graph));
+        skip_space();
+        size_t use_at = pos_;
+        ValueId input = parse_use(graph, id);
+        if (region && !region->operands.count(input) && !region->members.count(input) &&
+            node_of(graph, input).op != Op::Const)
+          fail(use_at, cat("kernel @", region->name, " reads ", text_.substr(use_at, pos_ - use_at),
+                           ", which is neither one of its operands nor computed in it"));
+        node.inputs.push_back(input);
       } while (accept(','));
     }
     if (accept('{')) parse_attrs(&node.attrs);
     expect(':');
     parse_type_and_loc(&node);
-    graph->add(std::move(node));
+    if (region) region->members.insert(id);
+    body_.emplace(id, Definition{std::move(node), def_at});
+  }
+
+  // After 'kernel': the header, then the member nodes up to the closing '}'.
+  void parse_kernel(const Graph& graph) {
+    Region region;
+    skip_space();
+    size_t name_at = pos_;
+    if (peek() != '@') fail(name_at, "expected '@' and the kernel's name");
+    ++pos_;
+    region.name = read_ident();
+    if (region.name.empty()) fail(name_at, "expected the kernel's name after '@'");
+    expect('(');
+    if (!accept(')')) {
+      do {
+        auto [number, at] = parse_value_name();
+        std::string_view name = text_.substr(at, pos_ - at);
+        if (!is_defined(graph, number))
+          fail(at, cat("kernel operand ", name, " is not defined before the kernel"));
+        if (!region.operands.insert(static_cast<ValueId>(number)).second)
+          fail(at, cat("kernel operand ", name, " is listed twice"));
+      } while (accept(','));
+      expect(')');
+    }
+    skip_space();
+    if (text_.substr(pos_, 2) != "->") fail(pos_, "expected '->' and the kernel's results");
+    pos_ += 2;
+    expect('(');
+    // Results are checked at the closing '}', once the members that compute them are read.
+    struct Result {
+      int64_t number;
+      size_t at;
+      std::string_view name;
+    };
+    std::vector<Result> results;
+    if (!accept(')')) {
+      do {
+        auto [number, at] = parse_value_name();
+        Result result{number, at, text_.substr(at, pos_ - at)};
+        for (const Result& earlier : results)
+          if (earlier.number == number)
+            fail(at, cat("kernel result ", result.name, " is listed twice"));
+        results.push_back(result);
+      } while (accept(','));
+      expect(')');
+    }
+    expect('{');
+    while (true) {
+      skip_space();
+      if (peek() == '%') {
+        parse_node(graph, &region);
+        continue;
+      }
+      if (accept('}')) break;
+      fail(pos_, "expected a value definition '%N = ...' or '}' to end the kernel");
+    }
+    for (const Result& result : results) {
+      const bool defined = is_defined(graph, result.number);
+      const bool computed = defined && region.members.count(static_cast<ValueId>(result.number));
+      // A constant defined before the region: one that several kernels recompute.
+      const bool shared_constant =
+          defined && node_of(graph, static_cast<ValueId>(result.number)).op == Op::Const;
+      if (!computed && !shared_constant)
+        fail(result.at, cat("kernel result ", result.name, " is not computed in the kernel"));
+    }
+  }
+
+  // The body's nodes into `graph`, in order of their numbers, which must run from the params
+  // on without gaps.
+  void add_body_nodes(Graph* graph) {
+    for (auto it = body_.begin(); it != body_.end(); ++it) {
+      const int64_t expected = static_cast<int64_t>(graph->nodes.size());
+      if (it->first != expected) {
+        // Where the text first went past the missing number: the earliest definition above it.
+        size_t at = it->second.at;
+        ValueId number = it->first;
+        for (auto later = it; later != body_.end(); ++later) {
+          if (later->second.at < at) {
+            at = later->second.at;
+            number = later->first;
+          }
+        }
+        fail(at, cat("value %", static_cast<int64_t>(number), " defined out of order (expected %",
+                     expected, ")"));
+      }
+      graph->add(std::move(it->second.node));
+    }
+    body_.clear();
   }
 
   // After the opening '{'.
@@ -419,6 +588,8 @@ class Parser {
 
   std::string_view text_;
   size_t pos_ = 0;
+  // Body nodes by number, until add_body_nodes moves them into the graph.
+  std::map<ValueId, Definition> body_;
 };
 
 }  // namespace

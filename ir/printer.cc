@@ -6,6 +6,16 @@
 //     %3 = add %0, %2 : f32[3] @cpu loc("model.cc":12:7)
 //     return %3
 //   }
+//
+// A schedule (print_schedule) prints the same graph in the order of its steps, each kernel as a
+// region around its member nodes (Note [Definition order] in parser.cc says why the numbers may
+// then come out of order):
+//
+//   kernel @k_3f9a1c0b(%0, %1) -> (%5) {
+//     %2 = const {value = 2.0} : f32[] @cpu
+//     %3 = add %0, %2 : f32[3] @cpu
+//     ...
+//   }
 #include <charconv>
 #include <cstdint>
 #include <string>
@@ -14,6 +24,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ir/schedule.h"
 
 namespace lazyfuse {
 namespace {
@@ -106,6 +117,40 @@ void append_type_and_loc(std::string* out, const Node& node, const PrintOptions&
   }
 }
 
+// "graph @main(%0: f32[3] @cpu, ...) {\n", shared by print_graph and print_schedule.
+void append_graph_header(std::string* out, const Graph& graph, const PrintOptions& options) {
+  out->append("graph @");
+  // Names that are not identifiers are quoted, so that any name reads back.
+  if (is_bare_name(graph.name)) {
+    out->append(graph.name);
+  } else {
+    append_quoted(out, graph.name);
+  }
+  out->append("(");
+  int num_params = graph.num_params();
+  for (int i = 0; i < num_params; ++i) {
+    if (i > 0) out->append(", ");
+    append_value_name(out, i);
+    out->append(": ");
+    append_type_and_loc(out, graph.nodes[i], options);
+  }
+  out->append(") {\n");
+}
+
+void append_value_list(std::string* out, const std::vector<ValueId>& ids) {
+  for (size_t k = 0; k < ids.size(); ++k) {
+    if (k > 0) out->append(", ");
+    append_value_name(out, ids[k]);
+  }
+}
+
+void append_return(std::string* out, const Graph& graph) {
+  out->append("  return");
+  if (!graph.outputs.empty()) out->push_back(' ');
+  append_value_list(out, graph.outputs);
+  out->append("\n}\n");
+}
+
 }  // namespace
 
 std::string print_node(const Graph& graph, ValueId id, const PrintOptions& options) {
@@ -136,33 +181,60 @@ std::string print_node(const Graph& graph, ValueId id, const PrintOptions& optio
 }
 
 std::string print_graph(const Graph& graph, const PrintOptions& options) {
-  std::string out = "graph @";
-  // Names that are not identifiers are quoted, so that any name reads back.
-  if (is_bare_name(graph.name)) {
-    out += graph.name;
-  } else {
-    append_quoted(&out, graph.name);
-  }
-  out += "(";
-  int num_params = graph.num_params();
-  for (int i = 0; i < num_params; ++i) {
-    if (i > 0) out += ", ";
-    append_value_name(&out, i);
-    out += ": ";
-    append_type_and_loc(&out, graph.nodes[i], options);
-  }
-  out += ") {\n";
-  for (size_t i = num_params; i < graph.nodes.size(); ++i) {
+  std::string out;
+  append_graph_header(&out, graph, options);
+  for (size_t i = graph.num_params(); i < graph.nodes.size(); ++i) {
     out += "  ";
     out += print_node(graph, static_cast<ValueId>(i), options);
     out += "\n";
   }
-  out += "  return";
-  for (size_t k = 0; k < graph.outputs.size(); ++k) {
-    out += k == 0 ? " " : ", ";
-    append_value_name(&out, graph.outputs[k]);
+  append_return(&out, graph);
+  return out;
+}
+
+std::string print_schedule(const Schedule& schedule, const PrintOptions& options) {
+  const Graph& graph = schedule.graph;
+  std::string out;
+  append_graph_header(&out, graph, options);
+  // How many steps compute each value: more than one only for a scalar constant that several
+  // kernels recompute. Such a constant belongs to none of them alone, and a value is defined
+  // once in the text, so it prints outside the regions, before the first kernel that uses it.
+  std::vector<int> steps_of(graph.nodes.size(), 0);
+  for (const Step& step : schedule.steps)
+    for (ValueId v : step.nodes) ++steps_of[v];
+  std::vector<bool> printed(graph.nodes.size(), false);
+  auto print_line = [&](ValueId id, std::string_view indent) {
+    out += indent;
+    out += print_node(graph, id, options);
+    out += "\n";
+    printed[id] = true;
+  };
+  for (const Step& step : schedule.steps) {
+    // A step of one matmul, view, transfer or reduction prints as that node: a region would
+    // say nothing the node does not. An elementwise step is a region even alone, since it is a
+    // generated kernel with a name (`lazyfuse codegen` shows it).
+    if (step.kind != StepKind::Elementwise && step.nodes.size() == 1) {
+      if (!printed[step.nodes[0]]) print_line(step.nodes[0], "  ");
+      continue;
+    }
+    for (ValueId v : step.nodes)
+      if (steps_of[v] > 1 && !printed[v]) print_line(v, "  ");
+    out += "  kernel @";
+    out += step.kernel_name();
+    out += "(";
+    append_value_list(&out, step.inputs);
+    out += ") -> (";
+    append_value_list(&out, step.outputs);
+    out += ") {\n";
+    for (ValueId v : step.nodes)
+      if (steps_of[v] == 1) print_line(v, "    ");
+    out += "  }\n";
   }
-  out += "\n}\n";
+  // Nodes no step computes (a scalar constant nothing uses, when dce did not run) still belong
+  // to the graph; they print last, where every operand is defined.
+  for (size_t i = graph.num_params(); i < graph.nodes.size(); ++i)
+    if (!printed[i]) print_line(static_cast<ValueId>(i), "  ");
+  append_return(&out, graph);
   return out;
 }
 

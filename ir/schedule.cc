@@ -1,11 +1,10 @@
-// Printing a schedule: the graph with each fused kernel as a region.
+// Steps: kernel names, counts, and reduction steps by role and in parts. (print_schedule is in
+// printer.cc, beside the parser's twin of every choice it makes.)
 #include "ir/schedule.h"
 
 #include <algorithm>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 
 namespace lazyfuse {
 
@@ -143,33 +142,6 @@ std::vector<Step> split_reduction_step(const Graph& graph, const Step& step) {
     if (needed[v]) rest.push_back(v);
   if (!stored.empty()) steps.push_back(make(StepKind::Elementwise, std::move(rest), stored));
   return steps;
-}
-
-std::string print_schedule(const Schedule& schedule, const PrintOptions& options) {
-  const Graph& graph = schedule.graph;
-  std::string out = absl::StrCat("graph @", graph.name, "(");
-  int num_params = graph.num_params();
-  for (int i = 0; i < num_params; ++i)
-    absl::StrAppend(&out, i ? ", " : "", "%", i, ": ", graph.nodes[i].type_str());
-  absl::StrAppend(&out, ") {\n");
-  auto names = [](const std::vector<ValueId>& ids) {
-    return absl::StrJoin(ids, ", ", [](std::string* s, ValueId v) { absl::StrAppend(s, "%", v); });
-  };
-  for (const Step& step : schedule.steps) {
-    if (step.kind != StepKind::Elementwise && step.nodes.size() == 1) {
-      absl::StrAppend(&out, "  ", print_node(graph, step.nodes[0], options), "\n");
-      continue;
-    }
-    std::vector<std::string> types;
-    for (ValueId v : step.outputs) types.push_back(graph.nodes[v].type_str());
-    absl::StrAppend(&out, "  ", names(step.outputs), " = kernel @", step.kernel_name(), "(",
-                    names(step.inputs), ") : ", absl::StrJoin(types, ", "), " {\n");
-    for (ValueId v : step.nodes) absl::StrAppend(&out, "    ", print_node(graph, v, options), "\n");
-    absl::StrAppend(&out, "  }\n");
-  }
-  absl::StrAppend(&out, "  return", graph.outputs.empty() ? "" : " ", names(graph.outputs),
-                  "\n}\n");
-  return out;
 }
 
 }  // namespace lazyfuse

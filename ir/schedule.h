@@ -76,8 +76,14 @@ ReductionParts reduction_parts(const Graph& graph, const Step& step);
 // nothing is left). Backends without a row program run these.
 std::vector<Step> split_reduction_step(const Graph& graph, const Step& step);
 
-// The graph with each fused kernel shown as a region:
-//   %5 = kernel @k_3f9a1c0b(%0, %1) : f32[3] @cpu { ...members... }
+// The graph in step order, each kernel as a region that defines no values of its own (printer.cc;
+// parse_graph reads it back as the same Graph):
+//   kernel @k_3f9a1c0b(%0, %1) -> (%5) {
+//     %2 = const {value = 2.0} : f32[] @cpu
+//     ...
+//     %5 = mul %4, %1 : f32[3] @cpu
+//   }
+// A step of one matmul, view, transfer or reduction prints as its plain node.
 std::string print_schedule(const Schedule& schedule, const PrintOptions& options = {});
 
 }  // namespace lazyfuse

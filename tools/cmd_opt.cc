@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "ir/errors.h"
@@ -27,13 +28,15 @@ Graph load_graph(const std::string& path) {
   }
 }
 
-int opt(const std::string& path, const std::string& passes, bool print_after_all,
+int opt(const std::string& path, const std::optional<std::string>& passes, bool print_after_all,
         const std::vector<std::string>& print_after) {
   Graph graph = load_graph(path);
   PipelineOptions options;
-  if (!passes.empty()) {
-    std::stringstream list(passes);
-    for (std::string pass; std::getline(list, pass, ',');) options.only.push_back(pass);
+  if (passes) {
+    // `--passes=` gives an empty list: parse, verify and print, as mlir-opt does without passes.
+    options.only.emplace();
+    std::stringstream list(*passes);
+    for (std::string pass; std::getline(list, pass, ',');) options.only->push_back(pass);
   }
   const bool any_after = print_after_all || !print_after.empty();
   options.after_pass = [&](std::string_view pass, const std::string& ir) {
@@ -43,8 +46,8 @@ int opt(const std::string& path, const std::string& passes, bool print_after_all
   };
   Schedule schedule = run_pipeline(std::move(graph), options);
   if (!any_after) {
-    const bool fused = options.only.empty() || std::find(options.only.begin(), options.only.end(),
-                                                         "fusion") != options.only.end();
+    const bool fused = !options.only || std::find(options.only->begin(), options.only->end(),
+                                                  "fusion") != options.only->end();
     std::cout << (fused ? print_schedule(schedule) : print_graph(schedule.graph));
   }
   return 0;

@@ -15,7 +15,8 @@ namespace lazyfuse::tools {
 // FILE:LINE:COL prefix on a parse error.
 Graph load_graph(const std::string& path);
 
-int opt(const std::string& path, const std::string& passes, bool print_after_all,
+// `passes`: a comma-separated list of pass names; absent runs every pass, empty none.
+int opt(const std::string& path, const std::optional<std::string>& passes, bool print_after_all,
         const std::vector<std::string>& print_after);
 int codegen(const std::string& path, const std::string& target, bool with_prologue);
 int compile(const std::string& path, const std::string& arch);

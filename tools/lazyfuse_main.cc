@@ -26,8 +26,13 @@ int main(int argc, char** argv) {
   bool print_after_all = false;
   std::vector<std::string> print_after;
   opt->add_option("file", file, "IR file, or - for standard input")->required();
-  opt->add_option("--passes", passes,
-                  "Comma-separated passes: placement,sink-views,cse,dce,fusion (default: all)");
+  // expected(0, 1): `--passes=` (or a bare `--passes`) is an empty list, which runs no pass,
+  // instead of taking the file name that follows as its value.
+  CLI::Option* passes_option =
+      opt->add_option("--passes", passes,
+                      "Comma-separated passes: placement,sink-views,cse,dce,fusion (default: all; "
+                      "empty: none, only parse, verify and print)")
+          ->expected(0, 1);
   opt->add_flag("--print-after-all", print_after_all, "Print the IR after every pass");
   opt->add_option("--print-after", print_after, "Print the IR after the named pass")
       ->delimiter(',');
@@ -117,7 +122,9 @@ int main(int argc, char** argv) {
                 << "\n";
       return 0;
     }
-    if (*opt) return tools::opt(file, passes, print_after_all, print_after);
+    if (*opt)
+      return tools::opt(file, passes_option->count() > 0 ? std::optional(passes) : std::nullopt,
+                        print_after_all, print_after);
     if (*codegen) return tools::codegen(file, target, with_prologue);
     if (*compile) return tools::compile(file, arch);
     if (*run) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,8 +31,9 @@ inline constexpr std::string_view kPassNames[] = {"placement", "sink-views", "cs
 
 struct PipelineOptions {
   FusionOptions fusion;
-  // Passes to run, in pipeline order; empty runs all of them.
-  std::vector<std::string> only;
+  // Passes to run, in pipeline order: absent runs all of them, an empty list none (the graph is
+  // only verified, as `lazyfuse opt --passes=` asks, like mlir-opt without passes).
+  std::optional<std::vector<std::string>> only;
   // Called after each pass with its name and the IR text as it stands.
   std::function<void(std::string_view pass, const std::string& ir)> after_pass;
   // Called before the first pass with the input IR (LAZYFUSE_DUMP=ir shows it).
@@ -39,7 +41,7 @@ struct PipelineOptions {
 };
 
 // Runs verify, placement, sink-views, cse, dce, fusion (verifying between passes in debug builds).
-// Without fusion in `only`, every node becomes a step of its own.
+// With `only` given and fusion not in it, every node becomes a step of its own.
 Schedule run_pipeline(Graph graph, const PipelineOptions& options);
 
 }  // namespace lazyfuse

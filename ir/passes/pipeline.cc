@@ -19,14 +19,17 @@ constexpr bool kVerifyBetweenPasses = false;
 }  // namespace
 
 Schedule run_pipeline(Graph graph, const PipelineOptions& options) {
-  for (const std::string& name : options.only) {
-    if (std::find(std::begin(kPassNames), std::end(kPassNames), name) == std::end(kPassNames))
-      throw Error(absl::StrCat("unknown pass '", name,
-                               "' (passes: placement, sink-views, cse, dce, fusion)"));
+  if (options.only) {
+    for (const std::string& name : *options.only) {
+      if (std::find(std::begin(kPassNames), std::end(kPassNames), name) == std::end(kPassNames))
+        throw Error(absl::StrCat("unknown pass '", name,
+                                 "' (passes: placement, sink-views, cse, dce, fusion)"));
+    }
   }
+  // An empty list runs no pass at all: the graph is verified and comes back as it was.
   auto enabled = [&](std::string_view name) {
-    return options.only.empty() ||
-           std::find(options.only.begin(), options.only.end(), name) != options.only.end();
+    return !options.only ||
+           std::find(options.only->begin(), options.only->end(), name) != options.only->end();
   };
   auto after = [&](std::string_view name, const Graph& g, bool placed) {
     if (kVerifyBetweenPasses) verify(g, {.placed = placed});
