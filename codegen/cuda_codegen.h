@@ -111,8 +111,8 @@ CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
 // A row step (ReductionParts::is_row_program: reductions of the same rows, an epilogue): one
 // warp per row makes a pass over the row per reduction, its lanes combining through shuffles in
 // a fixed order, then a last pass computing and storing the rest with the rows' results. Rows
-// are at most 32768 elements (the fusion pass's cap) and reread from cache. Parameters: sizes
-// and strides over step.shape, input and output pointers (outputs in step order; a stored
+// are at most FusionOptions::max_row elements (ir/schedule.h) and reread from cache. Parameters:
+// sizes and strides over step.shape, input and output pointers (outputs in step order; a stored
 // reduction has one element per row), rows, columns, divisor. Launch blocks of
 // kCudaReduceThreads threads, kCudaReduceThreads / 32 rows each.
 CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,

@@ -1,4 +1,5 @@
-// The iteration space shared by every backend: merging dims, classifying operand access.
+// The kernel plan shared by every backend: merging dims, classifying operand access, and a
+// reduction step's roles and parts.
 #include "codegen/kernel_plan.h"
 
 #include <algorithm>
@@ -49,6 +50,131 @@ OperandAccess classify_access(const Shape& sizes, const Strides& strides, int64_
   if (leading_zeros == 0) return OperandAccess::Contiguous;
   *period = dense[leading_zeros] * sizes[leading_zeros];
   return OperandAccess::Repeated;
+}
+
+namespace {
+
+// The members of `step` that `value` depends on, `value` included, in order; a reduction other
+// than `value` is a boundary: its result is read, not recomputed.
+std::vector<ValueId> members_needed_by(const Graph& graph, const Step& step, ValueId value) {
+  std::vector<bool> needed(graph.nodes.size(), false);
+  needed[value] = true;
+  std::vector<ValueId> members;
+  for (auto it = step.nodes.rbegin(); it != step.nodes.rend(); ++it) {
+    const ValueId v = *it;
+    if (!needed[v]) continue;
+    members.push_back(v);
+    if (v != value && is_reduction(graph.nodes[v].op)) continue;
+    for (ValueId in : graph.nodes[v].inputs) needed[in] = true;
+  }
+  std::reverse(members.begin(), members.end());
+  return members;
+}
+
+}  // namespace
+
+ReductionParts reduction_parts(const Graph& graph, const Step& step) {
+  ReductionParts parts;
+  for (ValueId v : step.nodes)
+    if (is_reduction(graph.nodes[v].op)) parts.reductions.push_back(v);
+  if (!parts.reductions.empty()) parts.reduction = parts.reductions.back();
+  std::vector<bool> in_prologue(graph.nodes.size(), false);
+  for (ValueId r : parts.reductions)
+    for (ValueId m : members_needed_by(graph, step, r)) in_prologue[m] = true;
+  for (ValueId v : step.nodes) {
+    if (is_reduction(graph.nodes[v].op)) continue;
+    (in_prologue[v] ? parts.prologue : parts.epilogue).push_back(v);
+  }
+  return parts;
+}
+
+std::vector<Step> split_reduction_step(const Graph& graph, const Step& step) {
+  const ReductionParts parts = reduction_parts(graph, step);
+  // A step over `nodes` that stores `outputs`; its inputs are whatever the nodes read that they
+  // do not compute.
+  auto make = [&](StepKind kind, std::vector<ValueId> nodes, std::vector<ValueId> outputs) {
+    Step sub = step;
+    sub.kind = kind;
+    sub.nodes = std::move(nodes);
+    sub.outputs = std::move(outputs);
+    sub.inputs.clear();
+    std::vector<bool> member(graph.nodes.size(), false), read(graph.nodes.size(), false);
+    for (ValueId m : sub.nodes) member[m] = true;
+    for (ValueId m : sub.nodes) {
+      for (ValueId in : graph.nodes[m].inputs) {
+        if (member[in] || read[in]) continue;
+        read[in] = true;
+        sub.inputs.push_back(in);
+      }
+    }
+    return sub;
+  };
+  // Values earlier parts computed (reductions, stored members): later parts read them.
+  std::vector<bool> available(graph.nodes.size(), false);
+  std::vector<bool> is_member(graph.nodes.size(), false), is_output(graph.nodes.size(), false);
+  for (ValueId m : step.nodes) is_member[m] = true;
+  for (ValueId v : step.outputs) is_output[v] = true;
+  // The members `value` needs that no earlier part computed, `value` included, in order.
+  auto needed_for = [&](ValueId value) {
+    std::vector<bool> needed(graph.nodes.size(), false);
+    needed[value] = true;
+    std::vector<ValueId> members;
+    for (auto it = step.nodes.rbegin(); it != step.nodes.rend(); ++it) {
+      const ValueId v = *it;
+      if (!needed[v] || (v != value && available[v])) continue;
+      members.push_back(v);
+      if (v != value && is_reduction(graph.nodes[v].op)) continue;
+      for (ValueId in : graph.nodes[v].inputs) needed[in] = is_member[in];
+    }
+    std::reverse(members.begin(), members.end());
+    return members;
+  };
+  std::vector<Step> steps;
+  for (ValueId r : parts.reductions) {
+    std::vector<ValueId> nodes = needed_for(r);
+    std::vector<bool> in_part(graph.nodes.size(), false);
+    for (ValueId m : nodes) in_part[m] = true;
+    // What this part computes that a later part reads, or that the step stores, is stored now
+    // rather than computed again (softmax's exponentials: the sum reads them, and so does the
+    // normalisation after it).
+    std::vector<ValueId> carried;
+    for (ValueId m : nodes) {
+      const Node& node = graph.nodes[m];
+      if (m == r || (node.op == Op::Const && numel(node.shape) == 1)) continue;
+      bool read_later = is_output[m];
+      for (ValueId u : step.nodes)
+        if (!in_part[u])
+          for (ValueId in : graph.nodes[u].inputs) read_later |= in == m;
+      if (read_later) carried.push_back(m);
+    }
+    if (carried.empty()) {
+      steps.push_back(make(StepKind::Reduction, std::move(nodes), {r}));
+    } else {
+      // The elementwise members as a step of their own that also stores the operand, then the
+      // reduction of the stored operand.
+      const ValueId operand = graph.nodes[r].inputs[0];
+      if (in_part[operand] && std::find(carried.begin(), carried.end(), operand) == carried.end())
+        carried.push_back(operand);
+      std::erase(nodes, r);
+      steps.push_back(make(StepKind::Elementwise, std::move(nodes), carried));
+      for (ValueId m : carried) available[m] = true;
+      steps.push_back(make(StepKind::Reduction, {r}, {r}));
+    }
+    available[r] = true;
+  }
+  // The last part: what the step stores and no earlier part did.
+  std::vector<bool> needed(graph.nodes.size(), false);
+  std::vector<ValueId> stored;
+  for (ValueId v : step.outputs) {
+    if (available[v]) continue;
+    stored.push_back(v);
+    for (ValueId m : needed_for(v)) needed[m] = !available[m];
+  }
+  std::vector<ValueId> rest;
+  for (ValueId v : step.nodes)
+    if (needed[v]) rest.push_back(v);
+  if (!stored.empty()) steps.push_back(make(StepKind::Elementwise, std::move(rest), stored));
+  return steps;
 }
 
 }  // namespace lazyfuse

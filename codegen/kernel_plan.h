@@ -1,6 +1,7 @@
 // The backend-neutral part of turning a fused step into a kernel, written once for every
 // backend: the iteration space with the dims that memory walks in order merged, how each
-// operand is read over it, and a cursor that walks strided memory of any rank. A backend's
+// operand is read over it, a cursor that walks strided memory of any rank, and a reduction
+// step's members by role (and, for backends without a row program, in parts). A backend's
 // emitter adds only what is its own (vector widths, index widths, its calling convention).
 // A reduction's meaning (identity, combine, accumulator) is the op table's: ir/op.h.
 #pragma once
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "ir/schedule.h"
 #include "ir/shape.h"
 
 namespace lazyfuse {
@@ -77,5 +79,28 @@ class StridedCursor {
   absl::InlinedVector<int64_t, 8> index_;
   int64_t offset_ = 0;
 };
+
+// A reduction step's members by role. A step holds one reduction or, as a row step, a chain of
+// keepdim reductions over the same rows, each reading values computed from the step's inputs
+// and the results of those before it (softmax's max, then its sum). The prologue is what the
+// reductions read; the epilogue the members that read a result and that no reduction needs
+// (softmax's normalisation), computed in a last pass over each row. Lists in topological order.
+struct ReductionParts {
+  ValueId reduction = -1;           // the last of `reductions`
+  std::vector<ValueId> reductions;  // in order
+  std::vector<ValueId> prologue;
+  std::vector<ValueId> epilogue;
+  // One block program per row (a pass per reduction, then the epilogue), rather than a
+  // reduction of a computed operand.
+  bool is_row_program() const { return reductions.size() > 1 || !epilogue.empty(); }
+};
+ReductionParts reduction_parts(const Graph& graph, const Step& step);
+
+// A reduction step as steps of one reduction each, in order, every one with the members it
+// needs (what earlier parts computed becomes an input); members that a later part reads or
+// the step stores are stored by an elementwise step before their reduction instead of computed
+// twice; last, an elementwise step for what the step stores and no part did (absent when
+// nothing is left). Backends without a row program run these.
+std::vector<Step> split_reduction_step(const Graph& graph, const Step& step);
 
 }  // namespace lazyfuse

@@ -37,11 +37,16 @@ struct Step {
   std::string kernel_name() const;  // "k_3f9a1c0b"
 };
 
+// The fusion pass's switches and caps, in one place (ir/passes/fusion.cc's note says why each
+// exists); the code generators rely on max_row (codegen/cuda_codegen.h's row kernel).
 struct FusionOptions {
   bool enabled = true;  // off: one step per node (benchmarks measure what fusion buys)
-  // Caps that cut a group; see fusion.cc's header note.
+  // Caps that cut an elementwise group.
   int max_nodes = 128;
   int max_inputs = 16;
+  // The longest row (elements) a row step takes: its kernel walks each row once per reduction
+  // and once more for the epilogue, from cache.
+  int64_t max_row = 32768;
 };
 
 struct Schedule {
@@ -52,29 +57,6 @@ struct Schedule {
   // not kernels).
   int num_kernels() const;
 };
-
-// A reduction step's members by role. A step holds one reduction or, as a row step, a chain of
-// keepdim reductions over the same rows, each reading values computed from the step's inputs
-// and the results of those before it (softmax's max, then its sum). The prologue is what the
-// reductions read; the epilogue the members that read a result and that no reduction needs
-// (softmax's normalisation), computed in a last pass over each row. Lists in topological order.
-struct ReductionParts {
-  ValueId reduction = -1;           // the last of `reductions`
-  std::vector<ValueId> reductions;  // in order
-  std::vector<ValueId> prologue;
-  std::vector<ValueId> epilogue;
-  // One block program per row (a pass per reduction, then the epilogue), rather than a
-  // reduction of a computed operand.
-  bool is_row_program() const { return reductions.size() > 1 || !epilogue.empty(); }
-};
-ReductionParts reduction_parts(const Graph& graph, const Step& step);
-
-// A reduction step as steps of one reduction each, in order, every one with the members it
-// needs (what earlier parts computed becomes an input); members that a later part reads or
-// the step stores are stored by an elementwise step before their reduction instead of computed
-// twice; last, an elementwise step for what the step stores and no part did (absent when
-// nothing is left). Backends without a row program run these.
-std::vector<Step> split_reduction_step(const Graph& graph, const Step& step);
 
 // The graph in step order, each kernel as a region that defines no values of its own (printer.cc;
 // parse_graph reads it back as the same Graph):

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codegen/cpu_program.h"
+#include "codegen/kernel_plan.h"
 #include "ir/errors.h"
 #include "runtime/backend.h"
 #include "runtime/parallel.h"

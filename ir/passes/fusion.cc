@@ -1,29 +1,47 @@
 // Fusion: the graph cut into steps.
 //
 // Note [The fusion algorithm]
-// Nodes are visited in topological order. A fusable node (an elementwise op, cast, copy or
-// generator) joins the groups of those operands that are fusable, of the same shape and on the
-// same device, merging them into one group, when that creates no cycle: no operand outside the
-// merged group, and no outside value that a candidate group reads, may depend on a group being
-// merged (followed group to group through each group's outside operands, since a group that
-// grows after another read it may gain dependences of its own). When the merge would
-// cycle the node tries the first candidate alone, and otherwise starts a group of its own.
-// Every member of a group has the group's shape; a value of another shape that a group reads
-// with broadcasting is read from storage. Scalar constants are not values of their own: each
-// group that uses one computes it in place, so they never cost a load or a store.
-// Matmul, views and transfers are a step each. A reduction is a step of its own too, then
-// absorbs, where the shapes allow, the group computing its operand (its prologue: when nothing
-// else reads that group and the reduced dims are trailing) and, for a keepdim row reduction of
-// rows up to kMaxEpilogueRow elements, the group reading its result over the operand's shape
-// (its epilogue: softmax's normalisation). Last, a row reduction whose operand such a row step
-// computes joins it when both reduce the same rows (softmax's sum joins its max's step: one
-// kernel). ReductionParts (ir/schedule.h) tells the roles apart.
+// run_fusion cuts the graph into groups in phases (the methods of Grouping), then makes a step of
+// each group and orders the steps.
+//  1. group_elementwise: nodes are visited in topological order. A fusable node (an elementwise
+//     op, cast, copy or generator) joins the groups of those operands that are fusable, of the
+//     same shape and on the same device, merging them into one group, when that creates no
+//     cycle: no operand outside the merged group, and no outside value that a candidate group
+//     reads, may depend on a group being merged (followed group to group through each group's
+//     outside operands, since a group that grows after another read it may gain dependences of
+//     its own). When the merge would cycle the node tries the first candidate alone, and
+//     otherwise starts a group of its own. Every member of a group has the group's shape; a
+//     value of another shape that a group reads with broadcasting is read from storage. Scalar
+//     constants are not values of their own: each group that uses one computes it in place, so
+//     they never cost a load or a store. Matmul, views, transfers and reductions are a group each.
+//  2. group_stored_scalars: a scalar constant that is returned or read by a non-elementwise node
+//     gets a group of its own.
+//  3. absorb_prologues: a reduction absorbs the group computing its operand when nothing else
+//     reads that group and the reduced dims are trailing.
+//  4. absorb_epilogues: a keepdim row reduction of rows up to `max_row` elements absorbs the
+//     group reading its result over the operand's shape (softmax's normalisation).
+//  5. join_row_steps: a row reduction whose operand such a row step computes joins it when both
+//     reduce the same rows (softmax's sum joins its max's step).
+//  6. build_steps, 7. order_steps: a step per group, producers first.
+// ReductionParts (codegen/kernel_plan.h) tells a reduction step's roles apart.
 //
-// Caps, each cutting an elementwise group when exceeded: `max_nodes` members (compile time and
-// registers grow with the body), `max_inputs` operands read from storage (kernel parameter
-// space and memory streams per thread). Stored values are not capped: each costs a pointer and
-// a store that storing it from another kernel would cost as well. A reduction's absorbed groups
-// were each within the caps; together they may exceed them.
+// Softmax over rows of 1024, x[8, 1024]:
+//
+//   after 1-2:  [max x]  [sub x,max -> exp]  [sum e]  [div e,sum]    four groups
+//   after 3:    (no change: exp's values are read by sum and by div, so not private to sum)
+//   after 4:    [max x | sub -> exp]  [sum e | div]                   two row steps
+//   after 5:    [max x | sub -> exp | sum | div]                      one kernel
+//
+// So softmax is two kernels after the epilogues are absorbed and one once the row steps join:
+// per row, a pass for the max, a pass for the sum of exp(x - max) (recomputed from x), and a
+// last pass storing the quotients. Rows longer than max_row stay four kernels.
+//
+// Caps (FusionOptions, ir/schedule.h), each cutting an elementwise group when exceeded:
+// `max_nodes` members (compile time and registers grow with the body), `max_inputs` operands
+// read from storage (kernel parameter space and memory streams per thread). Stored values are
+// not capped: each costs a pointer and a store that storing it from another kernel would cost
+// as well. A reduction's absorbed groups were each within the caps; together they may exceed
+// them.
 //
 // Before: a placed graph (run_placement), usually after cse and dce.
 // After: a Schedule whose steps, in an order where each step's inputs are params or outputs of
@@ -132,275 +150,311 @@ uint64_t kernel_key(const Graph& graph, const Step& step) {
   return h.value();
 }
 
-}  // namespace
+// The state the phases of run_fusion share: the graph's nodes cut into groups (a union-find over
+// group ids, each live group's members and outside operands), and what every phase reads about
+// the graph. Each phase is a method; run_fusion calls them in order.
+class Grouping {
+ public:
+  Grouping(const Graph& graph, const FusionOptions& options)
+      : graph_(graph),
+        options_(options),
+        users_(users_of(graph)),
+        is_output_(graph.nodes.size(), false),
+        group_of_(graph.nodes.size(), -1) {
+    for (ValueId v : graph.outputs) is_output_[v] = true;
+  }
 
-// Rows a row step (a reduction with an epilogue, or several reductions) may have.
-constexpr int64_t kMaxEpilogueRow = 32768;
+  // Phase 1: elementwise nodes, in topological order, join the groups of their fusable operands
+  // of the same shape and device, within the caps and without making a cycle.
+  void group_elementwise();
+  // Phase 2: a scalar constant gets a group of its own only when it is stored.
+  void group_stored_scalars();
+  // Phase 3: a reduction absorbs the group computing its operand (its prologue).
+  void absorb_prologues();
+  // Phase 4: a keepdim row reduction absorbs the group reading its result over its operand's
+  // shape (its epilogue).
+  void absorb_epilogues();
+  // Phase 5: a row reduction of the same rows as the row step computing its operand joins it.
+  void join_row_steps();
+  // Phase 6: one step per group, in no particular order.
+  std::vector<Step> build_steps() const;
 
-Schedule run_fusion(Graph graph, const FusionOptions& options) {
-  const size_t n = graph.nodes.size();
-  std::vector<std::vector<ValueId>> users = users_of(graph);
-  std::vector<bool> is_output(n, false);
-  for (ValueId v : graph.outputs) is_output[v] = true;
+ private:
+  int find(int group) { return groups_uf_.find(group); }
+  // The group of `value`'s node now, or -1 when it has none (params, inlined scalars).
+  int group(ValueId value) { return group_of_[value] >= 0 ? find(group_of_[value]) : -1; }
+  bool depends_on(std::vector<int> stack, const absl::flat_hash_set<int>& set);
+  void merge(int target, int from);
+  bool can_join(ValueId id, const absl::flat_hash_set<int>& merged);
 
-  UnionFind groups_uf;
-  std::vector<Group> groups;
-  std::vector<int> group_of(n, -1);
+  const Graph& graph_;
+  const FusionOptions& options_;
+  const std::vector<std::vector<ValueId>> users_;
+  std::vector<bool> is_output_;
+  UnionFind groups_uf_;
+  std::vector<Group> groups_;
+  std::vector<int> group_of_;  // by node: the group it joined (find() gives the group now)
+};
 
-  // Whether any of the groups in `stack`, or any group they read from, transitively, is in
-  // `set`. Walked on the groups as they are now: a per-node record of ancestors goes stale
-  // when a group it names later gains outside operands.
-  auto depends_on = [&](std::vector<int> stack, const absl::flat_hash_set<int>& set) {
-    absl::flat_hash_set<int> seen;
-    while (!stack.empty()) {
-      int g = groups_uf.find(stack.back());
-      stack.pop_back();
-      if (!seen.insert(g).second) continue;
-      if (set.contains(g)) return true;
-      for (ValueId in : groups[g].ext_inputs)
-        if (group_of[in] >= 0) stack.push_back(group_of[in]);
-    }
-    return false;
-  };
+// Whether any of the groups in `stack`, or any group they read from, transitively, is in `set`.
+// Walked on the groups as they are now: a per-node record of ancestors goes stale when a group
+// it names later gains outside operands.
+bool Grouping::depends_on(std::vector<int> stack, const absl::flat_hash_set<int>& set) {
+  absl::flat_hash_set<int> seen;
+  while (!stack.empty()) {
+    int g = find(stack.back());
+    stack.pop_back();
+    if (!seen.insert(g).second) continue;
+    if (set.contains(g)) return true;
+    for (ValueId in : groups_[g].ext_inputs)
+      if (group_of_[in] >= 0) stack.push_back(group_of_[in]);
+  }
+  return false;
+}
 
-  // Group `from` becomes part of group `target`: its members, and its outside operands, which
-  // depends_on follows (an operand that is now inside is harmless: its group is the target).
-  auto merge = [&](int target, int from) {
-    Group& into = groups[target];
-    into.members.insert(into.members.end(), groups[from].members.begin(),
-                        groups[from].members.end());
-    into.ext_inputs.insert(groups[from].ext_inputs.begin(), groups[from].ext_inputs.end());
-    groups_uf.unite(target, from);
-    groups[from] = Group();
-  };
+// Group `from` becomes part of group `target`: its members, and its outside operands, which
+// depends_on follows (an operand that is now inside is harmless: its group is the target).
+void Grouping::merge(int target, int from) {
+  Group& into = groups_[target];
+  into.members.insert(into.members.end(), groups_[from].members.begin(),
+                      groups_[from].members.end());
+  into.ext_inputs.insert(groups_[from].ext_inputs.begin(), groups_[from].ext_inputs.end());
+  groups_uf_.unite(target, from);
+  groups_[from] = Group();
+}
 
-  for (size_t i = 0; i < n; ++i) {
-    const Node& node = graph.nodes[i];
-    ValueId id = static_cast<ValueId>(i);
+// Whether node `id` may join the union of the groups in `merged`: no cycle, and the caps hold.
+bool Grouping::can_join(ValueId id, const absl::flat_hash_set<int>& merged) {
+  const Node& node = graph_.nodes[id];
+  size_t members = 1;
+  absl::flat_hash_set<ValueId> inputs;
+  std::vector<int> read_groups;  // the groups the merged group would read from
+  for (int g : merged) {
+    members += groups_[g].members.size();
+    inputs.insert(groups_[g].ext_inputs.begin(), groups_[g].ext_inputs.end());
+    for (ValueId in : groups_[g].ext_inputs)
+      if (group_of_[in] >= 0) read_groups.push_back(group_of_[in]);
+  }
+  for (ValueId in : node.inputs) {
+    if (group_of_[in] >= 0 && merged.contains(find(group_of_[in]))) continue;
+    if (group_of_[in] >= 0) read_groups.push_back(group_of_[in]);
+    if (!is_scalar_const(graph_.nodes[in])) inputs.insert(in);
+  }
+  if (depends_on(std::move(read_groups), merged)) return false;
+  // Operands that become members stop being inputs.
+  for (auto it = inputs.begin(); it != inputs.end();) {
+    auto next = std::next(it);
+    if (group_of_[*it] >= 0 && merged.contains(find(group_of_[*it]))) inputs.erase(it);
+    it = next;
+  }
+  return static_cast<int>(members) <= options_.max_nodes &&
+         static_cast<int>(inputs.size()) <= options_.max_inputs;
+}
+
+void Grouping::group_elementwise() {
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    const Node& node = graph_.nodes[i];
+    const ValueId id = static_cast<ValueId>(i);
     if (node.op == Op::Param || is_scalar_const(node)) continue;
 
     absl::flat_hash_set<int> candidates;
-    bool fusable = options.enabled && is_fusable_elementwise(node.op);
-    if (fusable) {
+    if (options_.enabled && is_fusable_elementwise(node.op)) {
       for (ValueId in : node.inputs) {
-        const Node& operand = graph.nodes[in];
-        if (group_of[in] >= 0 && is_fusable_elementwise(operand.op) &&
+        const Node& operand = graph_.nodes[in];
+        if (group_of_[in] >= 0 && is_fusable_elementwise(operand.op) &&
             operand.shape == node.shape && operand.device == node.device)
-          candidates.insert(groups_uf.find(group_of[in]));
+          candidates.insert(find(group_of_[in]));
       }
     }
-    auto can_join = [&](const absl::flat_hash_set<int>& merged) {
-      size_t members = 1;
-      absl::flat_hash_set<ValueId> inputs;
-      std::vector<int> read_groups;  // the groups the merged group would read from
-      for (int g : merged) {
-        members += groups[g].members.size();
-        inputs.insert(groups[g].ext_inputs.begin(), groups[g].ext_inputs.end());
-        for (ValueId in : groups[g].ext_inputs)
-          if (group_of[in] >= 0) read_groups.push_back(group_of[in]);
-      }
-      for (ValueId in : node.inputs) {
-        if (group_of[in] >= 0 && merged.contains(groups_uf.find(group_of[in]))) continue;
-        if (group_of[in] >= 0) read_groups.push_back(group_of[in]);
-        if (!is_scalar_const(graph.nodes[in])) inputs.insert(in);
-      }
-      if (depends_on(std::move(read_groups), merged)) return false;
-      // Operands that become members stop being inputs.
-      for (auto it = inputs.begin(); it != inputs.end();) {
-        auto next = std::next(it);
-        if (group_of[*it] >= 0 && merged.contains(groups_uf.find(group_of[*it]))) inputs.erase(it);
-        it = next;
-      }
-      return static_cast<int>(members) <= options.max_nodes &&
-             static_cast<int>(inputs.size()) <= options.max_inputs;
-    };
-
+    // All candidates at once; when that would cycle, the first that can be joined alone.
     int target = -1;
-    if (!candidates.empty() && can_join(candidates)) {
+    if (!candidates.empty() && can_join(id, candidates)) {
       target = *candidates.begin();
-      for (int g : candidates) {
-        if (g == target) continue;
-        merge(target, g);
-      }
-      target = groups_uf.find(target);
+      for (int g : candidates)
+        if (g != target) merge(target, g);
+      target = find(target);
     } else {
       for (ValueId in : node.inputs) {
-        if (group_of[in] < 0) continue;
-        int g = groups_uf.find(group_of[in]);
-        if (candidates.contains(g) && can_join({g})) {
+        if (group_of_[in] < 0) continue;
+        const int g = find(group_of_[in]);
+        if (candidates.contains(g) && can_join(id, {g})) {
           target = g;
           break;
         }
       }
     }
     if (target < 0) {
-      target = groups_uf.make();
-      groups.emplace_back();
+      target = groups_uf_.make();
+      groups_.emplace_back();
     }
-    Group& group = groups[target];
-    group.members.push_back(id);
-    group_of[i] = target;
+    Group& joined = groups_[target];
+    joined.members.push_back(id);
+    group_of_[i] = target;
     for (ValueId in : node.inputs) {
-      if (group_of[in] >= 0 && groups_uf.find(group_of[in]) == target) continue;
-      if (is_scalar_const(graph.nodes[in])) continue;
-      group.ext_inputs.insert(in);
+      if (group_of_[in] >= 0 && find(group_of_[in]) == target) continue;
+      if (is_scalar_const(graph_.nodes[in])) continue;
+      joined.ext_inputs.insert(in);
     }
-    // Members that joined may have been external inputs of the group before.
-    for (auto it = group.ext_inputs.begin(); it != group.ext_inputs.end();) {
+    // Members that joined may have been outside operands of the group before.
+    for (auto it = joined.ext_inputs.begin(); it != joined.ext_inputs.end();) {
       auto next = std::next(it);
-      if (group_of[*it] >= 0 && groups_uf.find(group_of[*it]) == target) group.ext_inputs.erase(it);
+      if (group_of_[*it] >= 0 && find(group_of_[*it]) == target) joined.ext_inputs.erase(it);
       it = next;
     }
   }
+}
 
-  // A scalar constant needs a step of its own only when it is returned or a non-elementwise
-  // node reads it.
-  for (size_t i = 0; i < n; ++i) {
-    if (!is_scalar_const(graph.nodes[i])) continue;
-    bool stored = is_output[i];
-    for (ValueId user : users[i]) stored |= !is_fusable_elementwise(graph.nodes[user].op);
+// A scalar constant needs a step of its own only when it is returned or a non-elementwise
+// node reads it; otherwise every step that uses it computes it in place.
+void Grouping::group_stored_scalars() {
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    if (!is_scalar_const(graph_.nodes[i])) continue;
+    bool stored = is_output_[i];
+    for (ValueId user : users_[i]) stored |= !is_fusable_elementwise(graph_.nodes[user].op);
     if (!stored) continue;
-    group_of[i] = groups_uf.make();
-    groups.emplace_back();
-    groups.back().members.push_back(static_cast<ValueId>(i));
+    group_of_[i] = groups_uf_.make();
+    groups_.emplace_back();
+    groups_.back().members.push_back(static_cast<ValueId>(i));
   }
+}
 
-  // A reduction absorbs the elementwise group that computes its operand (its prologue) when
-  // nothing else reads that group's values and the reduced dims are the trailing ones: then
-  // each output element reduces a contiguous range of the prologue's iteration space.
-  if (options.enabled) {
-    for (size_t i = 0; i < n; ++i) {
-      const Node& node = graph.nodes[i];
-      if (!is_reduction(node.op)) continue;
-      const ValueId operand = node.inputs[0];
-      const Node& producer = graph.nodes[operand];
-      if (group_of[operand] < 0 || !is_fusable_elementwise(producer.op) ||
-          producer.device != node.device)
-        continue;
-      const int prologue = groups_uf.find(group_of[operand]);
-      bool private_values = reduces_trailing_dims(graph, static_cast<ValueId>(i));
-      for (ValueId m : groups[prologue].members) {
-        private_values &= !is_output[m];
-        for (ValueId user : users[m])
-          private_values &=
-              user == static_cast<ValueId>(i) || groups_uf.find(group_of[user]) == prologue;
-      }
-      if (!private_values) continue;
-      merge(groups_uf.find(group_of[i]), prologue);
-    }
-  }
-
-  // A row reduction with keepdim absorbs the elementwise group that reads its result over the
-  // operand's shape (softmax's normalisation): one kernel reduces each row, then walks the row
-  // again to compute that group. Only for rows up to kMaxEpilogueRow elements, which one block
-  // (one thread on the CPU) walks twice while they are still in cache. The group may read the
-  // prologue's values (recomputed in the second pass) but nothing that depends on the step.
-  if (options.enabled) {
-    for (size_t i = 0; i < n; ++i) {
-      const Node& node = graph.nodes[i];
-      if (!is_row_reduction(graph, static_cast<ValueId>(i), kMaxEpilogueRow)) continue;
-      const Shape& space = graph.nodes[node.inputs[0]].shape;
-      const int step_group = groups_uf.find(group_of[i]);
-      // The consumer group: elementwise users of the reduction over the operand's shape.
-      int epilogue = -1;
-      for (ValueId user : users[i]) {
-        const Node& u = graph.nodes[user];
-        if (is_fusable_elementwise(u.op) && u.shape == space && u.device == node.device &&
-            group_of[user] >= 0)
-          epilogue = groups_uf.find(group_of[user]);
-      }
-      if (epilogue < 0 || epilogue == step_group) continue;
-      // Only a purely elementwise group: one that is itself a reduction's step stays one.
-      bool elementwise = true;
-      for (ValueId m : groups[epilogue].members)
-        elementwise &= is_fusable_elementwise(graph.nodes[m].op);
-      if (!elementwise) continue;
-      absl::flat_hash_set<int> step_set = {step_group};
-      bool ok = true;
-      // Nothing outside may read the prologue, except the epilogue itself.
-      for (ValueId m : groups[step_group].members) {
-        if (m == static_cast<ValueId>(i)) continue;
-        ok &= !is_output[m];
-        for (ValueId user : users[m]) {
-          int g = groups_uf.find(group_of[user]);
-          ok &= g == step_group || g == epilogue;
-        }
-      }
-      // The epilogue's other operands must not depend on the step (that would be a cycle).
-      for (ValueId m : groups[epilogue].members) {
-        for (ValueId in : graph.nodes[m].inputs) {
-          if (group_of[in] >= 0 && (groups_uf.find(group_of[in]) == step_group ||
-                                    groups_uf.find(group_of[in]) == epilogue))
-            continue;
-          if (group_of[in] >= 0) ok &= !depends_on({group_of[in]}, step_set);
-        }
-      }
-      if (!ok) continue;
-      merge(step_group, epilogue);
-    }
-  }
-
-  // A row reduction whose operand a row step computes joins that step when both reduce the
-  // same rows (softmax's sum joins the step of its max, whose epilogue computes exp(x - max)):
-  // one kernel then makes a pass over each row per reduction, rereading the row from cache,
-  // instead of storing the operand and reading it back.
-  if (options.enabled) {
-    auto row_space = [&](ValueId r) -> std::pair<Shape, Shape> {
-      const Node& node = graph.nodes[r];
-      return {graph.nodes[node.inputs[0]].shape, node.shape};
-    };
-    for (size_t i = 0; i < n; ++i) {
-      const Node& node = graph.nodes[i];
-      if (!is_row_reduction(graph, static_cast<ValueId>(i), kMaxEpilogueRow)) continue;
-      const ValueId operand = node.inputs[0];
-      if (group_of[operand] < 0 || !is_fusable_elementwise(graph.nodes[operand].op)) continue;
-      const int step_group = groups_uf.find(group_of[i]);
-      const int producer = groups_uf.find(group_of[operand]);
-      if (producer == step_group) continue;
-      // The producer must be a row step over the same rows.
-      bool same_rows = false;
-      for (ValueId m : groups[producer].members)
-        same_rows |= is_row_reduction(graph, m, kMaxEpilogueRow) &&
-                     row_space(m) == row_space(static_cast<ValueId>(i));
-      if (!same_rows) continue;
-      // Nothing else the step reads may depend on the producer (that would be a cycle).
-      std::vector<int> others;
-      for (ValueId in : groups[step_group].ext_inputs) {
-        const int g = group_of[in] >= 0 ? groups_uf.find(group_of[in]) : -1;
-        if (g >= 0 && g != producer && g != step_group) others.push_back(g);
-      }
-      if (depends_on(std::move(others), {producer})) continue;
-      merge(producer, step_group);
-    }
-  }
-
-  // Build the steps.
-  std::vector<int> step_of_group(groups.size(), -1);
-  Schedule schedule;
-  std::vector<Step>& steps = schedule.steps;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    if (groups_uf.find(static_cast<int>(g)) != static_cast<int>(g) || groups[g].members.empty())
+// A reduction absorbs the elementwise group that computes its operand (its prologue) when
+// nothing else reads that group's values and the reduced dims are the trailing ones: then each
+// output element reduces a contiguous range of the prologue's iteration space.
+void Grouping::absorb_prologues() {
+  if (!options_.enabled) return;
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    const Node& node = graph_.nodes[i];
+    if (!is_reduction(node.op)) continue;
+    const ValueId operand = node.inputs[0];
+    const Node& producer = graph_.nodes[operand];
+    if (group_of_[operand] < 0 || !is_fusable_elementwise(producer.op) ||
+        producer.device != node.device)
       continue;
-    std::vector<ValueId> members = groups[g].members;
+    const int prologue = find(group_of_[operand]);
+    bool private_values = reduces_trailing_dims(graph_, static_cast<ValueId>(i));
+    for (ValueId m : groups_[prologue].members) {
+      private_values &= !is_output_[m];
+      for (ValueId user : users_[m])
+        private_values &= user == static_cast<ValueId>(i) || find(group_of_[user]) == prologue;
+    }
+    if (!private_values) continue;
+    merge(find(group_of_[i]), prologue);
+  }
+}
+
+// A row reduction with keepdim absorbs the elementwise group that reads its result over the
+// operand's shape (softmax's normalisation): one kernel reduces each row, then walks the row
+// again to compute that group. Only for rows up to options.max_row elements, which one block
+// (one thread on the CPU) walks twice while they are still in cache. The group may read the
+// prologue's values (recomputed in the second pass) but nothing that depends on the step.
+void Grouping::absorb_epilogues() {
+  if (!options_.enabled) return;
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    const Node& node = graph_.nodes[i];
+    if (!is_row_reduction(graph_, static_cast<ValueId>(i), options_.max_row)) continue;
+    const Shape& space = graph_.nodes[node.inputs[0]].shape;
+    const int step_group = find(group_of_[i]);
+    // The consumer group: elementwise users of the reduction over the operand's shape.
+    int epilogue = -1;
+    for (ValueId user : users_[i]) {
+      const Node& u = graph_.nodes[user];
+      if (is_fusable_elementwise(u.op) && u.shape == space && u.device == node.device &&
+          group_of_[user] >= 0)
+        epilogue = find(group_of_[user]);
+    }
+    if (epilogue < 0 || epilogue == step_group) continue;
+    // Only a purely elementwise group: one that is itself a reduction's step stays one.
+    bool elementwise = true;
+    for (ValueId m : groups_[epilogue].members)
+      elementwise &= is_fusable_elementwise(graph_.nodes[m].op);
+    if (!elementwise) continue;
+    const absl::flat_hash_set<int> step_set = {step_group};
+    bool ok = true;
+    // Nothing outside may read the prologue, except the epilogue itself.
+    for (ValueId m : groups_[step_group].members) {
+      if (m == static_cast<ValueId>(i)) continue;
+      ok &= !is_output_[m];
+      for (ValueId user : users_[m]) {
+        const int g = find(group_of_[user]);
+        ok &= g == step_group || g == epilogue;
+      }
+    }
+    // The epilogue's other operands must not depend on the step (that would be a cycle).
+    for (ValueId m : groups_[epilogue].members) {
+      for (ValueId in : graph_.nodes[m].inputs) {
+        if (group_of_[in] >= 0 &&
+            (find(group_of_[in]) == step_group || find(group_of_[in]) == epilogue))
+          continue;
+        if (group_of_[in] >= 0) ok &= !depends_on({group_of_[in]}, step_set);
+      }
+    }
+    if (!ok) continue;
+    merge(step_group, epilogue);
+  }
+}
+
+// A row reduction whose operand a row step computes joins that step when both reduce the same
+// rows (softmax's sum joins the step of its max, whose epilogue computes exp(x - max)): one
+// kernel then makes a pass over each row per reduction, rereading the row from cache, instead
+// of storing the operand and reading it back.
+void Grouping::join_row_steps() {
+  if (!options_.enabled) return;
+  auto row_space = [&](ValueId r) -> std::pair<Shape, Shape> {
+    const Node& node = graph_.nodes[r];
+    return {graph_.nodes[node.inputs[0]].shape, node.shape};
+  };
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    const Node& node = graph_.nodes[i];
+    if (!is_row_reduction(graph_, static_cast<ValueId>(i), options_.max_row)) continue;
+    const ValueId operand = node.inputs[0];
+    if (group_of_[operand] < 0 || !is_fusable_elementwise(graph_.nodes[operand].op)) continue;
+    const int step_group = find(group_of_[i]);
+    const int producer = find(group_of_[operand]);
+    if (producer == step_group) continue;
+    // The producer must be a row step over the same rows.
+    bool same_rows = false;
+    for (ValueId m : groups_[producer].members)
+      same_rows |= is_row_reduction(graph_, m, options_.max_row) &&
+                   row_space(m) == row_space(static_cast<ValueId>(i));
+    if (!same_rows) continue;
+    // Nothing else the step reads may depend on the producer (that would be a cycle).
+    std::vector<int> others;
+    for (ValueId in : groups_[step_group].ext_inputs) {
+      const int g = group_of_[in] >= 0 ? find(group_of_[in]) : -1;
+      if (g >= 0 && g != producer && g != step_group) others.push_back(g);
+    }
+    if (depends_on(std::move(others), {producer})) continue;
+    merge(producer, step_group);
+  }
+}
+
+std::vector<Step> Grouping::build_steps() const {
+  std::vector<Step> steps;
+  // find() compresses paths; build_steps reads the final groups through a copy.
+  UnionFind uf = groups_uf_;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (uf.find(static_cast<int>(g)) != static_cast<int>(g) || groups_[g].members.empty()) continue;
+    std::vector<ValueId> members = groups_[g].members;
     std::sort(members.begin(), members.end());
     Step step;
     // A group with a reduction is a reduction step (with a prologue and an epilogue); any other
     // group is of its one kind.
-    const Node* last = &graph.nodes[members.back()];
+    const Node* last = &graph_.nodes[members.back()];
     for (ValueId m : members)
-      if (is_reduction(graph.nodes[m].op)) last = &graph.nodes[m];
+      if (is_reduction(graph_.nodes[m].op)) last = &graph_.nodes[m];
     step.kind = step_kind(last->op);
     // A reduction iterates over its operand's elements.
     step.shape =
-        step.kind == StepKind::Reduction ? graph.nodes[last->inputs[0]].shape : last->shape;
+        step.kind == StepKind::Reduction ? graph_.nodes[last->inputs[0]].shape : last->shape;
     step.device = last->device;
     absl::flat_hash_set<ValueId> member_set(members.begin(), members.end());
     // Scalar constants used by the members are computed in place.
     std::vector<ValueId> with_consts;
     for (ValueId m : members) {
-      for (ValueId in : graph.nodes[m].inputs) {
+      for (ValueId in : graph_.nodes[m].inputs) {
         const bool computes_in_place = step.kind == StepKind::Elementwise || members.size() > 1;
-        if (computes_in_place && is_scalar_const(graph.nodes[in]) && !member_set.contains(in)) {
+        if (computes_in_place && is_scalar_const(graph_.nodes[in]) && !member_set.contains(in)) {
           member_set.insert(in);
           with_consts.push_back(in);
         }
@@ -411,22 +465,24 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
     step.nodes = with_consts;
     absl::flat_hash_set<ValueId> inputs_seen;
     for (ValueId m : step.nodes) {
-      for (ValueId in : graph.nodes[m].inputs) {
+      for (ValueId in : graph_.nodes[m].inputs) {
         if (!member_set.contains(in) && inputs_seen.insert(in).second) step.inputs.push_back(in);
       }
       // An inlined constant is recomputed wherever it is used, never stored.
-      if (is_scalar_const(graph.nodes[m]) && group_of[m] != static_cast<int>(g)) continue;
-      bool needed = is_output[m];
-      for (ValueId user : users[m]) needed |= !member_set.contains(user);
+      if (is_scalar_const(graph_.nodes[m]) && group_of_[m] != static_cast<int>(g)) continue;
+      bool needed = is_output_[m];
+      for (ValueId user : users_[m]) needed |= !member_set.contains(user);
       if (needed) step.outputs.push_back(m);
     }
-    step_of_group[g] = static_cast<int>(steps.size());
     steps.push_back(std::move(step));
   }
+  return steps;
+}
 
-  // Order the steps so that producers come first (Kahn's algorithm, smallest first member
-  // first so that the order follows the user's program).
-  std::vector<int> producer_step(n, -1);
+// Phase 7: the steps in an order where producers come first (Kahn's algorithm, smallest last
+// member first so that the order follows the user's program).
+std::vector<Step> order_steps(const Graph& graph, std::vector<Step> steps) {
+  std::vector<int> producer_step(graph.nodes.size(), -1);
   for (size_t s = 0; s < steps.size(); ++s)
     for (ValueId v : steps[s].outputs) producer_step[v] = static_cast<int>(s);
   std::vector<std::vector<int>> consumers(steps.size());
@@ -456,8 +512,21 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
   // A cycle between steps would leave some out of the order, and their values uncomputed.
   if (ordered.size() != steps.size())
     throw VerifierError("fusion: the steps depend on each other in a cycle");
-  steps = std::move(ordered);
-  for (Step& step : steps) step.kernel_key = kernel_key(graph, step);
+  return ordered;
+}
+
+}  // namespace
+
+Schedule run_fusion(Graph graph, const FusionOptions& options) {
+  Grouping grouping(graph, options);
+  grouping.group_elementwise();
+  grouping.group_stored_scalars();
+  grouping.absorb_prologues();
+  grouping.absorb_epilogues();
+  grouping.join_row_steps();
+  Schedule schedule;
+  schedule.steps = order_steps(graph, grouping.build_steps());
+  for (Step& step : schedule.steps) step.kernel_key = kernel_key(graph, step);
   schedule.graph = std::move(graph);
   return schedule;
 }
