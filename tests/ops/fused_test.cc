@@ -1,0 +1,152 @@
+// Fused against unfused evaluation: the same expressions, evaluated with fusion off and on, must
+// give identical bits (and fewer kernels when fused) across float32 chains with broadcasting and
+// transposed operands, float16 rounding after every op, casts inside a kernel, integer chains
+// with where, seeded generators, and a reduction after a fused producer.
+//
+// Beyond agreeing with each other, the results are checked against the independent float64
+// reference in tests/reference/, which never calls lazyfuse to compute expected values.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lazyfuse/lazyfuse.h"
+#include "tests/reference/reference.h"
+
+namespace lazyfuse {
+namespace {
+
+// The expected values and their vocabulary (Host, ref_map, random_host, expect_matches, ...)
+// come from the independent float64 reference.
+using namespace reference;
+
+// Builds the expression twice from the same inputs, evaluates one copy with fusion off and one
+// with it on, and expects the same bits, and fewer kernels when fused. Returns the fused one.
+Tensor expect_fusion_invariant(const std::function<Tensor()>& build, const std::string& what) {
+  SCOPED_TRACE(what);
+  Tensor unfused = build();
+  reset_eval_stats();
+  eval({unfused}, EvalOptions{.fusion = false});
+  int64_t unfused_kernels = eval_stats().kernels;
+  Tensor fused = build();
+  reset_eval_stats();
+  eval({fused}, EvalOptions{.fusion = true});
+  int64_t fused_kernels = eval_stats().kernels;
+  EXPECT_LT(fused_kernels, unfused_kernels);
+  EXPECT_EQ(fused.dtype(), unfused.dtype());
+  EXPECT_EQ(fused.sizes(), unfused.sizes());
+  std::vector<double> a = unfused.to_vector<double>(), b = fused.to_vector<double>();
+  EXPECT_EQ(a.size(), b.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0 && differ++ < 3)
+      ADD_FAILURE() << "element " << i << ": unfused " << a[i] << ", fused " << b[i];
+  }
+  EXPECT_EQ(differ, 0) << "elements that differ";
+  return fused;
+}
+
+TEST(OpsElementwise, FusedAndUnfusedGiveIdenticalBits) {
+  std::mt19937 rng(14);
+  // float32, broadcasting, a transposed operand, and a chain of transcendental ops.
+  Host xb = random_host(rng, {1111, 37}, kFloat32, kWide);
+  Host y = random_host(rng, {1111}, kFloat32, kWide);
+  Tensor txb = to_tensor(xb, kFloat32), ty = to_tensor(y, kFloat32);
+  Host x = host_transpose(xb, 0, 1);
+  Tensor got = expect_fusion_invariant(
+      [&] {
+        Tensor xt = txb.t();
+        return (xt * ty + 1.5).sigmoid() * exp(-ty.abs()) - tanh(xt) / (ty.abs() + 1);
+      },
+      "f32 chain");
+  expect_matches(got,
+                 ref_map({&x, &y},
+                         [](double a, double b, double) {
+                           return 1 / (1 + std::exp(-(a * b + 1.5))) * std::exp(-std::fabs(b)) -
+                                  std::tanh(a) / (std::fabs(b) + 1);
+                         }),
+                 kFloat32, tol_for(kFloat32), "f32 chain vs reference");
+
+  // float16: every op rounds to half, fused or not. (x + 1) - x at 2048 must be 0 in half.
+  Host h = random_host(rng, {40000}, kFloat16, {-4, 4, 0, 0});
+  h.v[0] = 2048;
+  Tensor th = to_tensor(h, kFloat16);
+  got = expect_fusion_invariant(
+      [&] { return ((th + 1) - th) + ((th + 0.5) * th).sin() + th.relu().sqrt(); }, "f16 chain");
+  expect_matches(got,
+                 ref_unary(h,
+                           [](double v) {
+                             double a = f16(f16(v + 1) - v);
+                             double b = f16(std::sin(f16(f16(v + 0.5) * v)));
+                             double c = f16(std::sqrt(v > 0 ? v : 0));
+                             return f16(f16(a + b) + c);
+                           }),
+                 kFloat16, {2e-3, 2e-3}, "f16 chain vs reference");
+  Tensor t2048 = full({3}, 2048, kFloat16);
+  got = expect_fusion_invariant([&] { return (t2048 + 1) - t2048; }, "f16 2049");
+  EXPECT_EQ(got.to_vector<double>(), (std::vector<double>{0, 0, 0}))
+      << "2048 + 1 must round to 2048 in float16 before the subtraction";
+
+  // Casts inside a fused kernel: the cast's rounding must not leak into other users of x.
+  Host c = random_host(rng, {3000}, kFloat32, {-10, 10, 0, 0});
+  Tensor tc = to_tensor(c, kFloat32);
+  got = expect_fusion_invariant([&] { return tc.to(kFloat16).to(kFloat32) + tc; }, "cast chain");
+  expect_matches(got, ref_unary(c, [](double v) { return f32(f16(v) + v); }), kFloat32, {},
+                 "cast chain vs reference");
+  got = expect_fusion_invariant([&] { return tc.to(kBFloat16) * 1 + tc.to(kFloat16); },
+                                "two casts of one input");
+  expect_matches(got,
+                 ref_unary(c, [](double v) { return f32(quantize(v, DType::BFloat16) + f16(v)); }),
+                 kFloat32, {}, "two casts vs reference");
+  got =
+      expect_fusion_invariant([&] { return tc.to(kInt32) * 2 + (tc > 0).to(kInt64); }, "int casts");
+  expect_matches(got, ref_unary(c, [](double v) { return std::trunc(v) * 2 + (v > 0); }), kInt64,
+                 {}, "int casts vs reference");
+
+  // Integers, a comparison and where.
+  Host a = random_host(rng, {5, 1200}, kInt32, kWide);
+  Host b = random_host(rng, {1200}, kInt64, kWide);
+  Tensor ta = to_tensor(a, kInt32), tb = to_tensor(b, kInt64);
+  got = expect_fusion_invariant(
+      [&] { return where(ta > tb, (ta * tb + 3 - ta).abs().to(kFloat64).sqrt(), tb.to(kFloat64)); },
+      "int chain with where");
+  expect_matches(
+      got,
+      ref_map({&a, &b}, [](double p, double q,
+                           double) { return p > q ? std::sqrt(std::fabs(p * q + 3 - p)) : q; }),
+      kFloat64, tol_for(kFloat64), "int chain vs reference");
+
+  // Generators in the chain: the same seed gives the same numbers fused or not.
+  got = expect_fusion_invariant(
+      [&] {
+        // Separate statements: the order of draws sets each one's Philox offset, and the
+        // operands of one expression are evaluated in an unspecified order.
+        manual_seed(77);
+        Tensor u = rand({4000});
+        Tensor g = randn({4000});
+        return arange(0., 4000.) * 0.5 + u * 2 - g;
+      },
+      "generators");
+  manual_seed(77);
+  Tensor r = rand({4000});
+  Tensor n = randn({4000});
+  std::vector<double> rv = r.to_vector<double>(), nv = n.to_vector<double>();
+  Host want{{4000}, std::vector<double>(4000)};
+  for (int i = 0; i < 4000; ++i) want.v[i] = f32(f32(f32(i * 0.5) + f32(rv[i] * 2)) - nv[i]);
+  expect_matches(got, want, kFloat32, {}, "generators vs separately drawn");
+
+  // A reduction after a fused producer.
+  got = expect_fusion_invariant([&] { return (txb * 2 + 1).exp().sum({0}); }, "reduction");
+  Reduced want_sum = host_reduce(ref_unary(xb, [](double v) { return std::exp(v * 2 + 1); }), {0},
+                                 false, Reduce::Sum);
+  expect_matches(got, want_sum.value, kFloat32, tol_for(kFloat32), "reduction vs reference",
+                 sum_slack(want_sum));
+}
+
+}  // namespace
+}  // namespace lazyfuse
