@@ -39,7 +39,6 @@ struct LaunchMemo : StepCache {
   CudaElementwiseLaunch plan;
   void* function = nullptr;  // the CUfunction
   std::string name;          // its cache key, for errors
-  int64_t blocks = 0;
 };
 
 uint64_t address(const BufferView& view) { return reinterpret_cast<uint64_t>(view.data()); }
@@ -109,7 +108,7 @@ bool memo_fits(const LaunchMemo& memo, const Step& step, const ValueBuffers& val
 // these layouts (memo_fits).
 void remember_launch(LaunchMemo& memo, const std::vector<OperandLayout>& layouts,
                      CudaElementwiseLaunch plan, cuda::CUfunction function, const std::string& key,
-                     int64_t blocks, bool fast_math) {
+                     bool fast_math) {
   memo.valid = true;
   memo.kernel_generation = cuda::kernel_cache_generation();
   memo.fast_math = fast_math;
@@ -124,7 +123,6 @@ void remember_launch(LaunchMemo& memo, const std::vector<OperandLayout>& layouts
   memo.plan = std::move(plan);
   memo.function = function;
   memo.name = key;
-  memo.blocks = blocks;
 }
 
 // The step's operand addresses, in step order.
@@ -134,18 +132,17 @@ absl::InlinedVector<uint64_t, 8> input_addresses(const Step& step, const ValueBu
   return inputs;
 }
 
-// A reduction or row step's plan and kernel: the memo's when it fits the operands as they are
-// now (counted as a memory hit, as a lookup would be), else `make_plan` over their layouts
-// and the kernel of `generate`, remembered in the memo (or in `scratch` without one). Appends
-// the operands' words to `args`.
+// A step's plan and kernel for its operands as they are now: the memo's when it fits them
+// (counted as a memory hit, as a lookup would be), else `make_plan` over their layouts and the
+// kernel of `generate`, remembered in the memo (or in `scratch` without one). Every kind of
+// generated kernel (elementwise, fused reduction, row) finds its kernel here and packs its own
+// arguments (codegen/cuda_kernel_args.h).
 template <typename MakePlan, typename Generate>
-const LaunchMemo& reduction_launch(const Step& step, const ValueBuffers& values, LaunchMemo* memo,
-                                   LaunchMemo& scratch, KernelArgs& args, MakePlan make_plan,
-                                   Generate generate) {
+const LaunchMemo& planned_kernel(const Step& step, const ValueBuffers& values, LaunchMemo* memo,
+                                 LaunchMemo& scratch, MakePlan make_plan, Generate generate) {
   const bool fast_math = env_config().fast_math;
   if (memo != nullptr && memo_fits(*memo, step, values, fast_math)) {
     cuda::count_memory_hit();
-    append_space_args(memo->plan, input_addresses(step, values), args);
     return *memo;
   }
   const Operands operands = operands_of(step, values);
@@ -153,52 +150,48 @@ const LaunchMemo& reduction_launch(const Step& step, const ValueBuffers& values,
   const std::string key = cuda_kernel_cache_key(step, plan.spec, fast_math);
   cuda::CUfunction function =
       cuda::get_kernel(step.device.index(), key, [&] { return generate(plan.spec, fast_math); });
-  append_space_args(plan, operands.addresses, args);
   LaunchMemo& kept = memo != nullptr ? *memo : scratch;
-  remember_launch(kept, operands.layouts, std::move(plan), function, key, 0, fast_math);
+  remember_launch(kept, operands.layouts, std::move(plan), function, key, fast_math);
   return kept;
+}
+
+// An elementwise launch's grid: a thread per element (or per vector), which measured fastest;
+// under LAZYFUSE_BLOCKS_PER_SM a capped grid whose threads loop over the rest.
+int64_t elementwise_blocks(const CudaElementwiseLaunch& plan, int device) {
+  const int64_t width = plan.spec.vectorized ? plan.spec.vector_width : 1;
+  const int64_t units = (plan.numel + width - 1) / width;
+  const int64_t per_sm = env_config().blocks_per_sm;
+  const int64_t cap = per_sm > 0 ? cuda::device_properties(device).multiprocessors * per_sm
+                                 : std::numeric_limits<int32_t>::max();
+  return std::clamp<int64_t>((units + kThreadsPerBlock - 1) / kThreadsPerBlock, 1, cap);
 }
 
 void run_elementwise(const Graph& graph, const Step& step, ValueBuffers& values, LaunchMemo* memo) {
   const int device = step.device.index();
   cuda::activate(device);
   const absl::InlinedVector<uint64_t, 4> outputs = allocate_outputs(graph, step, values);
-  const bool fast_math = env_config().fast_math;
+  if (numel(step.shape) == 0) return;
   // Buffers of the caching allocator are aligned far beyond 16 bytes: when the inputs keep
-  // their layout the plan, the kernel and the grid are the memo's.
+  // their layout the plan and the kernel are the memo's. A memo is kept only for aligned
+  // outputs, which any plan suits.
   bool outputs_aligned = true;
   for (size_t k = 0; k < step.outputs.size(); ++k)
     outputs_aligned &=
         outputs[k] % (kVectorAlignment * dtype_size(graph.nodes[step.outputs[k]].dtype)) == 0;
-  if (memo != nullptr && outputs_aligned && memo_fits(*memo, step, values, fast_math)) {
-    if (memo->plan.numel == 0) return;
-    cuda::count_memory_hit();
-    KernelArgs args = pack_elementwise_args(memo->plan, input_addresses(step, values), outputs);
-    launch(static_cast<cuda::CUfunction>(memo->function), memo->blocks, kThreadsPerBlock, args,
-           memo->name);
-    return;
-  }
-  const Operands operands = operands_of(step, values);
-  std::vector<int64_t> output_sizes;
-  for (ValueId v : step.outputs) output_sizes.push_back(dtype_size(graph.nodes[v].dtype));
-  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, operands.layouts, outputs, output_sizes);
-  if (plan.numel == 0) return;
-  const std::string key = cuda_kernel_cache_key(step, plan.spec, fast_math);
-  cuda::CUfunction function = cuda::get_kernel(
-      device, key, [&] { return generate_cuda_elementwise(graph, step, plan.spec, fast_math); });
-  KernelArgs args = pack_elementwise_args(plan, operands.addresses, outputs);
-  // A thread per element (or per vector), which measured fastest; under
-  // LAZYFUSE_BLOCKS_PER_SM a capped grid whose threads loop over the rest.
-  const int64_t width = plan.spec.vectorized ? plan.spec.vector_width : 1;
-  const int64_t units = (plan.numel + width - 1) / width;
-  const int64_t per_sm = env_config().blocks_per_sm;
-  const int64_t cap = per_sm > 0 ? cuda::device_properties(device).multiprocessors * per_sm
-                                 : std::numeric_limits<int32_t>::max();
-  const int64_t blocks =
-      std::clamp<int64_t>((units + kThreadsPerBlock - 1) / kThreadsPerBlock, 1, cap);
-  launch(function, blocks, kThreadsPerBlock, args, key);
-  if (memo != nullptr && outputs_aligned)
-    remember_launch(*memo, operands.layouts, std::move(plan), function, key, blocks, fast_math);
+  LaunchMemo scratch;
+  const LaunchMemo& kernel = planned_kernel(
+      step, values, outputs_aligned ? memo : nullptr, scratch,
+      [&](const std::vector<OperandLayout>& layouts) {
+        std::vector<int64_t> output_sizes;
+        for (ValueId v : step.outputs) output_sizes.push_back(dtype_size(graph.nodes[v].dtype));
+        return plan_cuda_elementwise(step, layouts, outputs, output_sizes);
+      },
+      [&](const CudaElementwiseSpec& spec, bool fast_math) {
+        return generate_cuda_elementwise(graph, step, spec, fast_math);
+      });
+  KernelArgs args = pack_elementwise_args(kernel.plan, input_addresses(step, values), outputs);
+  launch(static_cast<cuda::CUfunction>(kernel.function), elementwise_blocks(kernel.plan, device),
+         kThreadsPerBlock, args, kernel.name);
 }
 
 }  // namespace
@@ -277,17 +270,15 @@ int64_t append_reduction_launch(const Device& device, DType acc, uint64_t out, i
 
 // A reduction with a fused prologue: one kernel computes the prologue's elements and reduces
 // them, its last block per row combining the chunks' partials.
-BufferView run_fused_reduction(const Graph& graph, const Step& step, const ValueBuffers& values,
-                               LaunchMemo* memo) {
-  const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
+BufferView run_fused_reduction(const Graph& graph, const Step& step, const Node& node,
+                               const ValueBuffers& values, LaunchMemo* memo) {
   cuda::activate(node.device.index());
   BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
   const int64_t rows = numel(node.shape);
   if (rows == 0) return out;
-  KernelArgs args;
   LaunchMemo scratch;
-  const LaunchMemo& kernel = reduction_launch(
-      step, values, memo, scratch, args,
+  const LaunchMemo& kernel = planned_kernel(
+      step, values, memo, scratch,
       [&](const std::vector<OperandLayout>& layouts) {
         CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
         plan.spec.vectorized = false;
@@ -296,6 +287,8 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step, const Value
       [&](const CudaElementwiseSpec& spec, bool fast_math) {
         return generate_cuda_fused_reduction(graph, step, spec, fast_math);
       });
+  KernelArgs args;
+  append_space_args(kernel.plan, input_addresses(step, values), args);
   const int64_t columns = kernel.plan.numel / rows;
   const DType acc = reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
   std::optional<BufferView> partial;
@@ -307,8 +300,8 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step, const Value
 }
 
 // A row step (reductions of the same rows, an epilogue): one warp per row.
-void run_row_kernel(const Graph& graph, const Step& step, ValueBuffers& values, LaunchMemo* memo) {
-  const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
+void run_row_kernel(const Graph& graph, const Step& step, const Node& node, ValueBuffers& values,
+                    LaunchMemo* memo) {
   cuda::activate(node.device.index());
   const absl::InlinedVector<uint64_t, 4> outputs = allocate_outputs(graph, step, values);
   const int64_t rows = numel(node.shape);
@@ -322,10 +315,9 @@ void run_row_kernel(const Graph& graph, const Step& step, ValueBuffers& values, 
     const Node& output = graph.nodes[step.outputs[k]];
     outputs_aligned &= is_reduction(output.op) || outputs[k] % (4 * dtype_size(output.dtype)) == 0;
   }
-  KernelArgs args;
   LaunchMemo scratch;
-  const LaunchMemo& kernel = reduction_launch(
-      step, values, outputs_aligned ? memo : nullptr, scratch, args,
+  const LaunchMemo& kernel = planned_kernel(
+      step, values, outputs_aligned ? memo : nullptr, scratch,
       [&](const std::vector<OperandLayout>& layouts) {
         CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
         const int64_t columns = plan.numel / rows;
@@ -341,6 +333,8 @@ void run_row_kernel(const Graph& graph, const Step& step, ValueBuffers& values, 
         return generate_cuda_row_kernel(graph, step, spec, fast_math);
       });
   const int64_t columns = kernel.plan.numel / rows;
+  KernelArgs args;
+  append_space_args(kernel.plan, input_addresses(step, values), args);
   append_row_args(outputs, rows, columns, args);
   constexpr int64_t kRowsPerBlock = kCudaReduceThreads / 32;
   launch(static_cast<cuda::CUfunction>(kernel.function), (rows + kRowsPerBlock - 1) / kRowsPerBlock,
@@ -408,13 +402,13 @@ void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, L
       return;
     case StepKind::Reduction: {
       const ReductionParts parts = reduction_parts(graph, step);
+      const Node& reduction = graph.nodes[parts.reduction];
       if (parts.is_row_program()) {
-        run_row_kernel(graph, step, values, memo);
+        run_row_kernel(graph, step, reduction, values, memo);
       } else {
-        const Node& reduction = graph.nodes[parts.reduction];
         values[parts.reduction] = parts.prologue.empty()
                                       ? run_reduction(reduction, *values[reduction.inputs[0]])
-                                      : run_fused_reduction(graph, step, values, memo);
+                                      : run_fused_reduction(graph, step, reduction, values, memo);
       }
       return;
     }
