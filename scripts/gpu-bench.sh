@@ -6,6 +6,9 @@
 # most the workload it cut.
 # Usage: scripts/gpu-bench.sh [PEER_SIZES [OUR_SIZES]]   (log2 sizes, comma-separated; defaults
 # 12,20,26,28 for the peers and the benchmark's own for ours)
+# BEFORE=DIR (a bundle of an earlier build, laid out as gpu-bundle/) also runs that build's
+# benchmark, each workload right before ours, and compares the two (before-after.md);
+# PEERS=0 leaves the peers out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-bench-results}
@@ -14,12 +17,22 @@ peer_sizes=${1:-12,20,26,28}
 our_sizes=()
 [ -n "${2:-}" ] && our_sizes=(--sizes ${2//,/ })
 for workload in exp_mul gelu bias_relu softmax sum_squares chain16 adam; do
+  if [ -n "${BEFORE:-}" ]; then
+    mkdir -p "$out/before"
+    "$BEFORE/bin/lazyfuse" bench --workloads "$workload" "${our_sizes[@]}" \
+      --json "$out/before/$workload.json" >> "$out/before.txt" 2>> "$out/lazyfuse.err"
+    echo "before: lazyfuse bench $workload exit $?" >> "$out/before.txt"
+  fi
   gpu-bundle/bin/lazyfuse bench --workloads "$workload" "${our_sizes[@]}" \
     --json "$out/ours/$workload.json" >> "$out/lazyfuse.txt" 2>> "$out/lazyfuse.err"
   echo "lazyfuse bench $workload exit $?" >> "$out/lazyfuse.txt"
 done
-python3 bench/peers.py --out "$out/peers" --sizes "$peer_sizes" --dtypes f32 2> "$out/peers.log"
-python3 bench/report.py "$out"/ours/*.json "$out"/peers/*.json --png "$out/bench.png" \
-  --markdown "$out/report.md"
+[ -n "${BEFORE:-}" ] &&
+  python3 bench/compare.py --before "$out/before" --after "$out/ours" --markdown "$out/before-after.md"
+[ "${PEERS:-1}" != 0 ] &&
+  python3 bench/peers.py --out "$out/peers" --sizes "$peer_sizes" --dtypes f32 2> "$out/peers.log"
+python3 bench/report.py "$out"/ours/*.json $(ls "$out"/peers/*.json 2> /dev/null) \
+  --png "$out/bench.png" --markdown "$out/report.md"
 # One archive for all the JSON files: the device tool brings back at most eight files.
-tar -C "$out" -czf "$out/results.tgz" ours peers && rm -rf "$out/ours" "$out/peers"
+tar -C "$out" -czf "$out/results.tgz" ours peers $([ -d "$out/before" ] && echo before) &&
+  rm -rf "$out/ours" "$out/peers" "$out/before"
