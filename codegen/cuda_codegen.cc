@@ -159,8 +159,17 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
       default: {
         std::vector<DType> input_dtypes;
         for (ValueId in : node.inputs) input_dtypes.push_back(graph.nodes[in].dtype);
-        const char* operand =
-            storage_type(op_input_compute_dtype(node.op, input_dtypes, node.dtype));
+        const DType operand_dtype = op_input_compute_dtype(node.op, input_dtypes, node.dtype);
+        // Note [Integer wrap-around]: signed overflow is undefined in C++ and NVRTC has no
+        // -fwrapv (the CPU kernels are built with it), so the optimizer may assume it never
+        // happens (x * x * x * x >= 0, and relu of it vanishes). Integer add, sub, mul and neg
+        // compute on the unsigned type of the same width, which wraps as PyTorch's integers do;
+        // the result converts back modulo 2^width.
+        const bool wraps =
+            (operand_dtype == DType::Int32 || operand_dtype == DType::Int64) &&
+            (node.op == Op::Add || node.op == Op::Sub || node.op == Op::Mul || node.op == Op::Neg);
+        const char* operand = wraps ? (operand_dtype == DType::Int32 ? "uint32_t" : "uint64_t")
+                                    : storage_type(operand_dtype);
         const char* names[3] = {"a", "b", "c"};
         absl::StrAppend(&b, indent, type, " ", v(id), ";\n", indent, "{\n");
         for (size_t k = 0; k < node.inputs.size(); ++k)

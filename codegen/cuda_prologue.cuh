@@ -82,8 +82,13 @@ using lf_vec4 = lf_vec<T, 4>;
 
 __device__ __forceinline__ float lf_abs(float a) { return fabsf(a); }
 __device__ __forceinline__ double lf_abs(double a) { return fabs(a); }
-__device__ __forceinline__ int32_t lf_abs(int32_t a) { return a < 0 ? -a : a; }
-__device__ __forceinline__ int64_t lf_abs(int64_t a) { return a < 0 ? -a : a; }
+// abs of the minimum is the minimum, as on the CPU (wrapping negation).
+__device__ __forceinline__ int32_t lf_abs(int32_t a) {
+  return a < 0 ? (int32_t)(0u - (uint32_t)a) : a;
+}
+__device__ __forceinline__ int64_t lf_abs(int64_t a) {
+  return a < 0 ? (int64_t)(0ull - (uint64_t)a) : a;
+}
 #ifdef LF_FAST_MATH
 // Opt-in hardware approximations (LAZYFUSE_FAST_MATH=1): ex2.approx, lg2.approx, sin.approx,
 // cos.approx and tanh.approx through the __*f intrinsics; see docs/design.md for their bounds.
@@ -130,19 +135,24 @@ __device__ __forceinline__ float lf_sigmoid(float a) {
 __device__ __forceinline__ double lf_sigmoid(double a) { return __drcp_rn(1.0 + exp(-a)); }
 __device__ __forceinline__ float lf_pow(float a, float b) { return powf(a, b); }
 __device__ __forceinline__ double lf_pow(double a, double b) { return pow(a, b); }
-template <typename T>
-__device__ __forceinline__ T lf_ipow(T base, T exponent) {
-  if (exponent < 0) return base == 1 ? 1 : base == -1 ? ((exponent % 2) ? -1 : 1) : 0;
-  T result = 1;
+// Products wrap (Note [Integer wrap-around] in codegen/cuda_codegen.cc): U is T's unsigned twin.
+template <typename T, typename U>
+__device__ __forceinline__ T lf_ipow(T base_in, T exponent) {
+  if (exponent < 0) return base_in == 1 ? 1 : base_in == -1 ? ((exponent % 2) ? -1 : 1) : 0;
+  U result = 1, base = (U)base_in;
   while (exponent) {
     if (exponent & 1) result = result * base;
     base = base * base;
     exponent >>= 1;
   }
-  return result;
+  return (T)result;
 }
-__device__ __forceinline__ int32_t lf_pow(int32_t a, int32_t b) { return lf_ipow(a, b); }
-__device__ __forceinline__ int64_t lf_pow(int64_t a, int64_t b) { return lf_ipow(a, b); }
+__device__ __forceinline__ int32_t lf_pow(int32_t a, int32_t b) {
+  return lf_ipow<int32_t, uint32_t>(a, b);
+}
+__device__ __forceinline__ int64_t lf_pow(int64_t a, int64_t b) {
+  return lf_ipow<int64_t, uint64_t>(a, b);
+}
 // NaN propagates through maximum, minimum, clamp and relu, as in PyTorch and on the CPU.
 template <typename T>
 __device__ __forceinline__ T lf_max(T a, T b) {

@@ -320,6 +320,28 @@ TEST(CudaCodegen, OneOverXIsAReciprocal) {
   EXPECT_NE(source.find("(a / b)"), std::string::npos) << "x / y stays a division";
 }
 
+// Note [Integer wrap-around]: integer add, sub, mul and neg compute on the unsigned type of
+// their width (NVRTC has no -fwrapv); other integer ops and float ops keep their own types. The
+// kernel compiles.
+TEST(CudaCodegen, IntegerArithmeticWrapsThroughUnsignedTypes) {
+  Schedule schedule = lower(R"(graph @main(%0: i32[64] @cuda:0, %1: i64[64] @cuda:0) {
+  %2 = mul %0, %0 : i32[64] @cuda:0
+  %3 = neg %2 : i32[64] @cuda:0
+  %4 = maximum %3, %0 : i32[64] @cuda:0
+  %5 = add %4, %1 : i64[64] @cuda:0
+  return %5
+})");
+  ASSERT_EQ(schedule.num_kernels(), 1);
+  const CudaSource source =
+      generate_first(schedule, contiguous_layouts(schedule, schedule.steps[0]));
+  EXPECT_NE(source.source.find("const uint32_t a = (uint32_t)v0;"), std::string::npos);
+  EXPECT_NE(source.source.find("const uint32_t a = (uint32_t)v2;"), std::string::npos);
+  EXPECT_NE(source.source.find("const uint64_t b = (uint64_t)v1;"), std::string::npos);
+  EXPECT_NE(source.source.find("const int32_t b = (int32_t)v0;"), std::string::npos)
+      << "maximum keeps its signed operands";
+  EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+}
+
 TEST(CudaCodegen, SoftmaxAndSumOfSquaresFuseTheirProducers) {
   Schedule softmax = lower(kSoftmax);
   EXPECT_EQ(softmax.num_kernels(), 1);
