@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/launch_floor.h"
 #include "bench/workloads.h"
+#include "runtime/backend.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/env.h"
 #include "runtime/kernel_cache.h"
@@ -61,9 +62,7 @@ class Timer {
     cuda::check(cuda::driver()->cuEventElapsedTime(&ms, start_, stop_), "cuEventElapsedTime");
     return ms * 1e-3 / count;
   }
-  void synchronize() {
-    if (device_.is_cuda()) cuda::check(cuda::driver()->cuCtxSynchronize(), "cuCtxSynchronize");
-  }
+  void synchronize() { backend_for(device_).synchronize(device_); }
 
  private:
   Device device_;

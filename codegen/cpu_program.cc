@@ -16,7 +16,7 @@ namespace lazyfuse {
 
 CpuOperand make_cpu_operand(const void* data, DType dtype, const Shape& shape,
                             const Strides& strides, const Shape& space) {
-  IterationSpace own = merge_dims(space, std::span(&shape, 1), std::span(&strides, 1));
+  IterationSpace own = merge_dims(space, {broadcast_strides(shape, strides, space)});
   return CpuOperand{data, dtype, std::move(own.sizes), std::move(own.strides[0])};
 }
 

@@ -264,16 +264,13 @@ CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
                                             std::span<const uint64_t> output_addresses,
                                             const std::vector<int64_t>& output_element_sizes) {
   CudaElementwiseLaunch launch;
-  std::vector<Shape> shapes;
-  std::vector<Strides> operand_strides;
-  for (const OperandLayout& in : inputs) {
-    shapes.push_back(in.shape);
-    operand_strides.push_back(in.strides);
-  }
-  IterationSpace merged = merge_dims(step.shape, shapes, operand_strides);
+  OperandStrides full;
+  for (const OperandLayout& in : inputs)
+    full.push_back(broadcast_strides(in.shape, in.strides, step.shape));
+  IterationSpace merged = merge_dims(step.shape, full);
   launch.numel = merged.numel;
   Shape& sizes = merged.sizes;
-  std::vector<Strides>& strides = merged.strides;
+  OperandStrides& strides = merged.strides;
   CudaElementwiseSpec& spec = launch.spec;
   std::vector<int64_t> periods(inputs.size(), 0);
   bool any_strided = false;

@@ -35,8 +35,8 @@ struct CudaElementwiseSpec {
 struct CudaElementwiseLaunch {
   CudaElementwiseSpec spec;
   int64_t numel = 0;
-  Shape sizes;                   // the collapsed iteration space
-  std::vector<Strides> strides;  // per input, over `sizes`
+  Shape sizes;             // the collapsed iteration space
+  OperandStrides strides;  // per input, over `sizes`
 };
 
 // An operand as it lies in memory.

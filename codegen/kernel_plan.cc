@@ -6,15 +6,10 @@
 
 namespace lazyfuse {
 
-IterationSpace merge_dims(const Shape& space, std::span<const Shape> shapes,
-                          std::span<const Strides> strides) {
+IterationSpace merge_dims(const Shape& space, const OperandStrides& full) {
   IterationSpace merged;
   merged.numel = numel(space);
-  const size_t operands = shapes.size();
-  std::vector<Strides> full;
-  full.reserve(operands);
-  for (size_t k = 0; k < operands; ++k)
-    full.push_back(broadcast_strides(shapes[k], strides[k], space));
+  const size_t operands = full.size();
   merged.strides.resize(operands);
   for (size_t d = 0; d < space.size(); ++d) {
     const int64_t size = space[d];

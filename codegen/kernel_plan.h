@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <span>
-#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "ir/schedule.h"
@@ -25,19 +24,22 @@ enum class OperandAccess : uint8_t {
   Strided,  // by coordinates and strides
 };
 
+// Each operand's strides over an iteration space (0 where it broadcasts), inline for the usual
+// few operands: a CPU step makes these on every evaluation.
+using OperandStrides = absl::InlinedVector<Strides, 4>;
+
 // An iteration space of any rank after merging: size-1 dims dropped, and a dim merged into
 // the one before it wherever every operand walks the two as one. At least one dim (a scalar
 // space is [1]); a space with no elements keeps its zero-size dim.
 struct IterationSpace {
   int64_t numel = 0;
   Shape sizes;
-  std::vector<Strides> strides;  // per operand, over `sizes`; 0 where the operand broadcasts
+  OperandStrides strides;  // per operand, over `sizes`
 };
 
-// `space` read through operands of the given shapes and strides (each broadcast to `space`).
-// With one operand, its own walk merged as far as its memory allows.
-IterationSpace merge_dims(const Shape& space, std::span<const Shape> shapes,
-                          std::span<const Strides> strides);
+// `space` read by operands with strides `full` over it (broadcast_strides of each operand to
+// `space`). With one operand, its own walk merged as far as its memory allows.
+IterationSpace merge_dims(const Shape& space, const OperandStrides& full);
 
 // How an operand with `strides` over the merged `sizes` is read. For Repeated, `period` is set
 // to the elements after which it repeats.

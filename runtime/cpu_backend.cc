@@ -111,12 +111,12 @@ class CpuBackend final : public Backend {
     const Node& node = graph.nodes[step.nodes.back()];
     switch (step.kind) {
       case StepKind::Elementwise: {
-        if (cache == nullptr) {
-          run_elementwise(graph, step, values);
-          return;
+        std::shared_ptr<const CpuProgram>* program = nullptr;
+        if (cache != nullptr) {
+          if (*cache == nullptr) *cache = std::make_unique<CpuStepCache>();
+          program = &static_cast<CpuStepCache&>(**cache).program;
         }
-        if (*cache == nullptr) *cache = std::make_unique<CpuStepCache>();
-        run_elementwise(graph, step, values, &static_cast<CpuStepCache&>(**cache).program);
+        run_elementwise(graph, step, values, program);
         return;
       }
       case StepKind::Reduction:

@@ -97,8 +97,7 @@ BufferView cpu_reduce(const Node& node, const BufferView& input) {
   }
   // Reduced dims that memory walks in order are one: a contiguous operand is one run a block.
   if (!inner_shape.empty()) {
-    IterationSpace runs =
-        merge_dims(inner_shape, std::span(&inner_shape, 1), std::span(&inner_strides, 1));
+    IterationSpace runs = merge_dims(inner_shape, {inner_strides});
     inner_shape = std::move(runs.sizes);
     inner_strides = std::move(runs.strides[0]);
   }

@@ -1,7 +1,7 @@
-// The CUDA backend: generated kernels (elementwise, reductions with what is fused around
-// them), cuBLAS matmul, device memory and copies.
-#include "runtime/cuda_backend.h"
-
+// The CUDA backend (runtime/backend.h): generated kernels (elementwise, reductions with what
+// is fused around them, row kernels) compiled by NVRTC on first use, cuBLAS matmul, device
+// memory through the caching allocator, and copies between the host and GPUs. Its only entry
+// point is cuda_backend(), which the backend registry calls.
 #include <algorithm>
 #include <bit>
 #include <limits>
@@ -194,8 +194,6 @@ void run_elementwise(const Graph& graph, const Step& step, ValueBuffers& values,
          kThreadsPerBlock, args, kernel.name);
 }
 
-}  // namespace
-
 // A contiguous copy of `source` (any strides, broadcast included) converted to `dtype`: one
 // generated elementwise kernel (a copy or a cast).
 BufferView cuda_convert(const BufferView& source, DType dtype) {
@@ -220,8 +218,6 @@ BufferView cuda_convert(const BufferView& source, DType dtype) {
 BufferView cuda_contiguous(const BufferView& source) {
   return source.is_contiguous() ? source : cuda_convert(source, source.dtype);
 }
-
-namespace {
 
 // Zeroed counters, one per row, for reductions whose rows span several chunks: a row's last
 // block to finish combines its partials and sets the row's counter back to zero (codegen's

@@ -9,11 +9,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <type_traits>
 #include <vector>
 
 #include <lazyfuse/lazyfuse.h>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/cpu_reduction.h"
 #include "ir/errors.h"
 #include "runtime/backend.h"
 #include "runtime/executor.h"
@@ -103,9 +105,9 @@ class InterpretingBackend final : public Backend {
   void copy(const void* source, const Device&, void* target, const Device&, size_t bytes) override {
     std::memcpy(target, source, bytes);
   }
-  void synchronize(const Device&) override { ++synchronizations; }
+  void synchronize(const Device&) override {}
 
-  int steps_run = 0, caches_made = 0, allocations = 0, releases = 0, synchronizations = 0;
+  int steps_run = 0, caches_made = 0, allocations = 0, releases = 0;
 };
 
 TEST(Backend, ExecutorHandsEveryStepAndAllocationToTheDevicesBackend) {
@@ -153,6 +155,38 @@ TEST(Backend, AnOpTheBackendRefusesLeavesEveryTensorUsable) {
   Tensor r = a.sqrt();
   EXPECT_THROW(r.to_vector<double>(), UnsupportedError);
   EXPECT_EQ((a + a).to_vector<double>(), (std::vector<double>{2.0, 8.0}));
+}
+
+}  // namespace
+}  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+template <typename T>
+DType dtype_of_compute_type() {
+  if constexpr (std::is_same_v<T, double>) return DType::Float64;
+  if constexpr (std::is_same_v<T, float>) return DType::Float32;
+  if constexpr (std::is_same_v<T, int64_t>) return DType::Int64;
+  if constexpr (std::is_same_v<T, int32_t>) return DType::Int32;
+  return DType::Bool;
+}
+
+// The CPU's compile-time accumulator (codegen/cpu_reduction.h) is the one the op table gives
+// every backend (reduction_accumulator, ir/op.h), for every reduction and operand dtype.
+TEST(Backend, CpuReductionAccumulatorsAreTheOpTables) {
+  for (Op op : {Op::Sum, Op::Mean, Op::Max, Op::Min}) {
+    dispatch_reduction(op, [&]<Op kOp>() {
+      for (DType dtype : {DType::Bool, DType::Int32, DType::Int64, DType::Float16, DType::BFloat16,
+                          DType::Float32, DType::Float64}) {
+        dispatch_storage(dtype, [&]<typename S>() {
+          using Acc = CpuAccumulator<kOp, S>;
+          EXPECT_EQ(dtype_of_compute_type<Acc>(), reduction_accumulator(op, dtype))
+              << op_name(op) << " of " << dtype_torch_name(dtype);
+        });
+      }
+    });
+  }
 }
 
 }  // namespace
