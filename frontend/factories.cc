@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu_program.h"
+#include "frontend/autograd.h"
 #include "frontend/op_builder.h"
 #include "frontend/tensor.h"
 #include "ir/errors.h"
@@ -50,6 +51,12 @@ Tensor random(Op op, Shape shape, const TensorOptions& options, const Loc& where
                          target_device(options, where));
 }
 
+// A new tensor is a leaf: it requires grad when the options ask for it.
+Tensor leaf(Tensor t, const TensorOptions& options) {
+  if (options.requires_grad()) t.requires_grad_(true);
+  return t;
+}
+
 }  // namespace
 
 void manual_seed(uint64_t seed) {
@@ -70,7 +77,7 @@ Tensor from_vector(const std::vector<double>& values, Shape shape, TensorOptions
                        {static_cast<int64_t>(values.size())});
   cpu_gather(source, options.dtype(), 0, static_cast<int64_t>(values.size()), buffer.data());
   Tensor t(make_leaf(std::move(buffer), SourceLoc::from(where)));
-  return t.to(options.device(), where);
+  return leaf(t.to(options.device(), where), options);
 }
 
 Tensor tensor(std::initializer_list<double> values, TensorOptions options, Loc where) {
@@ -119,8 +126,9 @@ Tensor full(Shape shape, Scalar value, TensorOptions options, Loc where) {
     if (s < 0)
       throw ShapeError(
           absl::StrCat("full: negative dimension ", s, " (at ", SourceLoc::from(where).str(), ")"));
-  return detail::constant(value, options.dtype(), std::move(shape), target_device(options, where),
-                          where);
+  return leaf(detail::constant(value, options.dtype(), std::move(shape),
+                               target_device(options, where), where),
+              options);
 }
 Tensor zeros(Shape shape, TensorOptions options, Loc where) {
   return full(std::move(shape), 0, options, where);
@@ -148,15 +156,16 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions options, Loc 
   Attrs attrs;
   attrs.set("start", s);
   attrs.set("step", d);
-  return detail::make_op(Op::Arange, {}, std::move(attrs), where, {count}, dtype,
-                         target_device(options, where));
+  return leaf(detail::make_op(Op::Arange, {}, std::move(attrs), where, {count}, dtype,
+                              target_device(options, where)),
+              options.dtype(dtype));
 }
 
 Tensor rand(Shape shape, TensorOptions options, Loc where) {
-  return random(Op::Rand, std::move(shape), options, where);
+  return leaf(random(Op::Rand, std::move(shape), options, where), options);
 }
 Tensor randn(Shape shape, TensorOptions options, Loc where) {
-  return random(Op::Randn, std::move(shape), options, where);
+  return leaf(random(Op::Randn, std::move(shape), options, where), options);
 }
 
 }  // namespace lazyfuse

@@ -3,6 +3,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "frontend/autograd.h"
 #include "ir/errors.h"
 #include "ir/infer.h"
 #include "runtime/env.h"
@@ -78,7 +79,9 @@ Tensor make_op(Op op, std::initializer_list<Tensor> operands, Attrs attrs, const
   // ArrayFire's rule: a pending graph past a bound is evaluated now, so graphs stay small
   // enough to compile and the memory they hold stays bounded.
   if (value->pending_nodes > env_config().max_pending) evaluate(std::span(&value, 1));
-  return Tensor(std::move(value));
+  Tensor result(std::move(value));
+  record_gradient(op, result, operands);
+  return result;
 }
 
 Tensor constant(const Scalar& value, DType dtype, Shape shape, Device device, const Loc& where) {

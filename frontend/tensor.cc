@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/cpu_program.h"
@@ -18,10 +19,11 @@ namespace lazyfuse {
 using detail::make_op;
 using detail::scalar_operand;
 
-const LazyRef& Tensor::value() const {
-  if (!value_) throw Error("use of an undefined Tensor (default-constructed or moved from)");
-  return value_;
+const std::shared_ptr<TensorImpl>& Tensor::impl() const {
+  if (!impl_) throw Error("use of an undefined Tensor (default-constructed or moved from)");
+  return impl_;
 }
+const LazyRef& Tensor::value() const { return impl()->value; }
 
 DType Tensor::dtype() const { return value()->node.dtype; }
 Device Tensor::device() const { return value()->node.device; }
@@ -84,10 +86,17 @@ Tensor Tensor::clamp(Scalar min, Scalar max, Loc where) const {
                  {*this, scalar_operand(min, *this, where), scalar_operand(max, *this, where)}, {},
                  where);
 }
+Tensor Tensor::clamp(const Tensor& min, const Tensor& max, Loc where) const {
+  return make_op(Op::Clamp, {*this, min, max}, {}, where);
+}
+// A floating clamp_min is a clamp to [min, inf], so that its gradient at x == min is
+// PyTorch's (all of it to x; maximum would split a tie).
 Tensor Tensor::clamp_min(Scalar min, Loc where) const {
+  if (is_floating(dtype())) return clamp(min, std::numeric_limits<double>::infinity(), where);
   return make_op(Op::Maximum, {*this, scalar_operand(min, *this, where)}, {}, where);
 }
 Tensor Tensor::clamp_max(Scalar max, Loc where) const {
+  if (is_floating(dtype())) return clamp(-std::numeric_limits<double>::infinity(), max, where);
   return make_op(Op::Minimum, {*this, scalar_operand(max, *this, where)}, {}, where);
 }
 
@@ -411,6 +420,9 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b, Loc wher
 }
 Tensor where(const Tensor& condition, const Tensor& a, Scalar b, Loc where) {
   return make_op(Op::Where, {condition, a, scalar_operand(b, a, where)}, {}, where);
+}
+Tensor where(const Tensor& condition, Scalar a, const Tensor& b, Loc where) {
+  return make_op(Op::Where, {condition, scalar_operand(a, b, where), b}, {}, where);
 }
 Tensor where(const Tensor& condition, Scalar a, Scalar b, Loc where) {
   // Two scalars: the result takes their promoted dtype, as torch.where does.

@@ -72,23 +72,46 @@ class TensorOptions {
     o.device_ = device;
     return o;
   }
+  // Whether the new tensor is a leaf whose gradient backward() accumulates (floating only).
+  TensorOptions requires_grad(bool requires_grad) const {
+    TensorOptions o = *this;
+    o.requires_grad_ = requires_grad;
+    return o;
+  }
   DType dtype() const { return dtype_.value_or(DType::Float32); }
   bool has_dtype() const { return dtype_.has_value(); }
   Device device() const { return device_; }
+  bool requires_grad() const { return requires_grad_; }
 
  private:
   std::optional<DType> dtype_;
   Device device_ = Device::cpu();
+  bool requires_grad_ = false;
 };
 
 using Loc = std::source_location;
 
+struct AutogradMeta;  // frontend/autograd.h
+
+// What a Tensor handle points at; copies of a handle share it, as LibTorch's TensorImpl. An
+// in-place op (add_, copy_, ...) rebinds `value` to a new pending value and bumps `version`:
+// values themselves never change, so everything made from the old value keeps meaning what it
+// meant when it was made (Note [In-place updates] in in_place.cc).
+struct TensorImpl {
+  LazyRef value;
+  uint32_t version = 0;
+  // Set when the tensor requires grad: a leaf's accumulated gradient, or the node that
+  // computes a non-leaf's gradient.
+  std::shared_ptr<AutogradMeta> autograd;
+};
+
 class Tensor {
  public:
   Tensor() = default;  // undefined: every use but defined() throws
-  explicit Tensor(LazyRef value) : value_(std::move(value)) {}
+  explicit Tensor(LazyRef value) : impl_(std::make_shared<TensorImpl>(std::move(value))) {}
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
-  bool defined() const { return value_ != nullptr; }
+  bool defined() const { return impl_ != nullptr; }
   DType dtype() const;
   DType scalar_type() const { return dtype(); }
   Device device() const;
@@ -99,8 +122,8 @@ class Tensor {
   int64_t numel() const;
   // Whether the value has been computed (holds a buffer).
   bool is_computed() const;
-  // The same value, not merely equal: t.to(t.device()).is_same(t).
-  bool is_same(const Tensor& other) const { return value_ == other.value_; }
+  // The same tensor, not merely equal: t.to(t.device()).is_same(t).
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
   // Whether both share one storage (views of one buffer).
   bool shares_storage_with(const Tensor& other) const;
 
@@ -127,6 +150,7 @@ class Tensor {
   Tensor pow(const Tensor& exponent, Loc where = Loc::current()) const;
   Tensor pow(Scalar exponent, Loc where = Loc::current()) const;
   Tensor clamp(Scalar min, Scalar max, Loc where = Loc::current()) const;
+  Tensor clamp(const Tensor& min, const Tensor& max, Loc where = Loc::current()) const;
   Tensor clamp_min(Scalar min, Loc where = Loc::current()) const;
   Tensor clamp_max(Scalar max, Loc where = Loc::current()) const;
 
@@ -168,10 +192,47 @@ class Tensor {
   // The same graph after the passes (placement, cse, dce, fusion): its fused kernels.
   std::string fused_ir() const;
 
+  // Autograd (frontend/autograd.h), as LibTorch's.
+  bool requires_grad() const;
+  // Makes this leaf record the ops applied to it, so backward() reaches it; floating only.
+  Tensor& requires_grad_(bool requires_grad = true);
+  Tensor& set_requires_grad(bool requires_grad) { return requires_grad_(requires_grad); }
+  // Whether the tensor was made by the user rather than by an op that records a gradient.
+  bool is_leaf() const;
+  // The gradient backward() accumulated into this leaf (undefined until then).
+  const Tensor& grad() const;
+  Tensor& mutable_grad();
+  // Also keep the gradient of this non-leaf in grad() on backward().
+  void retain_grad();
+  // The name of the node that computes this tensor's gradient ("MulBackward0"), or "" for a leaf.
+  std::string grad_fn_name() const;
+  // The same value, cut off from the graph of gradients.
+  Tensor detach() const;
+  // Accumulates d(this)/d(leaf) * gradient into every leaf's grad(). `gradient` may be omitted
+  // for a one-element tensor. The graph's saved values are freed unless retain_graph.
+  void backward(const Tensor& gradient = {}, std::optional<bool> retain_graph = std::nullopt,
+                bool create_graph = false) const;
+
+  // In place: the handle (and every copy of it) now names the new value; see TensorImpl.
+  Tensor& add_(const Tensor& other, Scalar alpha = 1, Loc where = Loc::current());
+  Tensor& add_(Scalar other, Loc where = Loc::current());
+  Tensor& sub_(const Tensor& other, Scalar alpha = 1, Loc where = Loc::current());
+  Tensor& sub_(Scalar other, Loc where = Loc::current());
+  Tensor& mul_(const Tensor& other, Loc where = Loc::current());
+  Tensor& mul_(Scalar other, Loc where = Loc::current());
+  Tensor& div_(const Tensor& other, Loc where = Loc::current());
+  Tensor& div_(Scalar other, Loc where = Loc::current());
+  Tensor& copy_(const Tensor& source, Loc where = Loc::current());
+  Tensor& fill_(Scalar value, Loc where = Loc::current());
+  Tensor& zero_(Loc where = Loc::current());
+  // The number of in-place updates this tensor has had (PyTorch's version counter).
+  uint32_t _version() const;
+
   const LazyRef& value() const;
+  const std::shared_ptr<TensorImpl>& impl() const;
 
  private:
-  LazyRef value_;
+  std::shared_ptr<TensorImpl> impl_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
@@ -228,6 +289,7 @@ Tensor clamp(const Tensor& t, Scalar min, Scalar max, Loc where = Loc::current()
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b, Loc where = Loc::current());
 Tensor where(const Tensor& condition, Scalar a, Scalar b, Loc where = Loc::current());
 Tensor where(const Tensor& condition, const Tensor& a, Scalar b, Loc where = Loc::current());
+Tensor where(const Tensor& condition, Scalar a, const Tensor& b, Loc where = Loc::current());
 Tensor matmul(const Tensor& a, const Tensor& b, Loc where = Loc::current());
 
 // Factories. Tensors are created on the CPU as float32 unless the options say otherwise.

@@ -62,8 +62,19 @@ class OutOfMemoryError : public Error {
 class CompileError : public Error {
   using Error::Error;
 };
+// Autograd misused: backward() from a tensor that does not require grad, twice through a
+// freed graph, through a value changed in place since an op saved it; messages as PyTorch's.
+class GradError : public Error {
+  using Error::Error;
+};
 // Something valid that this build cannot do (for example a backend it was built without).
 class UnsupportedError : public Error {
+  using Error::Error;
+};
+// A safetensors file that cannot be read or written; the message begins with the file's path
+// and says what was wrong ("model.safetensors: tensor 'w': data_offsets [0, 10] hold 10 bytes,
+// dtype F32 shape [3] needs 12").
+class SerializationError : public Error {
   using Error::Error;
 };
 

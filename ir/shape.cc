@@ -72,7 +72,8 @@ Strides broadcast_strides(const Shape& from, const Strides& strides, const Shape
 bool view_strides(const Shape& old_shape, const Strides& old_strides, const Shape& new_shape,
                   Strides* out) {
   Strides result(new_shape.size());
-  if (numel(old_shape) == 0) {
+  // No elements, or one element with no dims (a 0-d tensor viewed as [1, 1]): any strides do.
+  if (numel(old_shape) == 0 || old_shape.empty()) {
     *out = contiguous_strides(new_shape);
     return true;
   }

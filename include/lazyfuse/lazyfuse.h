@@ -2,6 +2,7 @@
 // The one header users include: #include <lazyfuse/lazyfuse.h>
 #pragma once
 
+#include "frontend/autograd.h"
 #include "frontend/nn.h"
 #include "frontend/tensor.h"
 #include "ir/device.h"

@@ -11,9 +11,13 @@
 // node whose one use is the view moves, so no work is duplicated; an operand of another shape is
 // first expanded to the node's shape (a view too); a scalar constant needs no view.
 //
-// Before: a placed graph. After: no permute, narrow or expand reads an elementwise node that has
-// no other use and is not returned; values are unchanged (and, as after cse and dce, no two
-// nodes are equal and none is dead).
+// A view of a constant (any view, reshape too) is the constant in the view's shape: it is folded
+// into one, so that a constant spread over a shape (the ones a gradient starts from, expanded
+// over what a sum reduced) fuses like any generator instead of being stored first.
+//
+// Before: a placed graph. After: no view reads a constant, and no permute, narrow or expand
+// reads an elementwise node that has no other use and is not returned; values are unchanged (and,
+// as after cse and dce, no two nodes are equal and none is dead).
 #include "ir/infer.h"
 #include "ir/passes/passes.h"
 
@@ -21,6 +25,20 @@ namespace lazyfuse {
 namespace {
 
 bool movable_view(Op op) { return op == Op::Permute || op == Op::Narrow || op == Op::Expand; }
+
+// Turns every view of a constant into a constant of the view's shape (in one forward walk, so
+// a chain of views folds whole). Returns whether anything changed.
+bool fold_views_of_constants(Graph& graph) {
+  bool any = false;
+  for (Node& node : graph.nodes) {
+    if (!is_view(node.op) || graph.nodes[node.inputs[0]].op != Op::Const) continue;
+    node.attrs = graph.nodes[node.inputs[0]].attrs;
+    node.op = Op::Const;
+    node.inputs.clear();
+    any = true;
+  }
+  return any;
+}
 
 // One sweep; returns whether anything moved.
 bool sink_once(Graph& graph) {
@@ -99,9 +117,10 @@ void run_sink_views(Graph& graph) {
   // merges equal views of one value (the user's, or those a sweep made of one operand), so
   // that value has one use and can move too.
   for (size_t sweep = 0; sweep <= graph.nodes.size(); ++sweep) {
+    const bool folded = fold_views_of_constants(graph);
     run_cse(graph);
     run_dce(graph);
-    if (!sink_once(graph)) break;
+    if (!sink_once(graph) && !folded) break;
   }
 }
 

@@ -1,0 +1,501 @@
+// The autograd engine: recording GradNodes as ops are made, and backward()/grad() as a reverse
+// topological walk that applies each op's gradient rule from ir/ops.def.
+#include "frontend/autograd.h"
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "frontend/op_builder.h"
+#include "ir/errors.h"
+#include "ir/infer.h"
+
+namespace lazyfuse {
+
+namespace {
+
+thread_local bool grad_mode_enabled = true;
+
+// Which ops have a gradient rule in ops.def.
+constexpr std::array<bool, kNumOps> ops_with_gradients() {
+  std::array<bool, kNumOps> has{};
+#define LF_GRADIENT1(Name, da) has[static_cast<int>(Op::Name)] = true;
+#define LF_GRADIENT2(Name, da, db) has[static_cast<int>(Op::Name)] = true;
+#define LF_GRADIENT3(Name, da, db, dc) has[static_cast<int>(Op::Name)] = true;
+#include "ir/ops.def"
+  return has;
+}
+constexpr std::array<bool, kNumOps> kHasGradient = ops_with_gradients();
+
+// PyTorch's names for its backward nodes are the op's name and a variant number.
+const char* grad_fn_name_of(Op op) {
+  switch (op) {
+#define LF_GRADIENT1(Name, da) \
+  case Op::Name:               \
+    return #Name "Backward0";
+#define LF_GRADIENT2(Name, da, db) LF_GRADIENT1(Name, da)
+#define LF_GRADIENT3(Name, da, db, dc) LF_GRADIENT1(Name, da)
+#include "ir/ops.def"
+    default:
+      return "";
+  }
+}
+
+// Sums `x` over the dims along which a tensor of `shape` was broadcast to x's shape.
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  if (x.sizes() == shape) return x;
+  const int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && x.size(d) != 1)) dims.push_back(d);
+  Tensor summed = dims.empty() ? x : x.sum(dims, /*keepdim=*/true);
+  return summed.sizes() == shape ? summed : summed.reshape(shape);
+}
+
+// One application of an op's gradient rule. The members a, b, c, out, g and the helpers are the
+// vocabulary the rules in ops.def are written in, hence their short names.
+class GradientRule {
+ public:
+  GradientRule(const GradNode& node, Tensor gradient, std::array<Tensor, 3> operands, Tensor result,
+               std::array<bool, 3> needed)
+      : a(std::move(operands[0])),
+        b(std::move(operands[1])),
+        c(std::move(operands[2])),
+        out(std::move(result)),
+        g(std::move(gradient)),
+        a_shape(node.operands[0].shape),
+        a_device(node.operands[0].device),
+        node_(node),
+        needed_(needed) {}
+
+  absl::InlinedVector<Tensor, 3> apply() const {
+    switch (node_.op) {
+#define LF_GRADIENT1(Name, da) \
+  case Op::Name:               \
+    return {needed_[0] ? Tensor(da) : Tensor()};
+#define LF_GRADIENT2(Name, da, db) \
+  case Op::Name:                   \
+    return {needed_[0] ? Tensor(da) : Tensor(), needed_[1] ? Tensor(db) : Tensor()};
+#define LF_GRADIENT3(Name, da, db, dc)                                              \
+  case Op::Name:                                                                    \
+    return {needed_[0] ? Tensor(da) : Tensor(), needed_[1] ? Tensor(db) : Tensor(), \
+            needed_[2] ? Tensor(dc) : Tensor()};
+#include "ir/ops.def"
+      default:
+        throw VerifierError(absl::StrCat(op_name(node_.op), " has no gradient rule"));
+    }
+  }
+
+ private:
+  const Tensor a, b, c, out, g;
+  const Tensor none;
+  const Shape a_shape;
+  const Device a_device;
+  const GradNode& node_;
+  const std::array<bool, 3> needed_;
+
+  // sign(x), and NaN where x is NaN.
+  static Tensor sgn(const Tensor& x) { return where(x > 0, 1, where(x < 0, -1, x * 0)); }
+
+  std::vector<int64_t> reduced_dims() const {
+    return reduction_dims(node_.attrs, static_cast<int64_t>(a_shape.size()));
+  }
+  // A reduction's result (or its gradient) spread back over the operand's shape.
+  Tensor unreduce(const Tensor& x) const {
+    const bool keepdim = node_.attrs.has("keepdim") && node_.attrs.get_bool("keepdim");
+    Tensor kept = x;
+    if (!keepdim) {
+      Shape shape = a_shape;
+      for (int64_t d : reduced_dims()) shape[d] = 1;
+      kept = x.reshape(shape);
+    }
+    return kept.expand(a_shape);
+  }
+  Scalar reduced_count() const {
+    int64_t count = 1;
+    for (int64_t d : reduced_dims()) count *= a_shape[d];
+    return count;
+  }
+  // max and min: every element equal to the result (NaN where the result is NaN) gets an
+  // equal share of the gradient.
+  Tensor share_among_ties(const Tensor& x) const {
+    const Tensor result = unreduce(out);
+    const Tensor tie =
+        (a == result).to(a.dtype()) + (a != a).to(a.dtype()) * (result != result).to(a.dtype());
+    return tie * unreduce(x) / tie.sum(reduced_dims(), /*keepdim=*/true);
+  }
+
+  // matmul as PyTorch defines it for 1-d operands: a 1-d `a` is a row [1, k] whose row dim is
+  // dropped from the result, a 1-d `b` a column [k, 1] whose column dim is dropped.
+  Tensor as_matrix_a(const Tensor& x) const { return x.dim() == 1 ? x.unsqueeze(0) : x; }
+  Tensor as_matrix_b(const Tensor& x) const { return x.dim() == 1 ? x.unsqueeze(-1) : x; }
+  Tensor as_matrix_result(const Tensor& x) const {
+    Tensor r = b.dim() == 1 ? x.unsqueeze(-1) : x;
+    return a.dim() == 1 ? r.unsqueeze(-2) : r;
+  }
+  Tensor matmul_grad_a(const Tensor& x) const {
+    const Tensor a2 = as_matrix_a(a);
+    Tensor grad = matmul(as_matrix_result(x), as_matrix_b(b).transpose(-1, -2));
+    return sum_to(grad, a2.sizes()).reshape(a.sizes());
+  }
+  Tensor matmul_grad_b(const Tensor& x) const {
+    const Tensor b2 = as_matrix_b(b);
+    Tensor grad = matmul(as_matrix_a(a).transpose(-1, -2), as_matrix_result(x));
+    return sum_to(grad, b2.sizes()).reshape(b.sizes());
+  }
+
+  std::vector<int64_t> inverse_permutation() const {
+    const std::vector<int64_t>& dims = node_.attrs.get_ints("dims");
+    const int64_t rank = static_cast<int64_t>(dims.size());
+    std::vector<int64_t> inverse(dims.size());
+    for (int64_t i = 0; i < rank; ++i) inverse[normalize_dim(dims[i], rank, "permute")] = i;
+    return inverse;
+  }
+
+  Tensor unnarrow(const Tensor&) const {
+    throw UnsupportedError(absl::StrCat(
+        "the gradient of narrow() is not implemented yet (narrow at ", node_.where.str(), ")"));
+  }
+};
+
+std::string describe(const SavedOperand& operand) {
+  return absl::StrCat("[", dtype_torch_name(operand.dtype), " ", shape_str(operand.shape), "]");
+}
+
+// A tensor for a rule to read: the saved value, carrying its autograd edge so that the rule's
+// own ops record gradients when create_graph asks for them.
+Tensor saved_tensor(const LazyRef& value, const std::shared_ptr<AutogradMeta>& edge) {
+  if (value == nullptr) return Tensor();
+  auto impl = std::make_shared<TensorImpl>(value);
+  impl->autograd = edge;
+  return Tensor(std::move(impl));
+}
+
+struct BackwardRoots {
+  std::mutex mutex;
+  std::vector<std::weak_ptr<TensorImpl>> roots;
+};
+BackwardRoots& backward_roots() {
+  static BackwardRoots r;
+  return r;
+}
+
+// The walk itself. `targets` are the metas whose gradients grad() returns; backward() passes
+// none and accumulates into leaves instead.
+class Engine {
+ public:
+  Engine(bool retain_graph, bool create_graph)
+      : retain_graph_(retain_graph), create_graph_(create_graph) {}
+
+  void seed(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs) {
+    if (!grad_outputs.empty() && grad_outputs.size() != outputs.size())
+      throw GradError(absl::StrCat("grad can be implicitly created only for scalar outputs; got ",
+                                   grad_outputs.size(), " gradients for ", outputs.size(),
+                                   " outputs"));
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const Tensor& output = outputs[i];
+      if (!output.requires_grad())
+        throw GradError(absl::StrCat("element ", i,
+                                     " of tensors does not require grad and does not have a "
+                                     "grad_fn"));
+      Tensor gradient = grad_outputs.empty() ? Tensor() : grad_outputs[i];
+      if (!gradient.defined()) {
+        if (output.numel() != 1)
+          throw GradError(
+              absl::StrCat("grad can be implicitly created only for scalar outputs (output ", i,
+                           " has shape ", shape_str(output.sizes()), ")"));
+        gradient = ones(output.sizes(), TensorOptions(output.dtype()).device(output.device()));
+      } else if (gradient.sizes() != output.sizes()) {
+        throw GradError(absl::StrCat("Mismatch in shape: grad_output[", i, "] has a shape of ",
+                                     shape_str(gradient.sizes()), " and output[", i,
+                                     "] has a shape of ", shape_str(output.sizes()), "."));
+      } else if (gradient.device() != output.device()) {
+        throw GradError(absl::StrCat("grad_output[", i, "] is on ", gradient.device().str(),
+                                     " but output[", i, "] is on ", output.device().str()));
+      }
+      AutogradMeta* meta = output.impl()->autograd.get();
+      roots_.push_back(meta);
+      accumulate(meta, gradient.to(output.dtype()));
+    }
+  }
+
+  void add_target(AutogradMeta* meta) { targets_.insert(meta); }
+
+  // Runs the walk; in grad() mode returns the targets' gradients.
+  void run() {
+    const std::vector<AutogradMeta*> order = topological_order();
+    AutoGradMode mode(create_graph_);
+    for (AutogradMeta* meta : order) {
+      auto found = grads_.find(meta);
+      if (found == grads_.end() || !found->second.defined()) continue;
+      Tensor gradient = found->second;
+      if (targets_.empty() && (meta->grad_fn == nullptr || meta->retains_grad)) {
+        Tensor add = create_graph_ ? gradient : gradient.detach();
+        meta->grad = meta->grad.defined() ? meta->grad + add : add;
+      }
+      if (meta->grad_fn != nullptr) propagate(*meta, gradient);
+    }
+    if (!retain_graph_)
+      for (AutogradMeta* meta : order)
+        if (meta->grad_fn != nullptr) release(*meta->grad_fn);
+  }
+
+  Tensor gradient_of(AutogradMeta* meta) const {
+    auto found = grads_.find(meta);
+    return found == grads_.end() ? Tensor() : found->second;
+  }
+
+ private:
+  bool retain_graph_, create_graph_;
+  std::vector<AutogradMeta*> roots_;
+  absl::flat_hash_set<AutogradMeta*> targets_;
+  absl::flat_hash_map<AutogradMeta*, Tensor> grads_;
+  // Whether a meta's gradient is wanted: every reached meta in backward(), those with a path to
+  // a target in grad(). Also the walk's visited set.
+  absl::flat_hash_map<AutogradMeta*, bool> matters_;
+
+  void accumulate(AutogradMeta* meta, const Tensor& gradient) {
+    Tensor& slot = grads_[meta];
+    slot = slot.defined() ? slot + gradient : gradient;
+  }
+
+  // Every meta the roots reach whose gradient matters, each after every meta that feeds it.
+  // In grad() mode only paths that end at a target matter.
+  std::vector<AutogradMeta*> topological_order() {
+    auto& matters = matters_;
+    std::vector<AutogradMeta*> post_order;
+    std::vector<std::pair<AutogradMeta*, size_t>> stack;  // meta, next operand to visit
+    for (AutogradMeta* root : roots_) {
+      if (matters.contains(root)) continue;
+      matters[root] = false;
+      stack.push_back({root, 0});
+      while (!stack.empty()) {
+        auto& [meta, next] = stack.back();
+        const GradNode* node = meta->grad_fn.get();
+        if (node != nullptr && next < node->operands.size()) {
+          AutogradMeta* operand = node->operands[next++].edge.get();
+          if (operand != nullptr && !matters.contains(operand)) {
+            matters[operand] = false;
+            stack.push_back({operand, 0});
+          }
+          continue;
+        }
+        bool m = targets_.empty() || targets_.contains(meta);
+        if (node != nullptr)
+          for (const SavedOperand& operand : node->operands)
+            if (operand.edge != nullptr && matters[operand.edge.get()]) m = true;
+        matters[meta] = m;
+        if (m) post_order.push_back(meta);
+        stack.pop_back();
+      }
+    }
+    std::reverse(post_order.begin(), post_order.end());
+    return post_order;
+  }
+
+  void propagate(AutogradMeta& meta, const Tensor& gradient) {
+    GradNode& node = *meta.grad_fn;
+    std::array<Tensor, 3> operands;
+    std::array<bool, 3> needed{};
+    std::string stale;  // why a saved value cannot be read, if one cannot
+    for (size_t i = 0; i < node.operands.size(); ++i) {
+      const SavedOperand& operand = node.operands[i];
+      needed[i] = operand.edge != nullptr && matters_.at(operand.edge.get());
+      auto impl = operand.impl.lock();
+      if (impl != nullptr && impl->version != operand.version && stale.empty()) {
+        stale = absl::StrCat(
+            "one of the variables needed for gradient computation has been modified by an "
+            "inplace operation: ",
+            describe(operand), ", which is operand ", i, " of ", grad_fn_name_of(node.op),
+            " (made at ", node.where.str(), "), is at version ", impl->version,
+            "; expected version ", operand.version, " instead.");
+        continue;  // the rule must not read it
+      }
+      operands[i] = saved_tensor(operand.value, create_graph_ ? operand.edge : nullptr);
+    }
+    Tensor result = saved_tensor(node.result, create_graph_ ? meta.shared_from_this() : nullptr);
+    absl::InlinedVector<Tensor, 3> grads;
+    try {
+      grads = GradientRule(node, gradient, std::move(operands), std::move(result), needed).apply();
+    } catch (const Error& e) {
+      // A rule that reads a value it cannot have: freed, or changed in place since.
+      if (node.released)
+        throw GradError(absl::StrCat(
+            "Trying to backward through the graph a second time (or directly access saved "
+            "tensors after they have already been freed). Saved intermediate values of the graph "
+            "are freed when you call .backward() or autograd.grad(). Specify retain_graph=True "
+            "if you need to backward through the graph a second time or if you need to access "
+            "saved tensors after calling backward. (",
+            grad_fn_name_of(node.op), " made at ", node.where.str(), ")"));
+      if (!stale.empty()) throw GradError(stale);
+      throw;
+    }
+    for (size_t i = 0; i < node.operands.size(); ++i) {
+      if (!needed[i] || !grads[i].defined()) continue;
+      const SavedOperand& operand = node.operands[i];
+      Tensor flow = sum_to(grads[i], operand.shape).to(operand.dtype);
+      accumulate(operand.edge.get(), flow);
+    }
+  }
+
+  static void release(GradNode& node) {
+    node.released = true;
+    for (SavedOperand& operand : node.operands) operand.value = nullptr;
+    node.result = nullptr;
+  }
+};
+
+}  // namespace
+
+bool GradMode::is_enabled() { return grad_mode_enabled; }
+void GradMode::set_enabled(bool enabled) { grad_mode_enabled = enabled; }
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, std::optional<bool> retain_graph,
+                         bool create_graph, bool allow_unused) {
+  Engine engine(retain_graph.value_or(create_graph), create_graph);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].requires_grad())
+      throw GradError(
+          absl::StrCat("One of the differentiated Tensors (input ", i, ") does not require grad"));
+    engine.add_target(inputs[i].impl()->autograd.get());
+  }
+  engine.seed(outputs, grad_outputs);
+  engine.run();
+  std::vector<Tensor> result;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Tensor gradient = engine.gradient_of(inputs[i].impl()->autograd.get());
+    if (!gradient.defined() && !allow_unused)
+      throw GradError(absl::StrCat(
+          "One of the differentiated Tensors (input ", i,
+          ") appears to not have been used in the graph. Set allow_unused=True if this is the "
+          "desired behavior."));
+    result.push_back(gradient);
+  }
+  return result;
+}
+
+namespace autograd {
+void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors,
+              std::optional<bool> retain_graph, bool create_graph) {
+  Engine engine(retain_graph.value_or(create_graph), create_graph);
+  engine.seed(tensors, grad_tensors);
+  engine.run();
+  BackwardRoots& roots = backward_roots();
+  std::lock_guard lock(roots.mutex);
+  for (const Tensor& t : tensors) roots.roots.push_back(t.impl());
+}
+}  // namespace autograd
+
+std::vector<Tensor> take_backward_roots() {
+  BackwardRoots& roots = backward_roots();
+  std::lock_guard lock(roots.mutex);
+  std::vector<Tensor> alive;
+  for (const auto& weak : roots.roots)
+    if (auto impl = weak.lock()) alive.push_back(Tensor(std::move(impl)));
+  roots.roots.clear();
+  return alive;
+}
+
+namespace detail {
+
+void record_gradient(Op op, const Tensor& result, std::initializer_list<Tensor> operands) {
+  if (!grad_mode_enabled || !kHasGradient[static_cast<int>(op)] || !is_floating(result.dtype()))
+    return;
+  bool any = false;
+  for (const Tensor& operand : operands) any = any || operand.requires_grad();
+  if (!any) return;
+  auto node = std::make_shared<GradNode>();
+  node->op = op;
+  node->attrs = result.value()->node.attrs;
+  node->where = result.value()->node.where;
+  for (const Tensor& operand : operands) {
+    SavedOperand saved;
+    saved.value = operand.value();
+    if (operand.requires_grad()) saved.edge = operand.impl()->autograd;
+    saved.impl = operand.impl();
+    saved.version = operand.impl()->version;
+    saved.dtype = operand.dtype();
+    saved.shape = operand.sizes();
+    saved.device = operand.device();
+    node->operands.push_back(std::move(saved));
+  }
+  node->result = result.value();
+  auto meta = std::make_shared<AutogradMeta>();
+  meta->grad_fn = std::move(node);
+  result.impl()->autograd = std::move(meta);
+}
+
+}  // namespace detail
+
+// ---- Tensor's autograd methods ----
+
+bool Tensor::requires_grad() const {
+  const auto& meta = impl()->autograd;
+  return meta != nullptr && meta->requires_grad;
+}
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  auto& meta = impl()->autograd;
+  if (meta != nullptr && meta->grad_fn != nullptr) {
+    if (!requires_grad)
+      throw GradError(
+          "you can only change requires_grad flags of leaf variables. If you want to use a "
+          "computed variable in a subgraph that doesn't require differentiation use "
+          "var_no_grad = var.detach().");
+    return *this;
+  }
+  if (requires_grad && !is_floating(dtype()))
+    throw GradError(absl::StrCat("only Tensors of floating point dtype can require gradients (got ",
+                                 dtype_torch_name(dtype()), ")"));
+  if (meta == nullptr) {
+    if (!requires_grad) return *this;
+    meta = std::make_shared<AutogradMeta>();
+  }
+  meta->requires_grad = requires_grad;
+  return *this;
+}
+
+bool Tensor::is_leaf() const {
+  const auto& meta = impl()->autograd;
+  return meta == nullptr || meta->grad_fn == nullptr;
+}
+
+const Tensor& Tensor::grad() const {
+  static const Tensor kUndefined;
+  const auto& meta = impl()->autograd;
+  return meta == nullptr ? kUndefined : meta->grad;
+}
+
+Tensor& Tensor::mutable_grad() {
+  auto& meta = impl()->autograd;
+  if (meta == nullptr) {
+    meta = std::make_shared<AutogradMeta>();
+    meta->requires_grad = false;
+  }
+  return meta->grad;
+}
+
+void Tensor::retain_grad() {
+  if (!requires_grad()) throw GradError("can't retain_grad on Tensor that has requires_grad=False");
+  if (!is_leaf()) impl()->autograd->retains_grad = true;
+}
+
+std::string Tensor::grad_fn_name() const {
+  const auto& meta = impl()->autograd;
+  return meta == nullptr || meta->grad_fn == nullptr ? "" : grad_fn_name_of(meta->grad_fn->op);
+}
+
+Tensor Tensor::detach() const { return Tensor(value()); }
+
+void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph,
+                      bool create_graph) const {
+  autograd::backward({*this},
+                     gradient.defined() ? std::vector<Tensor>{gradient} : std::vector<Tensor>{},
+                     retain_graph, create_graph);
+}
+
+}  // namespace lazyfuse
