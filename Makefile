@@ -23,6 +23,8 @@ build: configure
 
 demo: build
 	$(BUILD_DIR)/bin/walkthrough
+	$(BUILD_DIR)/bin/linear_regression
+	$(BUILD_DIR)/bin/mlp_classifier
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)

@@ -50,6 +50,18 @@ inline T lf_log(T a) {
   return std::log(a);
 }
 template <Floating T>
+inline T lf_log1p(T a) {
+  return std::log1p(a);
+}
+template <Floating T>
+inline T lf_expm1(T a) {
+  return std::expm1(a);
+}
+template <Floating T>
+inline T lf_erf(T a) {
+  return std::erf(a);
+}
+template <Floating T>
 inline T lf_sqrt(T a) {
   return std::sqrt(a);
 }

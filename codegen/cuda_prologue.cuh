@@ -113,6 +113,12 @@ __device__ __forceinline__ double lf_log(double a) { return log(a); }
 __device__ __forceinline__ double lf_sin(double a) { return sin(a); }
 __device__ __forceinline__ double lf_cos(double a) { return cos(a); }
 __device__ __forceinline__ double lf_tanh(double a) { return tanh(a); }
+__device__ __forceinline__ float lf_log1p(float a) { return log1pf(a); }
+__device__ __forceinline__ double lf_log1p(double a) { return log1p(a); }
+__device__ __forceinline__ float lf_expm1(float a) { return expm1f(a); }
+__device__ __forceinline__ double lf_expm1(double a) { return expm1(a); }
+__device__ __forceinline__ float lf_erf(float a) { return erff(a); }
+__device__ __forceinline__ double lf_erf(double a) { return erf(a); }
 __device__ __forceinline__ float lf_sqrt(float a) { return sqrtf(a); }
 __device__ __forceinline__ double lf_sqrt(double a) { return sqrt(a); }
 __device__ __forceinline__ float lf_rsqrt(float a) { return 1.0f / sqrtf(a); }

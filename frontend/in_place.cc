@@ -67,6 +67,12 @@ Tensor& update_in_place(Tensor& self, const char* what, bool cast_any, const Loc
 
 uint32_t Tensor::_version() const { return impl()->version; }
 
+void Tensor::set_data(const Tensor& new_data) {
+  TensorImpl& impl = *this->impl();
+  impl.value = new_data.value();
+  ++impl.version;
+}
+
 Tensor& Tensor::add_(const Tensor& other, Scalar alpha, Loc where) {
   return update_in_place(*this, "add_", false, where, [&] {
     const bool unit =

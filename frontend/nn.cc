@@ -5,33 +5,57 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "frontend/autograd.h"
 #include "ir/errors.h"
 
 namespace lazyfuse::nn {
 
-std::vector<Tensor> Module::parameters() const {
-  std::vector<Tensor> out;
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
   // own_parameters() hands out pointers so that to() can replace parameters; here they are
   // only copied (handles), so a const module may use it.
-  for (Tensor* parameter : const_cast<Module*>(this)->own_parameters())
-    if (parameter->defined()) out.push_back(*parameter);
-  for (const auto& child : children_) {
-    std::vector<Tensor> more = child->parameters();
-    out.insert(out.end(), more.begin(), more.end());
-  }
+  for (auto& [name, parameter] : const_cast<Module*>(this)->own_parameters())
+    if (parameter->defined()) out.emplace_back(name, *parameter);
+  for (const auto& [prefix, child] : children_)
+    for (auto& [name, parameter] : child->named_parameters())
+      out.emplace_back(absl::StrCat(prefix, ".", name), std::move(parameter));
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& named : named_parameters()) out.push_back(std::move(named.second));
   return out;
 }
 
 void Module::to(Device device) {
-  std::vector<Tensor> moved;
-  for (Tensor* parameter : own_parameters()) {
-    if (!parameter->defined()) continue;
-    *parameter = parameter->to(device);
-    moved.push_back(*parameter);
+  // Every copy first, in one evaluation; only then does any parameter change, so a failed move
+  // (a missing GPU) leaves the module as it was.
+  NoGradGuard no_grad;
+  std::vector<Tensor> parameters = this->parameters(), moved, moved_grads;
+  for (const Tensor& parameter : parameters) {
+    moved.push_back(parameter.to(device));
+    moved_grads.push_back(parameter.grad().defined() ? parameter.grad().to(device) : Tensor());
   }
-  // Parameters hold values, not pending copies: move them now, in one evaluation.
-  eval(moved);
-  for (const auto& child : children_) child->to(device);
+  std::vector<Tensor> all = moved;
+  for (const Tensor& grad : moved_grads)
+    if (grad.defined()) all.push_back(grad);
+  lazyfuse::eval(all);
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (moved[i].is_same(parameters[i])) continue;  // already there
+    parameters[i].set_data(moved[i]);
+    if (moved_grads[i].defined()) parameters[i].mutable_grad() = moved_grads[i];
+  }
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& child : children_) child.second->train(on);
+}
+
+void Module::zero_grad() {
+  for (Tensor& parameter : parameters())
+    if (parameter.grad().defined()) parameter.mutable_grad() = Tensor();
 }
 
 std::ostream& operator<<(std::ostream& os, const Module& module) { return os << module.repr(); }
@@ -47,10 +71,14 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
   if (bias) {
     bias_ = rand({out_features}) * (2 * bound) - bound;
   }
-  eval(parameters());
+  lazyfuse::eval(parameters());
+  weight_.requires_grad_();
+  if (bias) bias_.requires_grad_();
 }
 
-std::vector<Tensor*> Linear::own_parameters() { return {&weight_, &bias_}; }
+std::vector<std::pair<std::string, Tensor*>> Linear::own_parameters() {
+  return {{"weight", &weight_}, {"bias", &bias_}};
+}
 
 Tensor Linear::forward(const Tensor& input) {
   if (input.dim() == 0 || input.size(-1) != in_features_)
@@ -65,9 +93,73 @@ std::string Linear::repr() const {
                       ", bias=", bias_.defined() ? "True" : "False", ")");
 }
 
+Tensor GELU::forward(const Tensor& input) { return functional::gelu(input, approximate_); }
+std::string GELU::repr() const {
+  return approximate_ == "none" ? "GELU(approximate='none')"
+                                : absl::StrCat("GELU(approximate='", approximate_, "')");
+}
+
+Tensor Flatten::forward(const Tensor& input) {
+  if (input.dim() == 0) return input.reshape({1});
+  const int64_t start = normalize_dim(start_dim_, input.dim(), "flatten");
+  const int64_t end = normalize_dim(end_dim_, input.dim(), "flatten");
+  if (start > end)
+    throw ShapeError(absl::StrCat("flatten() has invalid args: start_dim (", start_dim_,
+                                  ") cannot come after end_dim (", end_dim_, ")"));
+  Shape shape;
+  int64_t flat = 1;
+  for (int64_t d = 0; d < input.dim(); ++d) {
+    if (d < start || d > end) {
+      shape.push_back(input.size(d));
+      continue;
+    }
+    flat *= input.size(d);
+    if (d == end) shape.push_back(flat);
+  }
+  return input.reshape(shape);
+}
+std::string Flatten::repr() const {
+  return absl::StrCat("Flatten(start_dim=", start_dim_, ", end_dim=", end_dim_, ")");
+}
+
+Dropout::Dropout(double p) : p_(p) {
+  if (p < 0 || p > 1)
+    throw Error(absl::StrCat("dropout probability has to be between 0 and 1, but got ", p));
+}
+Tensor Dropout::forward(const Tensor& input) {
+  return functional::dropout(input, p_, is_training());
+}
+std::string Dropout::repr() const { return absl::StrCat("Dropout(p=", p_, ", inplace=False)"); }
+
+LayerNorm::LayerNorm(std::vector<int64_t> normalized_shape, double eps, bool elementwise_affine)
+    : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
+  if (elementwise_affine) {
+    const Shape shape(normalized_shape_.begin(), normalized_shape_.end());
+    weight_ = ones(shape);
+    bias_ = zeros(shape);
+    lazyfuse::eval({weight_, bias_});
+    weight_.requires_grad_();
+    bias_.requires_grad_();
+  }
+}
+Tensor LayerNorm::forward(const Tensor& input) {
+  return functional::layer_norm(input, normalized_shape_, weight_, bias_, eps_);
+}
+std::string LayerNorm::repr() const {
+  std::string shape;
+  for (size_t i = 0; i < normalized_shape_.size(); ++i)
+    absl::StrAppend(&shape, i ? ", " : "", normalized_shape_[i]);
+  if (normalized_shape_.size() == 1) shape += ",";
+  return absl::StrCat("LayerNorm((", shape, "), eps=", eps_,
+                      ", elementwise_affine=", weight_.defined() ? "True" : "False", ")");
+}
+std::vector<std::pair<std::string, Tensor*>> LayerNorm::own_parameters() {
+  return {{"weight", &weight_}, {"bias", &bias_}};
+}
+
 Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;
-  for (const auto& child : children_) x = child->forward(x);
+  for (const auto& child : children_) x = child.second->forward(x);
   return x;
 }
 
@@ -75,14 +167,14 @@ std::shared_ptr<Module> Sequential::operator[](size_t index) const {
   if (index >= children_.size())
     throw Error(absl::StrCat("index ", index, " is out of range for Sequential with ",
                              children_.size(), " modules"));
-  return children_[index];
+  return children_[index].second;
 }
 
 std::string Sequential::repr() const {
   std::string out = "Sequential(";
   for (size_t i = 0; i < children_.size(); ++i) {
     // Children's own lines are indented under their index, as PyTorch's _addindent.
-    std::string child = absl::StrReplaceAll(children_[i]->repr(), {{"\n", "\n  "}});
+    std::string child = absl::StrReplaceAll(children_[i].second->repr(), {{"\n", "\n  "}});
     absl::StrAppend(&out, "\n  (", i, "): ", child);
   }
   absl::StrAppend(&out, children_.empty() ? "" : "\n", ")");

@@ -1,4 +1,4 @@
-// A small nn library in LibTorch's shape: Module, Linear, Sequential.
+// A small nn library in LibTorch's shape: Module and its layers, Sequential, and the losses.
 #pragma once
 
 #include <memory>
@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "frontend/functional.h"
 #include "frontend/tensor.h"
 
 namespace lazyfuse::nn {
@@ -19,16 +20,28 @@ class Module {
 
   // Every parameter, this module's and its children's, in registration order.
   std::vector<Tensor> parameters() const;
-  // Moves every parameter to `device` (computing them there).
+  // The same, with PyTorch's dotted names: "0.weight", "encoder.bias".
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  // Moves every parameter to `device` (computing them there). The parameters stay the same
+  // tensors (an optimizer made before still holds them), with their requires_grad.
   virtual void to(Device device);
+  // Training mode (the default) or evaluation mode, for this module and its children: what
+  // Dropout looks at.
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Forgets every parameter's gradient.
+  void zero_grad();
   // PyTorch's repr: "Linear(in_features=3, out_features=1, bias=True)".
   virtual std::string repr() const = 0;
 
  protected:
-  // This module's own parameters (not its children's). Asked for each time rather than stored,
-  // so that a module that is copied or moved never points into its old self.
-  virtual std::vector<Tensor*> own_parameters() { return {}; }
-  std::vector<std::shared_ptr<Module>> children_;
+  // This module's own parameters (not its children's), named. Asked for each time rather than
+  // stored, so that a module that is copied or moved never points into its old self.
+  virtual std::vector<std::pair<std::string, Tensor*>> own_parameters() { return {}; }
+  // Children, named as named_parameters() prefixes them.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
 };
 
 std::ostream& operator<<(std::ostream& os, const Module& module);
@@ -46,10 +59,76 @@ class Linear : public Module {
   int64_t out_features() const { return out_features_; }
 
  protected:
-  std::vector<Tensor*> own_parameters() override;
+  std::vector<std::pair<std::string, Tensor*>> own_parameters() override;
 
  private:
   int64_t in_features_, out_features_;
+  Tensor weight_, bias_;
+};
+
+// Activations and reshaping, as modules.
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& input) override { return input.relu(); }
+  std::string repr() const override { return "ReLU()"; }
+};
+class GELU : public Module {
+ public:
+  explicit GELU(std::string approximate = "none") : approximate_(std::move(approximate)) {}
+  Tensor forward(const Tensor& input) override;
+  std::string repr() const override;
+
+ private:
+  std::string approximate_;
+};
+class Sigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& input) override { return input.sigmoid(); }
+  std::string repr() const override { return "Sigmoid()"; }
+};
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& input) override { return input.tanh(); }
+  std::string repr() const override { return "Tanh()"; }
+};
+// Flattens dims start_dim..end_dim into one.
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
+      : start_dim_(start_dim), end_dim_(end_dim) {}
+  Tensor forward(const Tensor& input) override;
+  std::string repr() const override;
+
+ private:
+  int64_t start_dim_, end_dim_;
+};
+// Zeroes elements with probability p while training (from the global Philox generator, so the
+// masks are the same on every device for one seed); the identity in eval().
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& input) override;
+  std::string repr() const override;
+
+ private:
+  double p_;
+};
+// Normalizes over the trailing dims `normalized_shape`; weight ones and bias zeros to start.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(std::vector<int64_t> normalized_shape, double eps = 1e-5,
+                     bool elementwise_affine = true);
+  Tensor forward(const Tensor& input) override;
+  std::string repr() const override;
+  Tensor& weight() { return weight_; }
+  Tensor& bias() { return bias_; }
+
+ protected:
+  std::vector<std::pair<std::string, Tensor*>> own_parameters() override;
+
+ private:
+  std::vector<int64_t> normalized_shape_;
+  double eps_;
   Tensor weight_, bias_;
 };
 
@@ -60,7 +139,9 @@ class Sequential : public Module {
   explicit Sequential(M&&... modules) {
     (push_back(std::make_shared<std::decay_t<M>>(std::forward<M>(modules))), ...);
   }
-  void push_back(std::shared_ptr<Module> module) { children_.push_back(std::move(module)); }
+  void push_back(std::shared_ptr<Module> module) {
+    children_.emplace_back(std::to_string(children_.size()), std::move(module));
+  }
   Tensor forward(const Tensor& input) override;
   std::string repr() const override;
   size_t size() const { return children_.size(); }
@@ -70,6 +151,30 @@ class Sequential : public Module {
   std::shared_ptr<M> at(size_t index) const {
     return std::dynamic_pointer_cast<M>((*this)[index]);
   }
+};
+
+// Losses as modules: loss(input, target).
+class MSELoss {
+ public:
+  explicit MSELoss(Reduction reduction = kMean) : reduction_(reduction) {}
+  Tensor operator()(const Tensor& input, const Tensor& target) const {
+    return functional::mse_loss(input, target, reduction_);
+  }
+  std::string repr() const { return "MSELoss()"; }
+
+ private:
+  Reduction reduction_;
+};
+class CrossEntropyLoss {
+ public:
+  explicit CrossEntropyLoss(Reduction reduction = kMean) : reduction_(reduction) {}
+  Tensor operator()(const Tensor& input, const Tensor& target) const {
+    return functional::cross_entropy(input, target, reduction_);
+  }
+  std::string repr() const { return "CrossEntropyLoss()"; }
+
+ private:
+  Reduction reduction_;
 };
 
 }  // namespace lazyfuse::nn

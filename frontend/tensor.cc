@@ -70,6 +70,9 @@ Tensor Tensor::exp(Loc where) const { return make_op(Op::Exp, {*this}, {}, where
 Tensor Tensor::log(Loc where) const { return make_op(Op::Log, {*this}, {}, where); }
 Tensor Tensor::sqrt(Loc where) const { return make_op(Op::Sqrt, {*this}, {}, where); }
 Tensor Tensor::rsqrt(Loc where) const { return make_op(Op::Rsqrt, {*this}, {}, where); }
+Tensor Tensor::log1p(Loc where) const { return make_op(Op::Log1p, {*this}, {}, where); }
+Tensor Tensor::expm1(Loc where) const { return make_op(Op::Expm1, {*this}, {}, where); }
+Tensor Tensor::erf(Loc where) const { return make_op(Op::Erf, {*this}, {}, where); }
 Tensor Tensor::sin(Loc where) const { return make_op(Op::Sin, {*this}, {}, where); }
 Tensor Tensor::cos(Loc where) const { return make_op(Op::Cos, {*this}, {}, where); }
 Tensor Tensor::tanh(Loc where) const { return make_op(Op::Tanh, {*this}, {}, where); }
@@ -400,6 +403,9 @@ Tensor tanh(const Tensor& t, Loc where) { return t.tanh(where); }
 Tensor sigmoid(const Tensor& t, Loc where) { return t.sigmoid(where); }
 Tensor relu(const Tensor& t, Loc where) { return t.relu(where); }
 Tensor abs(const Tensor& t, Loc where) { return t.abs(where); }
+Tensor log1p(const Tensor& t, Loc where) { return t.log1p(where); }
+Tensor expm1(const Tensor& t, Loc where) { return t.expm1(where); }
+Tensor erf(const Tensor& t, Loc where) { return t.erf(where); }
 Tensor sin(const Tensor& t, Loc where) { return t.sin(where); }
 Tensor cos(const Tensor& t, Loc where) { return t.cos(where); }
 Tensor pow(const Tensor& base, const Tensor& exponent, Loc where) {

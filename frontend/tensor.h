@@ -142,6 +142,9 @@ class Tensor {
   Tensor log(Loc where = Loc::current()) const;
   Tensor sqrt(Loc where = Loc::current()) const;
   Tensor rsqrt(Loc where = Loc::current()) const;
+  Tensor log1p(Loc where = Loc::current()) const;
+  Tensor expm1(Loc where = Loc::current()) const;
+  Tensor erf(Loc where = Loc::current()) const;
   Tensor sin(Loc where = Loc::current()) const;
   Tensor cos(Loc where = Loc::current()) const;
   Tensor tanh(Loc where = Loc::current()) const;
@@ -225,6 +228,9 @@ class Tensor {
   Tensor& copy_(const Tensor& source, Loc where = Loc::current());
   Tensor& fill_(Scalar value, Loc where = Loc::current());
   Tensor& zero_(Loc where = Loc::current());
+  // Replaces the tensor's value with `new_data`'s (no op is recorded), keeping requires_grad and
+  // grad(): how a module moves its parameters between devices.
+  void set_data(const Tensor& new_data);
   // The number of in-place updates this tensor has had (PyTorch's version counter).
   uint32_t _version() const;
 
@@ -279,6 +285,9 @@ Tensor tanh(const Tensor& t, Loc where = Loc::current());
 Tensor sigmoid(const Tensor& t, Loc where = Loc::current());
 Tensor relu(const Tensor& t, Loc where = Loc::current());
 Tensor abs(const Tensor& t, Loc where = Loc::current());
+Tensor log1p(const Tensor& t, Loc where = Loc::current());
+Tensor expm1(const Tensor& t, Loc where = Loc::current());
+Tensor erf(const Tensor& t, Loc where = Loc::current());
 Tensor sin(const Tensor& t, Loc where = Loc::current());
 Tensor cos(const Tensor& t, Loc where = Loc::current());
 Tensor pow(const Tensor& base, const Tensor& exponent, Loc where = Loc::current());

@@ -174,6 +174,34 @@ std::vector<Case> cases() {
          return e / e.sum({1}, true);
        },
        {{3, 5}}},
+      // Ops and compositions that models use.
+      {"log1p", [](auto& x) { return x[0].log1p(); }, {{2, 3}}, positive},
+      {"expm1", [](auto& x) { return x[0].expm1(); }, {{2, 3}}},
+      {"erf", [](auto& x) { return x[0].erf(); }, {{2, 3}}},
+      {"softmax", [](auto& x) { return softmax(x[0], 1); }, {{3, 4}}},
+      {"log_softmax dim 0", [](auto& x) { return log_softmax(x[0], 0); }, {{3, 4}}},
+      {"logsumexp",
+       [](auto& x) {
+         return logsumexp(x[0], {0, 2});
+       },
+       {{2, 3, 2}}},
+      {"gelu", [](auto& x) { return nn::functional::gelu(x[0]); }, {{2, 3}}},
+      {"gelu tanh", [](auto& x) { return nn::functional::gelu(x[0], "tanh"); }, {{2, 3}}},
+      {"layer_norm",
+       [](auto& x) { return nn::functional::layer_norm(x[0], {4}, x[1], x[2]); },
+       {{3, 4}, {4}, {4}}},
+      {"mse_loss", [](auto& x) { return nn::functional::mse_loss(x[0], x[1]); }, {{3, 2}, {3, 2}}},
+      {"cross_entropy",
+       [](auto& x) {
+         return nn::functional::cross_entropy(
+             x[0], tensor({2, 0, 1, 2}, TensorOptions(kInt64).device(x[0].device())));
+       },
+       {{4, 3}}},
+      {"binary_cross_entropy_with_logits",
+       [](auto& x) {
+         return nn::functional::binary_cross_entropy_with_logits(x[0], x[1].sigmoid());
+       },
+       {{5}, {5}}},
       {"mlp layer",
        [](auto& x) { return (matmul(x[0], x[1].t()) + x[2]).relu().sum({1}).tanh(); },
        {{4, 3}, {5, 3}, {5}}},

@@ -71,13 +71,16 @@ Graph build(uint64_t seed, const Device& device) {
           out = a / (b.abs() + 1);
           break;
         case 4: {
-          const int which = pick(6);
+          const int which = pick(9);
           Tensor positive = a.abs() + 0.5;
           out = which == 0   ? positive.log()
                 : which == 1 ? positive.sqrt()
                 : which == 2 ? a.tanh()
                 : which == 3 ? a.sigmoid()
                 : which == 4 ? a.sin()
+                : which == 5 ? positive.log1p()
+                : which == 6 ? a.tanh().expm1()
+                : which == 7 ? a.erf()
                              : a.relu();
           break;
         }

@@ -3,7 +3,9 @@
 #pragma once
 
 #include "frontend/autograd.h"
+#include "frontend/functional.h"
 #include "frontend/nn.h"
+#include "frontend/optim.h"
 #include "frontend/tensor.h"
 #include "ir/device.h"
 #include "ir/dtype.h"

@@ -2,10 +2,10 @@
 // The common prologue (cuda_prologue()) is left out.
 
 // ----- step 0: elementwise -----
-// kernel k_b72b3007_r2_ssb
+// kernel k_9f2ad459_r2_ssb
 
 // 3 fused nodes
-struct Args_k_b72b3007_r2_ssb {
+struct Args_k_9f2ad459_r2_ssb {
   long long n;
   long long size[2];
   const void* in[3];
@@ -13,7 +13,7 @@ struct Args_k_b72b3007_r2_ssb {
   void* out[1];
 };
 
-extern "C" __global__ void __launch_bounds__(256) k_b72b3007_r2_ssb(const Args_k_b72b3007_r2_ssb args) {
+extern "C" __global__ void __launch_bounds__(256) k_9f2ad459_r2_ssb(const Args_k_9f2ad459_r2_ssb args) {
   typedef unsigned int IDX;
   const float* __restrict__ in0 = (const float*)args.in[0];
   const float* __restrict__ in1 = (const float*)args.in[1];

@@ -2,10 +2,10 @@
 // The common prologue (cuda_prologue()) is left out.
 
 // ----- step 0: elementwise -----
-// kernel k_c3280c51_r1v8_c
+// kernel k_ba0b6e64_r1v8_c
 
 // 5 fused nodes
-struct Args_k_c3280c51_r1v8_c {
+struct Args_k_ba0b6e64_r1v8_c {
   long long n;
   long long size[1];
   const void* in[1];
@@ -13,7 +13,7 @@ struct Args_k_c3280c51_r1v8_c {
   void* out[2];
 };
 
-extern "C" __global__ void __launch_bounds__(256) k_c3280c51_r1v8_c(const Args_k_c3280c51_r1v8_c args) {
+extern "C" __global__ void __launch_bounds__(256) k_ba0b6e64_r1v8_c(const Args_k_ba0b6e64_r1v8_c args) {
   typedef unsigned int IDX;
   const lf_f16* __restrict__ in0 = (const lf_f16*)args.in[0];
   lf_f16* __restrict__ out0 = (lf_f16*)args.out[0];

@@ -1,0 +1,206 @@
+// nn::functional and the row ops (softmax, logsumexp, argmax), composed from tensor.h's ops.
+#include "frontend/functional.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "frontend/op_builder.h"
+#include "ir/errors.h"
+
+namespace lazyfuse {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& message, const Loc& where) {
+  throw ShapeError(absl::StrCat(message, " (at ", SourceLoc::from(where).str(), ")"));
+}
+
+int64_t dim_of(const Tensor& x, int64_t dim, const char* what, const Loc& where) {
+  try {
+    return normalize_dim(dim, x.dim(), what);
+  } catch (const Error&) {
+    detail::rethrow_at(where);
+  }
+}
+
+// The row maximum a stable softmax subtracts. It changes no result, so no gradient flows
+// through it (which would sum to zero anyway).
+Tensor row_max(const Tensor& x, int64_t dim, const Loc& where) {
+  return x.max(dim, /*keepdim=*/true, where).detach();
+}
+
+Tensor reduce_loss(const Tensor& loss, Reduction reduction, const Loc& where) {
+  switch (reduction) {
+    case Reduction::None:
+      return loss;
+    case Reduction::Sum:
+      return loss.sum(where);
+    case Reduction::Mean:
+      return loss.mean(where);
+  }
+  return loss;
+}
+
+// Indices 0..n-1 along `dim` of a tensor of rank `rank`, shaped to broadcast against it.
+Tensor positions(int64_t n, int64_t dim, int64_t rank, Device device, const Loc& where) {
+  Shape shape(static_cast<size_t>(rank - dim), 1);
+  shape[0] = n;
+  return arange(n, TensorOptions(kInt64).device(device), where).reshape(shape, where);
+}
+
+Tensor arg_extreme(const Tensor& x, int64_t dim, bool keepdim, bool largest, const Loc& where) {
+  if (x.dim() == 0) return zeros({}, TensorOptions(kInt64).device(x.device()), where);
+  dim = dim_of(x, dim, largest ? "argmax" : "argmin", where);
+  const Tensor extreme =
+      largest ? x.max(dim, true, where).detach() : x.min(dim, true, where).detach();
+  // The first position that holds the extreme, or the first NaN (which is the extreme).
+  const Tensor hit = lazyfuse::where(x == extreme, 1, (x != x).to(kInt64, where), where) > 0;
+  const int64_t n = x.size(dim);
+  return lazyfuse::where(hit, positions(n, dim, x.dim(), x.device(), where), n, where)
+      .min(dim, keepdim, where);
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim, Loc where) {
+  dim = dim_of(x, dim, "softmax", where);
+  const Tensor e = (x - row_max(x, dim, where)).exp(where);
+  return e / e.sum({dim}, true, where);
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim, Loc where) {
+  dim = dim_of(x, dim, "log_softmax", where);
+  const Tensor shifted = x - row_max(x, dim, where);
+  return shifted - shifted.exp(where).sum({dim}, true, where).log(where);
+}
+
+Tensor logsumexp(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
+  if (dims.empty())
+    for (int64_t d = 0; d < x.dim(); ++d) dims.push_back(d);
+  Tensor m = x.detach();
+  for (int64_t& d : dims) {
+    d = dim_of(x, d, "logsumexp", where);
+    m = m.max(d, true, where);
+  }
+  // A row of infinities (or of -inf alone) would give inf - inf: shift by 0 there instead.
+  m = lazyfuse::where(m.abs(where) == std::numeric_limits<double>::infinity(), 0, m, where);
+  Tensor result = (x - m).exp(where).sum(dims, true, where).log(where) + m;
+  if (keepdim) return result;
+  Shape shape;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) shape.push_back(x.size(d));
+  return result.reshape(shape, where);
+}
+
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim, Loc where) {
+  return arg_extreme(x, dim, keepdim, true, where);
+}
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim, Loc where) {
+  return arg_extreme(x, dim, keepdim, false, where);
+}
+
+Tensor one_hot(const Tensor& labels, int64_t num_classes, Loc where) {
+  if (!is_integral(labels.dtype()))
+    throw DTypeError(absl::StrCat("one_hot is only applicable to index tensors, got ",
+                                  dtype_torch_name(labels.dtype()), " (at ",
+                                  SourceLoc::from(where).str(), ")"));
+  if (num_classes < 0) fail(absl::StrCat("one_hot: num_classes ", num_classes, " < 0"), where);
+  const Tensor classes = arange(num_classes, TensorOptions(kInt64).device(labels.device()), where);
+  return (labels.unsqueeze(-1, where) == classes).to(kInt64, where);
+}
+
+namespace nn::functional {
+
+Tensor relu(const Tensor& x, Loc where) { return x.relu(where); }
+Tensor sigmoid(const Tensor& x, Loc where) { return x.sigmoid(where); }
+Tensor tanh(const Tensor& x, Loc where) { return x.tanh(where); }
+Tensor softmax(const Tensor& x, int64_t dim, Loc where) { return lazyfuse::softmax(x, dim, where); }
+Tensor log_softmax(const Tensor& x, int64_t dim, Loc where) {
+  return lazyfuse::log_softmax(x, dim, where);
+}
+
+Tensor gelu(const Tensor& x, const std::string& approximate, Loc where) {
+  if (approximate == "none") return x * ((x * M_SQRT1_2).erf(where) + 1) * 0.5;
+  if (approximate == "tanh") {
+    const double k = std::sqrt(2.0 / M_PI);
+    return x * (((x + x * x * x * 0.044715) * k).tanh(where) + 1) * 0.5;
+  }
+  throw Error(absl::StrCat("gelu: approximate must be \"none\" or \"tanh\", got \"", approximate,
+                           "\" (at ", SourceLoc::from(where).str(), ")"));
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc where) {
+  Tensor out = matmul(x, weight.t(where), where);
+  return bias.defined() ? operator+({out, where}, bias) : out;
+}
+
+Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
+                  const Tensor& weight, const Tensor& bias, double eps, Loc where) {
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  bool matches = k <= x.dim();
+  for (int64_t i = 0; matches && i < k; ++i)
+    matches = x.size(x.dim() - k + i) == normalized_shape[i];
+  if (!matches)
+    fail(absl::StrCat("layer_norm: normalized_shape ",
+                      shape_str(Shape(normalized_shape.begin(), normalized_shape.end())),
+                      " is not the end of the input's shape ", shape_str(x.sizes())),
+         where);
+  std::vector<int64_t> dims;
+  for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
+  const Tensor centered = x - x.mean(dims, true, where);
+  const Tensor variance = (centered * centered).mean(dims, true, where);  // biased, as PyTorch
+  Tensor y = centered * (variance + eps).rsqrt(where);
+  if (weight.defined()) y = y * weight;
+  if (bias.defined()) y = y + bias;
+  return y;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Loc where) {
+  if (p < 0 || p > 1)
+    throw Error(absl::StrCat("dropout probability has to be between 0 and 1, but got ", p, " (at ",
+                             SourceLoc::from(where).str(), ")"));
+  if (!training || p == 0) return x;
+  if (p == 1) return x * 0;
+  const Tensor keep = rand(x.sizes(), TensorOptions(x.dtype()).device(x.device()), where) >= p;
+  return lazyfuse::where(keep, x * (1.0 / (1.0 - p)), 0, where);
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc where) {
+  const Tensor diff = operator-({input, where}, target);
+  return reduce_loss(diff * diff, reduction, where);
+}
+
+Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction, Loc where) {
+  const bool batched = input.dim() == 2;
+  if (!(batched || input.dim() == 1) || target.dim() != input.dim() - 1 ||
+      (batched && target.size(0) != input.size(0)))
+    fail(absl::StrCat("cross_entropy: expected input [N, C] with target [N], or input [C] with "
+                      "target [], got input ",
+                      shape_str(input.sizes()), " and target ", shape_str(target.sizes())),
+         where);
+  if (!is_integral(target.dtype()))
+    throw DTypeError(
+        absl::StrCat("cross_entropy: target must hold class indices (an integer "
+                     "dtype), got ",
+                     dtype_torch_name(target.dtype()), " (at ", SourceLoc::from(where).str(), ")"));
+  const int64_t class_dim = input.dim() - 1;
+  const Tensor log_probabilities = lazyfuse::log_softmax(input, class_dim, where);
+  const Tensor chosen = one_hot(target, input.size(class_dim), where) > 0;
+  // where, not a product with the one-hot: a -inf log-probability of another class stays out.
+  const Tensor loss =
+      -lazyfuse::where(chosen, log_probabilities, 0, where).sum({class_dim}, false, where);
+  return reduce_loss(loss, reduction, where);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        Reduction reduction, Loc where) {
+  // log(1 + exp(-x)) = relu(-x) + log1p(exp(-|x|)): no overflow for any x.
+  const Tensor softplus_neg = (-input).relu(where) + (-input.abs(where)).exp(where).log1p(where);
+  const Tensor loss = (1 - target) * input + softplus_neg;
+  return reduce_loss(loss, reduction, where);
+}
+
+}  // namespace nn::functional
+}  // namespace lazyfuse
