@@ -341,6 +341,11 @@ std::string Tensor::str() const {
                        (numel() > 0 && (dtype() == DType::Int64 || dtype() == DType::Bool));
   if (!default_dtype) in.dtype_suffix = absl::StrCat("dtype=", dtype_torch_name(dtype()));
   if (!device().is_cpu()) in.device_suffix = absl::StrCat("device='", device().str(), "'");
+  if (!is_leaf()) {
+    in.grad_suffix = absl::StrCat("grad_fn=<", grad_fn_name(), ">");
+  } else if (requires_grad()) {
+    in.grad_suffix = "requires_grad=True";
+  }
   return format_tensor(in);
 }
 

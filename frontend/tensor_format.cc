@@ -330,6 +330,7 @@ std::string format_tensor(const FormatInput& in) {
     body = nested_string(formatter, in.shape, strides, 0, 0, kPrefixIndent, summarize);
   }
   if (!in.dtype_suffix.empty()) suffixes.push_back(in.dtype_suffix);
+  if (!in.grad_suffix.empty()) suffixes.push_back(in.grad_suffix);
 
   return add_suffixes("tensor(" + body, suffixes, kPrefixIndent);
 }

@@ -20,6 +20,9 @@ struct FormatInput {
   bool is_bool = false;
   std::string dtype_suffix;  // "" when PyTorch does not show dtype, else e.g. "dtype=torch.float64"
   std::string device_suffix;  // "" for cpu, else e.g. "device='cuda:0'"
+  // "" unless the tensor requires grad: "grad_fn=<MulBackward0>", or "requires_grad=True" for
+  // a leaf.
+  std::string grad_suffix;
 };
 
 // Returns what `print(t)` prints for the equivalent torch.Tensor, without the trailing newline,
@@ -27,7 +30,7 @@ struct FormatInput {
 //
 // Half-precision values must already be widened to double exactly (PyTorch formats them as
 // float32, and every float32 is exact in a double). Suffixes come after the data in the order
-// device, size, dtype; "size=(...)" is added here for empty tensors that are not 1-D, as PyTorch
+// device, size, dtype, grad; "size=(...)" is added here for empty tensors that are not 1-D, as PyTorch
 // does, while whether to show the dtype is the caller's call (note that PyTorch shows it for an
 // empty tensor of any dtype other than the default float, int64 included). Like PyTorch, a suffix
 // that would push the last line past 80 columns goes on its own line.

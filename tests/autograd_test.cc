@@ -250,6 +250,13 @@ TEST(Autograd, BackwardAccumulatesIntoLeaves) {
   EXPECT_FALSE(w.grad().defined());
 }
 
+TEST(Autograd, PrintsAsPyTorchPrints) {
+  Tensor w = tensor({1.0, 2.0}).requires_grad_();
+  EXPECT_EQ(w.str(), "tensor([1., 2.], requires_grad=True)");
+  EXPECT_EQ((w * 2).sum().str(), "tensor(6., grad_fn=<SumBackward0>)");
+  EXPECT_EQ((w * 2).detach().str(), "tensor([2., 4.])");
+}
+
 TEST(Autograd, GradLeavesGradAlone) {
   Tensor w = tensor({1.0, 2.0}, TensorOptions().requires_grad(true));
   EXPECT_TRUE(w.requires_grad());
