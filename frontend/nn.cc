@@ -48,6 +48,18 @@ void Module::to(Device device) {
   }
 }
 
+void Module::to(DType dtype) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> parameters = this->parameters(), converted;
+  for (const Tensor& parameter : parameters) converted.push_back(parameter.to(dtype));
+  lazyfuse::eval(converted);
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (converted[i].is_same(parameters[i])) continue;
+    parameters[i].set_data(converted[i]);
+    if (parameters[i].grad().defined()) parameters[i].mutable_grad() = Tensor();
+  }
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& child : children_) child.second->train(on);

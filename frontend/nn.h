@@ -25,6 +25,8 @@ class Module {
   // Moves every parameter to `device` (computing them there). The parameters stay the same
   // tensors (an optimizer made before still holds them), with their requires_grad.
   virtual void to(Device device);
+  // Converts every floating parameter to `dtype`, keeping them the same tensors.
+  void to(DType dtype);
   // Training mode (the default) or evaluation mode, for this module and its children: what
   // Dropout looks at.
   void train(bool on = true);
