@@ -5,7 +5,8 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 
 .PHONY: all deps configure build demo test test-asan fuzz-parser fuzz-parser-build fuzz-parser-merge \
-	fuzz-pipeline fuzz-pipeline-merge fuzz-eval fuzz-eval-merge \
+	fuzz-pipeline fuzz-pipeline-merge fuzz-eval fuzz-eval-merge fuzz-safetensors \
+	fuzz-safetensors-merge \
   clean format
 
 all: build
@@ -109,6 +110,27 @@ fuzz-eval: fuzz-parser-build
 fuzz-eval-merge: fuzz-parser-build
 	mkdir -p $(EVAL_CORPUS)
 	OMP_NUM_THREADS=1 build-libfuzzer/ir_eval_fuzzer -merge=1 $(EVAL_CORPUS) build-libfuzzer/eval-corpus
+
+# The safetensors loader, in the same build: arbitrary bytes must be refused with a
+# SerializationError, or load and come back the same through a save. Seeded from its own corpus
+# and the PyTorch fixtures; new inputs go to build-libfuzzer/safetensors-corpus, findings to
+# build-libfuzzer/safetensors-findings/. `make fuzz-safetensors-merge` adds what covers
+# something new to the committed corpus (SafetensorsCorpus.EveryInputPassesTheFuzzersCheck).
+SAFETENSORS_CORPUS = tests/fuzz/corpus/safetensors
+
+fuzz-safetensors: fuzz-parser-build
+	mkdir -p build-libfuzzer/safetensors-corpus build-libfuzzer/safetensors-findings
+	cd build-libfuzzer && OMP_NUM_THREADS=1 ./safetensors_fuzzer safetensors-corpus \
+	  ../$(SAFETENSORS_CORPUS) ../tests/fixtures/safetensors -dict=../tests/fuzz/safetensors.dict \
+	  -max_total_time=$(FUZZ_TIME) -jobs=1 -workers=1 -artifact_prefix=safetensors-findings/ \
+	  -print_final_stats=1 $(FUZZ_FLAGS)
+	@grep -E '^(#[0-9]+.*DONE|stat::)' build-libfuzzer/fuzz-0.log || tail -n 20 build-libfuzzer/fuzz-0.log
+	@if [ -n "$$(ls build-libfuzzer/safetensors-findings)" ]; then \
+	  echo "findings: $$(ls build-libfuzzer/safetensors-findings)"; exit 1; fi
+
+fuzz-safetensors-merge: fuzz-parser-build
+	OMP_NUM_THREADS=1 build-libfuzzer/safetensors_fuzzer -merge=1 $(SAFETENSORS_CORPUS) \
+	  build-libfuzzer/safetensors-corpus
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc')

@@ -6,6 +6,9 @@
 find_package(absl CONFIG REQUIRED)
 find_package(OpenMP REQUIRED)
 find_package(Threads REQUIRED)
+# JSON for the safetensors header (frontend/serialize.cc). Header-only and used by that .cc
+# alone, behind $<BUILD_INTERFACE>: the installed package needs nothing of it.
+find_package(nlohmann_json 3.10 REQUIRED)
 
 set(LAZYFUSE_ABSL absl::strings absl::str_format absl::hash absl::flat_hash_map
     absl::flat_hash_set)

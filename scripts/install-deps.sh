@@ -10,6 +10,7 @@ packages=(
   libsleef-dev         # vectorized transcendentals for the CPU kernels
   libopenblas-dev      # CPU matmul (static archive)
   libcli11-dev         # the lazyfuse command-line tool
+  nlohmann-json3-dev   # the safetensors header's JSON (frontend/serialize.cc)
   llvm-14-tools        # FileCheck and not, for the pass tests
   graphviz             # lazyfuse dot -o graph.svg
 )
