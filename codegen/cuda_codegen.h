@@ -128,4 +128,18 @@ CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaEl
 // `compile` show.
 CudaSource cuda_source_for_fresh_operands(const Graph& graph, const Step& step);
 
+// The index steps' kernels (codegen/cuda_index.cc), each named by what it is specialised on,
+// which keys it in the kernel cache. Their words: codegen/cuda_kernel_args.h. Launch blocks of
+// kCudaIndexThreads threads; each kernel loops over what its grid does not cover.
+inline constexpr int kCudaIndexThreads = 256;
+// gather of elements of `element_bytes` bytes (moved as bits) over operands of rank `rank`.
+CudaSource generate_cuda_gather(int element_bytes, int rank);
+std::string cuda_gather_kernel_name(int element_bytes, int rank);
+// scatter_add of `dtype`, one thread per line (Note [scatter_add on the GPU]).
+CudaSource generate_cuda_scatter_add(DType dtype, int rank);
+std::string cuda_scatter_add_kernel_name(DType dtype, int rank);
+// A strided copy from `from` to `to`, converting as a cast does.
+CudaSource generate_cuda_strided_copy(DType from, DType to, int rank);
+std::string cuda_strided_copy_kernel_name(DType from, DType to, int rank);
+
 }  // namespace lazyfuse

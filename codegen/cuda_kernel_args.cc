@@ -21,6 +21,8 @@ const char* cuda_type(ArgType type) {
       return "const void*";
     case ArgType::Counters:
       return "unsigned int*";
+    case ArgType::ErrorSlot:
+      return "unsigned long long*";
   }
   return "?";
 }
@@ -142,6 +144,89 @@ void append_row_args(std::span<const uint64_t> output_addresses, int64_t rows, i
   words.push_back(static_cast<uint64_t>(rows));
   words.push_back(static_cast<uint64_t>(columns));
   words.push_back(std::bit_cast<uint64_t>(static_cast<double>(columns)));
+}
+
+namespace {
+void append_all(std::span<const int64_t> values, KernelArgs& words) {
+  for (int64_t v : values) words.push_back(static_cast<uint64_t>(v));
+}
+}  // namespace
+
+ArgLayout gather_arg_layout(int rank) {
+  ArgLayout layout;
+  layout.add("n", ArgType::Int64)
+      .add("dim", ArgType::Int64)
+      .add("bound", ArgType::Int64)
+      .add("x", ArgType::ConstPointer)
+      .add("index", ArgType::ConstPointer)
+      .add("out", ArgType::Pointer)
+      .add("error", ArgType::ErrorSlot)
+      .add_array("size", ArgType::Int64, rank)
+      .add_array("x_stride", ArgType::Int64, rank)
+      .add_array("index_stride", ArgType::Int64, rank);
+  return layout;
+}
+
+KernelArgs pack_gather_args(const GatherWords& gather) {
+  KernelArgs words;
+  append_all(std::initializer_list<int64_t>{gather.n, gather.dim, gather.bound}, words);
+  for (uint64_t a : {gather.x, gather.index, gather.out, gather.error}) words.push_back(a);
+  append_all(gather.sizes, words);
+  append_all(gather.x_strides, words);
+  append_all(gather.index_strides, words);
+  return words;
+}
+
+ArgLayout scatter_add_arg_layout(int rank) {
+  ArgLayout layout;
+  layout.add("lines", ArgType::Int64)
+      .add("length", ArgType::Int64)
+      .add("dim", ArgType::Int64)
+      .add("bound", ArgType::Int64)
+      .add("index", ArgType::ConstPointer)
+      .add("src", ArgType::ConstPointer)
+      .add("out", ArgType::Pointer)
+      .add("error", ArgType::ErrorSlot)
+      .add_array("size", ArgType::Int64, rank)
+      .add_array("index_stride", ArgType::Int64, rank)
+      .add_array("src_stride", ArgType::Int64, rank)
+      .add_array("out_stride", ArgType::Int64, rank);
+  return layout;
+}
+
+KernelArgs pack_scatter_add_args(const ScatterAddWords& scatter) {
+  KernelArgs words;
+  append_all(
+      std::initializer_list<int64_t>{scatter.lines, scatter.length, scatter.dim, scatter.bound},
+      words);
+  for (uint64_t a : {scatter.index, scatter.src, scatter.out, scatter.error}) words.push_back(a);
+  append_all(scatter.sizes, words);
+  append_all(scatter.index_strides, words);
+  append_all(scatter.src_strides, words);
+  append_all(scatter.out_strides, words);
+  return words;
+}
+
+ArgLayout strided_copy_arg_layout(int rank) {
+  ArgLayout layout;
+  layout.add("n", ArgType::Int64)
+      .add("in", ArgType::ConstPointer)
+      .add("out", ArgType::Pointer)
+      .add_array("size", ArgType::Int64, rank)
+      .add_array("in_stride", ArgType::Int64, rank)
+      .add_array("out_stride", ArgType::Int64, rank);
+  return layout;
+}
+
+KernelArgs pack_strided_copy_args(const StridedCopyWords& copy) {
+  KernelArgs words;
+  words.push_back(static_cast<uint64_t>(copy.n));
+  words.push_back(copy.in);
+  words.push_back(copy.out);
+  append_all(copy.sizes, words);
+  append_all(copy.in_strides, words);
+  append_all(copy.out_strides, words);
+  return words;
 }
 
 }  // namespace lazyfuse

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "ir/shape.h"
 
 namespace lazyfuse {
 
@@ -22,7 +23,7 @@ struct CudaElementwiseSpec;
 // A launch's parameter words, inline for the usual few operands (no heap on a repeat launch).
 using KernelArgs = absl::InlinedVector<uint64_t, 32>;
 
-enum class ArgType : uint8_t { Int64, Double, Pointer, ConstPointer, Counters };
+enum class ArgType : uint8_t { Int64, Double, Pointer, ConstPointer, Counters, ErrorSlot };
 
 class ArgLayout {
  public:
@@ -77,5 +78,42 @@ ArgLayout plain_reduction_arg_layout();
 void add_row_fields(ArgLayout& layout, int outputs);
 void append_row_args(std::span<const uint64_t> output_addresses, int64_t rows, int64_t columns,
                      KernelArgs& words);
+
+// The index steps' kernels (codegen/cuda_index.cc), each over operands of one rank whose sizes
+// and strides are words. `error` points at the device's error slot: the smallest row-major
+// position in the index of an index outside [0, bound), or all ones when there is none (Note
+// [Index errors on the GPU] in codegen/cuda_index.cc).
+// gather: n (the index's elements), dim, bound (x's size along dim), x, index, out, error,
+// size[rank] (the index's), x_stride[rank], index_stride[rank].
+struct GatherWords {
+  int64_t n = 0, dim = 0, bound = 0;
+  uint64_t x = 0, index = 0, out = 0, error = 0;
+  Shape sizes;
+  Strides x_strides, index_strides;
+};
+ArgLayout gather_arg_layout(int rank);
+KernelArgs pack_gather_args(const GatherWords& gather);
+// scatter_add's lines (the index's positions with the coordinate along dim left out), each
+// adding in order into `out`, self's dense copy: lines, length (the index's size along dim), dim,
+// bound (self's size along dim), index, src, out, error, size[rank] (the index's),
+// index_stride[rank], src_stride[rank], out_stride[rank].
+struct ScatterAddWords {
+  int64_t lines = 0, length = 0, dim = 0, bound = 0;
+  uint64_t index = 0, src = 0, out = 0, error = 0;
+  Shape sizes;
+  Strides index_strides, src_strides, out_strides;
+};
+ArgLayout scatter_add_arg_layout(int rank);
+KernelArgs pack_scatter_add_args(const ScatterAddWords& scatter);
+// A strided copy with conversion (cat's operands into their places in the result): n, in, out,
+// size[rank], in_stride[rank], out_stride[rank].
+struct StridedCopyWords {
+  int64_t n = 0;
+  uint64_t in = 0, out = 0;
+  Shape sizes;
+  Strides in_strides, out_strides;
+};
+ArgLayout strided_copy_arg_layout(int rank);
+KernelArgs pack_strided_copy_args(const StridedCopyWords& copy);
 
 }  // namespace lazyfuse

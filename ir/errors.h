@@ -67,6 +67,13 @@ class CompileError : public Error {
 class GradError : public Error {
   using Error::Error;
 };
+// An index outside the dim it indexes, found when an index op (gather, scatter_add) runs, since
+// only then are the index's values known. The message names the op and where it was made, the
+// index and the bound, as PyTorch's: "gather(): index 5 is out of bounds for dimension 1 with
+// size 3". The evaluation it ends changes no tensor.
+class IndexError : public Error {
+  using Error::Error;
+};
 // Something valid that this build cannot do (for example a backend it was built without).
 class UnsupportedError : public Error {
   using Error::Error;

@@ -56,7 +56,8 @@ class Attrs {
 };
 
 // The attribute keys the ops use: const {value}; arange {start, step}; rand/randn {seed,
-// offset}; reductions {dims, keepdim}; permute {dims}; narrow {dim, start}.
+// offset}; reductions {dims, keepdim}; permute {dims}; narrow {dim, start}; gather, scatter_add
+// and cat {dim}.
 inline constexpr std::string_view kAttrKeys[] = {"dim",  "dims",  "keepdim", "offset",
                                                  "seed", "start", "step",    "value"};
 

@@ -1,4 +1,4 @@
-// Shape rules: broadcasting, reductions, matmul and views.
+// Shape rules: broadcasting, reductions, matmul, views and index ops.
 #include "ir/infer.h"
 
 #include <algorithm>
@@ -60,6 +60,69 @@ Shape matmul_shape(const Shape& a, const Shape& b) {
   return result;
 }
 
+// Sizes as PyTorch's index ops see them: a 0-d tensor counts as [1] (ensure_nonempty_size).
+int64_t nonempty_size(const Shape& shape, int64_t d) { return shape.empty() ? 1 : shape[d]; }
+int64_t nonempty_rank(const Shape& shape) { return std::max<int64_t>(shape.size(), 1); }
+
+// cat: operands of one rank (at least 1) and equal sizes but along `dim`, one after another.
+Shape cat_shape(std::span<const Shape* const> inputs, const Attrs& attrs) {
+  const Shape& first = *inputs[0];
+  const int64_t rank = static_cast<int64_t>(first.size());
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (inputs[k]->empty())
+      throw ShapeError(
+          absl::StrCat("zero-dimensional tensor (at position ", k, ") cannot be concatenated"));
+  const int64_t dim = normalize_dim(attrs.get_int("dim"), rank, "cat");
+  Shape result = first;
+  result[dim] = 0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Shape& in = *inputs[k];
+    if (static_cast<int64_t>(in.size()) != rank)
+      throw ShapeError(absl::StrCat("Tensors must have same number of dimensions: got ", rank,
+                                    " and ", in.size()));
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != dim && in[d] != first[d])
+        throw ShapeError(absl::StrCat("Sizes of tensors must match except in dimension ", dim,
+                                      ". Expected size ", first[d], " but got size ", in[d],
+                                      " for tensor number ", k, " in the list."));
+    if (__builtin_add_overflow(result[dim], in[dim], &result[dim]))
+      throw ShapeError("cat: the sizes along the dimension add past what an int64 holds");
+  }
+  return result;
+}
+
+// gather(x, index) has index's shape; scatter_add(self, index, src) self's. PyTorch's
+// gather_shape_check and scatter_shape_check: one rank (0-d counting as 1-d), and index no
+// larger than the others, except than x or self along `dim`.
+Shape index_op_shape(Op op, std::span<const Shape* const> inputs, const Attrs& attrs) {
+  const bool gather = op == Op::Gather;
+  const char* name = gather ? "gather" : "scatter_add";
+  const Shape& self = *inputs[0];
+  const Shape& index = *inputs[1];
+  const int64_t rank = nonempty_rank(self);
+  const int64_t dim = normalize_dim(attrs.get_int("dim"), static_cast<int64_t>(self.size()), name);
+  if (nonempty_rank(index) != rank)
+    throw ShapeError(absl::StrCat(name,
+                                  "(): Index tensor must have the same number of dimensions as ",
+                                  gather ? "input" : "self", " tensor"));
+  if (!gather && nonempty_rank(*inputs[2]) != rank)
+    throw ShapeError(absl::StrCat(
+        name, "(): Index tensor must have the same number of dimensions as src tensor"));
+  for (int64_t d = 0; d < rank; ++d) {
+    const bool fits_self = d == dim || nonempty_size(index, d) <= nonempty_size(self, d);
+    const bool fits_src = gather || nonempty_size(index, d) <= nonempty_size(*inputs[2], d);
+    if (fits_self && fits_src) continue;
+    if (gather)
+      throw ShapeError(absl::StrCat(
+          name, "(): Size does not match at dimension ", d, " expected index ", shape_str(index),
+          " to be smaller than self ", shape_str(self), " apart from dimension ", dim));
+    throw ShapeError(absl::StrCat(
+        name, "(): Expected index ", shape_str(index), " to be smaller than self ", shape_str(self),
+        " apart from dimension ", dim, " and to be smaller size than src ", shape_str(*inputs[2])));
+  }
+  return gather ? index : self;
+}
+
 }  // namespace
 
 std::vector<int64_t> reduction_dims(const Attrs& attrs, int64_t rank) {
@@ -94,6 +157,8 @@ Shape infer_shape(Op op, std::span<const Shape* const> inputs, const Attrs& attr
       return *inputs[0];
     case OpKind::Matmul:
       return matmul_shape(*inputs[0], *inputs[1]);
+    case OpKind::Index:
+      return op == Op::Cat ? cat_shape(inputs, attrs) : index_op_shape(op, inputs, attrs);
     case OpKind::Reduction: {
       const Shape& in = *inputs[0];
       std::vector<int64_t> dims = reduction_dims(attrs, static_cast<int64_t>(in.size()));

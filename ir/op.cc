@@ -107,6 +107,13 @@ DType infer_result_dtype(Op op, std::span<const DType> inputs, DType explicit_dt
       if (inputs[0] != inputs[1]) throw reject("expected both operands to have the same dtype");
       if (inputs[0] == DType::Bool) throw reject("not supported for bool tensors");
       return inputs[0];
+    case DTypeRule::IndexOperand:
+      // PyTorch's messages: gather(): Expected dtype int64 for index; scatter_add(): Expected
+      // self.dtype to be equal to src.dtype.
+      if (inputs[1] != DType::Int64) throw reject("expected dtype int64 for index");
+      for (size_t i = 2; i < inputs.size(); ++i)
+        if (inputs[i] != inputs[0]) throw reject("expected self.dtype to be equal to src.dtype");
+      return inputs[0];
   }
   return promoted;
 }

@@ -10,6 +10,9 @@
 
 namespace lazyfuse {
 
+// The arity of an op that takes any number of operands, at least one (cat).
+inline constexpr int kVariadic = -1;
+
 enum class Op : uint8_t {
 #define LF_OP(Name, mnemonic, kind, arity, dtype_rule) Name,
 #include "ir/ops.def"
@@ -20,7 +23,7 @@ inline constexpr int kNumOps = 0
 #include "ir/ops.def"
     ;
 
-enum class OpKind : uint8_t { Source, Elementwise, Reduction, Matmul, View, Transfer };
+enum class OpKind : uint8_t { Source, Elementwise, Reduction, Matmul, View, Transfer, Index };
 
 // How an op's result dtype follows from its operands.
 enum class DTypeRule : uint8_t {
@@ -33,11 +36,13 @@ enum class DTypeRule : uint8_t {
   SumReduce,     // integers and bool sum to int64
   MeanReduce,    // floating only
   SameOperands,  // both operands must have one dtype (matmul)
+  IndexOperand,  // operand 0's dtype; operand 1 is an int64 index; any other has operand 0's
 };
 
 const char* op_name(Op op);
 std::optional<Op> op_from_name(std::string_view name);
 OpKind op_kind(Op op);
+// The number of operands, or kVariadic.
 int op_arity(Op op);
 DTypeRule op_dtype_rule(Op op);
 // Whether an elementwise op accepts bool operands.
@@ -46,6 +51,7 @@ bool op_accepts_bool(Op op);
 inline bool is_elementwise(Op op) { return op_kind(op) == OpKind::Elementwise; }
 inline bool is_reduction(Op op) { return op_kind(op) == OpKind::Reduction; }
 inline bool is_view(Op op) { return op_kind(op) == OpKind::View; }
+inline bool is_index(Op op) { return op_kind(op) == OpKind::Index; }
 // Generators compute each element from its index alone: fusable like elementwise ops.
 inline bool is_generator(Op op) {
   return op == Op::Const || op == Op::Arange || op == Op::Rand || op == Op::Randn;

@@ -16,6 +16,7 @@ enum class StepKind : uint8_t {
   Matmul,       // a library call (OpenBLAS, cuBLAS)
   View,         // no work: new sizes and strides over the operand's storage
   Transfer,     // a copy between devices
+  Index,        // gather, scatter_add or cat: one node over stored operands (a library step)
 };
 
 struct Step {

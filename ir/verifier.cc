@@ -35,6 +35,11 @@ void require_attrs(const Node& node) {
       need("dim");
       need("start");
       break;
+    case Op::Gather:
+    case Op::ScatterAdd:
+    case Op::Cat:
+      need("dim");
+      break;
     default:
       break;
   }
@@ -52,8 +57,11 @@ void verify(const Graph& graph, const VerifyOptions& options) {
     };
     if (node.op == Op::Param && static_cast<int>(i) >= num_params)
       throw fail("params must come before every other node");
-    if (static_cast<int>(node.inputs.size()) != op_arity(node.op))
-      throw fail(absl::StrCat("takes ", op_arity(node.op), " operands, has ", node.inputs.size()));
+    if (op_arity(node.op) == kVariadic ? node.inputs.empty()
+                                       : static_cast<int>(node.inputs.size()) != op_arity(node.op))
+      throw fail(absl::StrCat(
+          "takes ", op_arity(node.op) == kVariadic ? "at least 1" : absl::StrCat(op_arity(node.op)),
+          " operands, has ", node.inputs.size()));
     for (ValueId input : node.inputs) {
       if (input < 0 || input >= static_cast<ValueId>(i))
         throw fail(absl::StrCat("operand %", input, " is not defined before its use"));

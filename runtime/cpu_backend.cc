@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "codegen/cpu_program.h"
@@ -125,6 +126,12 @@ class CpuBackend final : public Backend {
       case StepKind::Matmul:
         values[step.nodes[0]] = cpu_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);
         return;
+      case StepKind::Index: {
+        absl::InlinedVector<const BufferView*, 4> inputs;
+        for (ValueId v : node.inputs) inputs.push_back(&*values[v]);
+        values[step.nodes[0]] = cpu_index(node, inputs);
+        return;
+      }
       case StepKind::View:
       case StepKind::Transfer:
         break;

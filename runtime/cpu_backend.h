@@ -1,12 +1,14 @@
 // The CPU backend (runtime/backend.h): fused elementwise programs on all cores (OpenMP),
-// reductions, OpenBLAS matmul, host memory. Its library steps are declared here for the CUDA
-// backend's staging and for tests.
+// reductions, OpenBLAS matmul, index steps, host memory. Its library steps are declared here for
+// the CUDA backend's staging and for tests.
 #pragma once
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
+#include "ir/errors.h"
 #include "ir/schedule.h"
 #include "runtime/storage.h"
 
@@ -28,5 +30,10 @@ BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuf
 BufferView cpu_matmul(const Node& node, const BufferView& a, const BufferView& b);
 // A contiguous copy of any view.
 BufferView cpu_contiguous(const BufferView& input);
+// An index step (gather, scatter_add, cat) over its operands' buffers, in the node's operand
+// order (cpu_index.cc). Throws the IndexError of index_error for an index outside its dim.
+BufferView cpu_index(const Node& node, std::span<const BufferView* const> inputs);
+// The error an index step raises on any device for `index`, outside [0, bound) along `dim`.
+IndexError index_error(const Node& node, int64_t index, int64_t dim, int64_t bound);
 
 }  // namespace lazyfuse

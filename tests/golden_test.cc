@@ -85,6 +85,8 @@ const char* step_kind_name(StepKind kind) {
       return "view";
     case StepKind::Transfer:
       return "transfer";
+    case StepKind::Index:
+      return "index";
   }
   return "?";
 }

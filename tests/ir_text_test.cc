@@ -162,12 +162,14 @@ TEST(IrTextTest, RoundTripsEveryOpDTypeAndDevice) {
     Op op = static_cast<Op>(i);
     if (op == Op::Param) continue;
     std::vector<ValueId> inputs;
-    for (int a = 0; a < op_arity(op); ++a)
+    // A variadic op (cat) with three operands.
+    for (int a = 0; a < (op_arity(op) == kVariadic ? 3 : op_arity(op)); ++a)
       inputs.push_back(static_cast<ValueId>((k + a * 2) % g.nodes.size()));
     Attrs attrs;
     if (is_reduction(op))
       attrs = attrs_of({{"dims", std::vector<int64_t>{-1, 0}}, {"keepdim", k % 2 == 0}});
     if (op == Op::Narrow) attrs = attrs_of({{"dim", int64_t{-2}}, {"start", int64_t{3}}});
+    if (is_index(op)) attrs = attrs_of({{"dim", int64_t{-1}}});
     if (op == Op::Rand || op == Op::Randn)
       attrs = attrs_of({{"seed", int64_t{1234567890123}}, {"offset", int64_t{0}}});
     if (op == Op::Expand || op == Op::Reshape) attrs = attrs_of({{"dims", std::vector<int64_t>{}}});

@@ -13,7 +13,8 @@
 //     otherwise starts a group of its own. Every member of a group has the group's shape; a
 //     value of another shape that a group reads with broadcasting is read from storage. Scalar
 //     constants are not values of their own: each group that uses one computes it in place, so
-//     they never cost a load or a store. Matmul, views, transfers and reductions are a group each.
+//     they never cost a load or a store. Matmul, views, transfers, reductions and index ops
+//     (gather, scatter_add, cat) are a group each.
 //  2. group_stored_scalars: a scalar constant that is returned or read by a non-elementwise node
 //     gets a group of its own.
 //  3. absorb_prologues: a reduction absorbs the group computing its operand when nothing else
@@ -74,6 +75,8 @@ StepKind step_kind(Op op) {
       return StepKind::View;
     case OpKind::Transfer:
       return StepKind::Transfer;
+    case OpKind::Index:
+      return StepKind::Index;
     default:
       return StepKind::Elementwise;
   }
