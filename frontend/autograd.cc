@@ -25,6 +25,7 @@ constexpr std::array<bool, kNumOps> ops_with_gradients() {
 #define LF_GRADIENT1(Name, da) has[static_cast<int>(Op::Name)] = true;
 #define LF_GRADIENT2(Name, da, db) has[static_cast<int>(Op::Name)] = true;
 #define LF_GRADIENT3(Name, da, db, dc) has[static_cast<int>(Op::Name)] = true;
+#define LF_GRADIENTN(Name, di) has[static_cast<int>(Op::Name)] = true;
 #include "ir/ops.def"
   return has;
 }
@@ -38,6 +39,7 @@ const char* grad_fn_name_of(Op op) {
     return #Name "Backward0";
 #define LF_GRADIENT2(Name, da, db) LF_GRADIENT1(Name, da)
 #define LF_GRADIENT3(Name, da, db, dc) LF_GRADIENT1(Name, da)
+#define LF_GRADIENTN(Name, di) LF_GRADIENT1(Name, di)
 #include "ir/ops.def"
     default:
       return "";
@@ -55,21 +57,30 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   return summed.sizes() == shape ? summed : summed.reshape(shape);
 }
 
+// Operands and flags per operand of a recorded op, inline for all but a long cat.
+using OperandTensors = absl::InlinedVector<Tensor, 3>;
+using OperandFlags = absl::InlinedVector<bool, 3>;
+
 // One application of an op's gradient rule. The members a, b, c, out, g and the helpers are the
 // vocabulary the rules in ops.def are written in, hence their short names.
 class GradientRule {
  public:
-  GradientRule(const GradNode& node, Tensor gradient, std::array<Tensor, 3> operands, Tensor result,
-               std::array<bool, 3> needed)
-      : a(std::move(operands[0])),
-        b(std::move(operands[1])),
-        c(std::move(operands[2])),
+  GradientRule(const GradNode& node, Tensor gradient, OperandTensors operands, Tensor result,
+               OperandFlags needed)
+      : a(operand(operands, 0)),
+        b(operand(operands, 1)),
+        c(operand(operands, 2)),
         out(std::move(result)),
         g(std::move(gradient)),
         a_shape(node.operands[0].shape),
         a_device(node.operands[0].device),
+        c_shape(node.operands.size() > 2 ? node.operands[2].shape : Shape()),
+        dim(node.attrs.has("dim")
+                ? normalize_dim(node.attrs.get_int("dim"),
+                                static_cast<int64_t>(node.operands[0].shape.size()), "dim")
+                : 0),
         node_(node),
-        needed_(needed) {}
+        needed_(std::move(needed)) {}
 
   absl::InlinedVector<Tensor, 3> apply() const {
     switch (node_.op) {
@@ -83,6 +94,13 @@ class GradientRule {
   case Op::Name:                                                                    \
     return {needed_[0] ? Tensor(da) : Tensor(), needed_[1] ? Tensor(db) : Tensor(), \
             needed_[2] ? Tensor(dc) : Tensor()};
+#define LF_GRADIENTN(Name, di)                             \
+  case Op::Name: {                                         \
+    absl::InlinedVector<Tensor, 3> grads;                  \
+    for (size_t i = 0; i < needed_.size(); ++i)            \
+      grads.push_back(needed_[i] ? Tensor(di) : Tensor()); \
+    return grads;                                          \
+  }
 #include "ir/ops.def"
       default:
         throw VerifierError(absl::StrCat(op_name(node_.op), " has no gradient rule"));
@@ -94,8 +112,15 @@ class GradientRule {
   const Tensor none;
   const Shape a_shape;
   const Device a_device;
+  const Shape c_shape;
+  // The node's dim attribute (narrow, gather, scatter_add, cat), normalized; 0 without one.
+  const int64_t dim;
   const GradNode& node_;
-  const std::array<bool, 3> needed_;
+  const OperandFlags needed_;
+
+  static Tensor operand(const OperandTensors& operands, size_t i) {
+    return i < operands.size() ? operands[i] : Tensor();
+  }
 
   // sign(x), and NaN where x is NaN.
   static Tensor sgn(const Tensor& x) { return where(x > 0, 1, where(x < 0, -1, x * 0)); }
@@ -155,9 +180,44 @@ class GradientRule {
     return inverse;
   }
 
-  Tensor unnarrow(const Tensor&) const {
-    throw UnsupportedError(absl::StrCat(
-        "the gradient of narrow() is not implemented yet (narrow at ", node_.where.str(), ")"));
+  // narrow's gradient: x where the narrowed part was, zeros before and after it along dim.
+  Tensor unnarrow(const Tensor& x) const {
+    const int64_t start = node_.attrs.get_int("start");
+    const int64_t after = a_shape[dim] - start - x.size(dim);
+    std::vector<Tensor> parts;
+    for (int64_t length : {start, int64_t{-1}, after}) {
+      if (length == 0) continue;
+      if (length < 0) {
+        parts.push_back(x);
+        continue;
+      }
+      Shape shape = x.sizes();
+      shape[dim] = length;
+      parts.push_back(zeros(shape, TensorOptions(x.dtype()).device(x.device())));
+    }
+    return parts.size() == 1 ? x : cat(parts, dim);
+  }
+
+  // Zeros of a's shape (the result's dtype, a's device).
+  Tensor zeros_like_a() const { return zeros(a_shape, TensorOptions(g.dtype()).device(a_device)); }
+
+  // x grown with zeros at the end of each dim to `shape` (at least x's sizes).
+  static Tensor zero_extend(Tensor x, const Shape& shape) {
+    for (int64_t d = 0; d < x.dim(); ++d) {
+      if (x.size(d) == shape[d]) continue;
+      Shape pad = x.sizes();
+      pad[d] = shape[d] - x.size(d);
+      x = cat({x, zeros(pad, TensorOptions(x.dtype()).device(x.device()))}, d);
+    }
+    return x;
+  }
+
+  // cat: operand i's shape, and where its part of the result starts along dim.
+  const Shape& operand_shape(size_t i) const { return node_.operands[i].shape; }
+  int64_t cat_offset(size_t i) const {
+    int64_t offset = 0;
+    for (size_t k = 0; k < i; ++k) offset += node_.operands[k].shape[dim];
+    return offset;
   }
 };
 
@@ -298,8 +358,8 @@ class Engine {
 
   void propagate(AutogradMeta& meta, const Tensor& gradient) {
     GradNode& node = *meta.grad_fn;
-    std::array<Tensor, 3> operands;
-    std::array<bool, 3> needed{};
+    OperandTensors operands(node.operands.size());
+    OperandFlags needed(node.operands.size(), false);
     std::string stale;  // why a saved value cannot be read, if one cannot
     for (size_t i = 0; i < node.operands.size(); ++i) {
       const SavedOperand& operand = node.operands[i];
@@ -402,7 +462,7 @@ std::vector<Tensor> take_backward_roots() {
 
 namespace detail {
 
-void record_gradient(Op op, const Tensor& result, std::initializer_list<Tensor> operands) {
+void record_gradient(Op op, const Tensor& result, std::span<const Tensor> operands) {
   if (!grad_mode_enabled || !kHasGradient[static_cast<int>(op)] || !is_floating(result.dtype()))
     return;
   bool any = false;

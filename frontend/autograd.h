@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -100,7 +101,7 @@ struct GradNode {
 namespace detail {
 // Records the op that made `result` from `operands` when grad mode is on and an operand
 // requires grad (called by make_op for every op).
-void record_gradient(Op op, const Tensor& result, std::initializer_list<Tensor> operands);
+void record_gradient(Op op, const Tensor& result, std::span<const Tensor> operands);
 }  // namespace detail
 
 }  // namespace lazyfuse

@@ -25,10 +25,10 @@ void rethrow_at(const Loc& where) {
   }
 }
 
-Tensor make_op(Op op, std::initializer_list<Tensor> operands, Attrs attrs, const Loc& where,
-               Shape given, DType explicit_dtype, Device device) {
-  // Ops have at most three operands: these stay off the heap (the host cost of an op counts
-  // when a small expression is evaluated in a loop).
+Tensor make_op(Op op, std::span<const Tensor> operands, Attrs attrs, const Loc& where, Shape given,
+               DType explicit_dtype, Device device) {
+  // Ops other than cat have at most three operands: these stay off the heap (the host cost of
+  // an op counts when a small expression is evaluated in a loop).
   LazyInputs inputs;
   absl::InlinedVector<DType, 3> dtypes;
   absl::InlinedVector<const Shape*, 3> shapes;
@@ -41,7 +41,7 @@ Tensor make_op(Op op, std::initializer_list<Tensor> operands, Attrs attrs, const
   node.op = op;
   node.where = SourceLoc::from(where);
   // A transfer lives on its target; any other op where its first operand is.
-  node.device = operands.size() == 0 || op == Op::To ? device : operands.begin()->device();
+  node.device = operands.empty() || op == Op::To ? device : operands.front().device();
   Strides strides;
   try {
     node.dtype = infer_result_dtype(op, dtypes, explicit_dtype);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <span>
 
 #include "frontend/tensor.h"
 #include "ir/graph.h"
@@ -13,9 +14,15 @@ namespace lazyfuse::detail {
 // A node of `op` over `operands`. The device is the first operand's; dtype and shape follow
 // the op's rules (`given` supplies what the attributes do not: generator and view shapes).
 // Errors carry the file:line of `where`.
-Tensor make_op(Op op, std::initializer_list<Tensor> operands, Attrs attrs, const Loc& where,
+Tensor make_op(Op op, std::span<const Tensor> operands, Attrs attrs, const Loc& where,
                Shape given = {}, DType explicit_dtype = DType::Float32,
                Device device = Device::cpu());
+inline Tensor make_op(Op op, std::initializer_list<Tensor> operands, Attrs attrs, const Loc& where,
+                      Shape given = {}, DType explicit_dtype = DType::Float32,
+                      Device device = Device::cpu()) {
+  return make_op(op, std::span(operands.begin(), operands.size()), std::move(attrs), where,
+                 std::move(given), explicit_dtype, device);
+}
 
 // A scalar operand for `like`: a constant of the dtype PyTorch gives the scalar next to it.
 Tensor scalar_operand(const Scalar& value, const Tensor& like, const Loc& where);

@@ -10,6 +10,7 @@
 #include <ostream>
 #include <source_location>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ir/device.h"
@@ -166,6 +167,13 @@ class Tensor {
   Tensor max(int64_t dim, bool keepdim = false, Loc where = Loc::current()) const;
   Tensor min(Loc where = Loc::current()) const;
   Tensor min(int64_t dim, bool keepdim = false, Loc where = Loc::current()) const;
+  // The largest (smallest) values over the given dims, all when none are given; ties share the
+  // gradient. max(dim) and min(dim) above are amax and amin of one dim: for LibTorch's values
+  // and indices, whose gradient goes to the chosen element alone, use the free max(t, dim).
+  Tensor amax(std::vector<int64_t> dims = {}, bool keepdim = false,
+              Loc where = Loc::current()) const;
+  Tensor amin(std::vector<int64_t> dims = {}, bool keepdim = false,
+              Loc where = Loc::current()) const;
 
   Tensor matmul(const Tensor& other, Loc where = Loc::current()) const;
 
@@ -182,6 +190,12 @@ class Tensor {
   Tensor narrow(int64_t dim, int64_t start, int64_t length, Loc where = Loc::current()) const;
   Tensor contiguous(Loc where = Loc::current()) const;
   bool is_contiguous() const;
+
+  // Index ops (frontend/indexing.cc), as the free functions of the same names.
+  Tensor gather(int64_t dim, const Tensor& index, Loc where = Loc::current()) const;
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src,
+                     Loc where = Loc::current()) const;
+  Tensor index_select(int64_t dim, const Tensor& index, Loc where = Loc::current()) const;
 
   // Reading values computes them, and copies them to the host when they live on a GPU.
   template <typename T>
@@ -300,6 +314,34 @@ Tensor where(const Tensor& condition, Scalar a, Scalar b, Loc where = Loc::curre
 Tensor where(const Tensor& condition, const Tensor& a, Scalar b, Loc where = Loc::current());
 Tensor where(const Tensor& condition, Scalar a, const Tensor& b, Loc where = Loc::current());
 Tensor matmul(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+
+// Index ops, as PyTorch's (frontend/indexing.cc). Indices are int64 (index_select also takes
+// int32); one outside its dim is an IndexError when the value is computed.
+// gather: out[i][j] = x[i][index[i][j]] for dim 1; out has index's shape, whose sizes are at most
+// x's but along dim.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, Loc where = Loc::current());
+// Out of place: self with src[i][j] added at [i][index[i][j]] for dim 1 (index no larger than
+// src, nor than self but along dim). Deterministic, and the same bits on every device: Note
+// [Deterministic scatter_add] in runtime/cpu_index.cc.
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
+                   Loc where = Loc::current());
+// The slices of x at the positions a 1-d index lists along dim.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, Loc where = Loc::current());
+// The tensors one after another along dim: equal sizes but along dim, dtypes promoted.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0, Loc where = Loc::current());
+// Tensors of one shape, stacked along a new dim.
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0, Loc where = Loc::current());
+// LibTorch's torch::max(t, dim) and torch::min(t, dim): the values and their int64 indices
+// along dim (the first extreme; NaN counts as the extreme). The gradient goes to the chosen
+// element alone, as PyTorch's does.
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false,
+                               Loc where = Loc::current());
+std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false,
+                               Loc where = Loc::current());
+Tensor amax(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false,
+            Loc where = Loc::current());
+Tensor amin(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false,
+            Loc where = Loc::current());
 
 // Factories. Tensors are created on the CPU as float32 unless the options say otherwise.
 Tensor tensor(std::initializer_list<double> values, TensorOptions options = {},

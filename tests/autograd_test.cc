@@ -100,6 +100,11 @@ std::vector<Case> cases() {
        },
        {{3, 1}, {2, 3, 4}}},
       {"contiguous of transposed", [](auto& x) { return x[0].t().contiguous().exp(); }, {{2, 3}}},
+      // narrow's gradient is g between zeros (a cat); more narrow and index ops in
+      // tests/ops/index_test.cc.
+      {"narrow", [](auto& x) { return x[0].narrow(1, 1, 2) * x[1]; }, {{3, 4}, {2}}},
+      {"narrow negative start", [](auto& x) { return x[0].narrow(0, -2, 1).exp(); }, {{3, 2}}},
+      {"narrow twice", [](auto& x) { return x[0].narrow(0, 1, 2) + x[0].narrow(0, 0, 2); }, {{3}}},
       // One tensor used many times, through views and in fused chains.
       {"repeated use", [](auto& x) { return x[0] * x[0] + x[0].exp() * x[0]; }, {{5}}},
       {"use through two views",
@@ -397,11 +402,6 @@ TEST(AutogradErrors, OnlyFloatingTensorsRequireGrad) {
   EXPECT_THROW(i.requires_grad_(), GradError);
   Tensor w = tensor({1.0}).requires_grad_();
   EXPECT_THROW((w * 2).requires_grad_(false), GradError);
-}
-
-TEST(AutogradErrors, NarrowsGradientIsNotImplementedYet) {
-  Tensor w = tensor({1.0, 2.0, 3.0}).requires_grad_();
-  EXPECT_THROW(grad({w.narrow(0, 1, 2).sum()}, {w}), UnsupportedError);
 }
 
 // ---- In-place updates ----
