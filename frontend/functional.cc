@@ -157,6 +157,19 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
   return y;
 }
 
+Tensor embedding(const Tensor& input, const Tensor& weight, Loc where) {
+  if (weight.dim() != 2)
+    fail(absl::StrCat("embedding: 'weight' must be 2-D, got shape ", shape_str(weight.sizes())),
+         where);
+  if (input.dtype() != kInt64 && input.dtype() != kInt32)
+    throw DTypeError(
+        absl::StrCat("embedding: expected indices of dtype int64 or int32 (Long, Int), got ",
+                     dtype_torch_name(input.dtype()), " (at ", SourceLoc::from(where).str(), ")"));
+  Shape shape = input.sizes();
+  shape.push_back(weight.size(1));
+  return index_select(weight, 0, input.reshape({-1}, where), where).reshape(shape, where);
+}
+
 Tensor dropout(const Tensor& x, double p, bool training, Loc where) {
   if (p < 0 || p > 1)
     throw Error(absl::StrCat("dropout probability has to be between 0 and 1, but got ", p, " (at ",

@@ -45,6 +45,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
 Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
                   const Tensor& weight = {}, const Tensor& bias = {}, double eps = 1e-5,
                   Loc where = Loc::current());
+// The rows of `weight` ([num_embeddings, embedding_dim]) that `input` (int64 or int32 indices,
+// any shape) names, shaped as input with embedding_dim appended. An index outside the table is
+// an IndexError when the value is computed. Its gradient sums into the rows looked up.
+Tensor embedding(const Tensor& input, const Tensor& weight, Loc where = Loc::current());
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Loc where = Loc::current());
 

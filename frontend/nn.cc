@@ -1,4 +1,4 @@
-// Module, Linear, Sequential.
+// Module, Linear, Embedding, Sequential.
 #include "frontend/nn.h"
 
 #include <cmath>
@@ -167,6 +167,23 @@ std::string LayerNorm::repr() const {
 }
 std::vector<std::pair<std::string, Tensor*>> LayerNorm::own_parameters() {
   return {{"weight", &weight_}, {"bias", &bias_}};
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim)
+    : num_embeddings_(num_embeddings), embedding_dim_(embedding_dim) {
+  if (num_embeddings < 0 || embedding_dim < 0)
+    throw ShapeError(absl::StrCat("Embedding: negative size (num_embeddings=", num_embeddings,
+                                  ", embedding_dim=", embedding_dim, ")"));
+  weight_ = randn({num_embeddings, embedding_dim});
+  lazyfuse::eval(weight_);
+  weight_.requires_grad_();
+}
+Tensor Embedding::forward(const Tensor& input) { return functional::embedding(input, weight_); }
+std::string Embedding::repr() const {
+  return absl::StrCat("Embedding(", num_embeddings_, ", ", embedding_dim_, ")");
+}
+std::vector<std::pair<std::string, Tensor*>> Embedding::own_parameters() {
+  return {{"weight", &weight_}};
 }
 
 Tensor Sequential::forward(const Tensor& input) {

@@ -134,6 +134,26 @@ class LayerNorm : public Module {
   Tensor weight_, bias_;
 };
 
+// A table of num_embeddings vectors of embedding_dim, looked up by int64 index: forward(idx)
+// has idx's shape with embedding_dim appended. Weight drawn from N(0, 1), as PyTorch's.
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  Tensor forward(const Tensor& input) override;
+  std::string repr() const override;
+  Tensor& weight() { return weight_; }
+  const Tensor& weight() const { return weight_; }
+  int64_t num_embeddings() const { return num_embeddings_; }
+  int64_t embedding_dim() const { return embedding_dim_; }
+
+ protected:
+  std::vector<std::pair<std::string, Tensor*>> own_parameters() override;
+
+ private:
+  int64_t num_embeddings_, embedding_dim_;
+  Tensor weight_;
+};
+
 class Sequential : public Module {
  public:
   Sequential() = default;
