@@ -222,20 +222,32 @@ class FileSource : public ByteSource {
   uint64_t size_ = 0;
 };
 
-// nlohmann keeps the last of duplicate keys without a word; the format has one entry per name
-// and a reader that silently picks one would load something other than what another reader
-// loads. This callback watches every object's keys while the parser runs.
-class DuplicateKeys {
+// Watches the parser (nlohmann's parse callback) for two things its DOM would hide or suffer.
+// Duplicate keys: nlohmann keeps the last without a word, but the format has one entry per name,
+// and a reader that silently picks one loads something other than what another reader loads.
+// Depth: a header is an object of objects of flat arrays, and nothing deeper is built (returning
+// false discards a container unbuilt) because ordered_json copies its members recursively when
+// an object grows, which a header nested a million deep would turn into a stack overflow.
+class HeaderWatch {
  public:
   bool operator()(int depth, Json::parse_event_t event, Json& parsed) {
     switch (event) {
       case Json::parse_event_t::object_start:
-        keys_.emplace_back();
+      case Json::parse_event_t::array_start:
+        // `depth` counts the containers around this one: the header (0), a tensor's entry or
+        // __metadata__ (1), a shape or data_offsets (2).
+        if (depth > 2) {
+          too_deep_ = true;
+          return false;
+        }
+        if (event == Json::parse_event_t::object_start) keys_.emplace_back();
         break;
       case Json::parse_event_t::object_end:
         keys_.pop_back();
         break;
       case Json::parse_event_t::key:
+        // Keys of a discarded object land in a set of their own or, past the depth limit, in
+        // the nearest kept object's; either way the header is refused as too deep.
         if (!keys_.back().insert(parsed.get<std::string>()).second && !duplicate_)
           duplicate_ = std::make_pair(parsed.get<std::string>(), depth);
         break;
@@ -244,12 +256,14 @@ class DuplicateKeys {
     }
     return true;
   }
+  bool too_deep() const { return too_deep_; }
   // The first key seen twice in one object, and its depth (1: a tensor name).
   const std::optional<std::pair<std::string, int>>& duplicate() const { return duplicate_; }
 
  private:
   std::vector<std::set<std::string>> keys_;
   std::optional<std::pair<std::string, int>> duplicate_;
+  bool too_deep_ = false;
 };
 
 // A non-negative integer that fits `limit`, or nullopt. nlohmann reads "-1" as a signed
@@ -350,16 +364,18 @@ Header parse_header(const std::string& source, std::string_view text, uint64_t d
   // The reference reader insists on '{' first; nlohmann would skip a byte order mark.
   if (text.empty() || text.front() != '{')
     fail(source, "the header is not a JSON object (it does not begin with '{')");
-  DuplicateKeys duplicates;
+  HeaderWatch watch;
   Json json;
   try {
-    json = Json::parse(text.begin(), text.end(), std::ref(duplicates));
+    json = Json::parse(text.begin(), text.end(), std::ref(watch));
   } catch (const Json::exception& e) {
     // nlohmann checks UTF-8 inside strings and allows nothing else outside ASCII.
     fail(source, "the header is not valid UTF-8 JSON: ", e.what());
   }
-  if (duplicates.duplicate()) {
-    const auto& [key, depth] = *duplicates.duplicate();
+  if (watch.too_deep())
+    fail(source, "the header nests arrays or objects deeper than a safetensors header does");
+  if (watch.duplicate()) {
+    const auto& [key, depth] = *watch.duplicate();
     if (depth <= 1) fail(source, "the header names ", in_quotes(key), " twice");
     fail(source, "the header has the key ", in_quotes(key), " twice in one object");
   }

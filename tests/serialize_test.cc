@@ -429,6 +429,21 @@ TEST(SafetensorsMalformed, BadJson) {
   EXPECT_EQ(load_error(safetensors_file(R"({"__metadata__":null}   )")), "loaded 0 tensors");
 }
 
+TEST(SafetensorsMalformed, DeepNesting) {
+  // A million levels where a shape belongs: refused without recursing through them (such a
+  // value once overflowed the stack when ordered_json copied it while its object grew).
+  const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
+  EXPECT_LOAD_ERROR(
+      safetensors_file(R"({"a":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,0]}})"),
+      "the header nests arrays or objects deeper than a safetensors header does");
+  EXPECT_LOAD_ERROR(safetensors_file(R"({"a":)" + deep + "}"), "deeper than a safetensors");
+  EXPECT_LOAD_ERROR(safetensors_file(R"({"__metadata__":{"k":{"x":{}}}})"),
+                    "deeper than a safetensors");
+  EXPECT_LOAD_ERROR(safetensors_file(R"({"a":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})",
+                                     std::string(4, '\0')),
+                    "deeper than a safetensors");
+}
+
 TEST(SafetensorsMalformed, DuplicateKeys) {
   EXPECT_LOAD_ERROR(safetensors_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                                      R"("w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
