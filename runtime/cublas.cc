@@ -1,9 +1,11 @@
 // cuBLAS through dlopen. cuBLAS is column-major: a row-major product C = A B is computed as
-// the column-major C^T = B^T A^T, which reads the same memory without any transpose.
+// the column-major C^T = B^T A^T, which reads the same memory without any transpose; an operand
+// stored transposed is read in place with op T.
 #include "runtime/cublas.h"
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -16,17 +18,18 @@ namespace {
 
 using cublasHandle_t = struct cublasContext*;
 using cublasStatus_t = int;
-constexpr int kOpN = 0;
+constexpr int kOpN = 0, kOpT = 1;
+// cudaDataType and cublasComputeType_t values (library_types.h, cublas_api.h).
+constexpr int kCudaR32F = 0, kCudaR64F = 1, kCudaR16F = 2, kCudaR16BF = 14;
+constexpr int kComputeF32 = 68, kComputeF64 = 70;
+constexpr int kGemmDefault = -1;
 
 struct Cublas {
   bool ok = false;
   cublasStatus_t (*create)(cublasHandle_t*);
-  cublasStatus_t (*sgemm)(cublasHandle_t, int, int, int, int, int, const float*, const float*, int,
-                          long long, const float*, int, long long, const float*, float*, int,
-                          long long, int);
-  cublasStatus_t (*dgemm)(cublasHandle_t, int, int, int, int, int, const double*, const double*,
-                          int, long long, const double*, int, long long, const double*, double*,
-                          int, long long, int);
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, int, int, int, int, int, const void*, const void*, int,
+                            int, long long, const void*, int, int, long long, const void*, void*,
+                            int, int, long long, int, int, int);
 };
 
 const Cublas& cublas() {
@@ -39,9 +42,8 @@ const Cublas& cublas() {
     }
     if (lib == nullptr) return c;
     c.create = reinterpret_cast<decltype(c.create)>(dlsym(lib, "cublasCreate_v2"));
-    c.sgemm = reinterpret_cast<decltype(c.sgemm)>(dlsym(lib, "cublasSgemmStridedBatched"));
-    c.dgemm = reinterpret_cast<decltype(c.dgemm)>(dlsym(lib, "cublasDgemmStridedBatched"));
-    c.ok = c.create && c.sgemm && c.dgemm;
+    c.gemm_ex = reinterpret_cast<decltype(c.gemm_ex)>(dlsym(lib, "cublasGemmStridedBatchedEx"));
+    c.ok = c.create && c.gemm_ex;
     return c;
   }();
   return c;
@@ -61,28 +63,43 @@ cublasHandle_t handle(int device) {
 
 }  // namespace
 
-void gemm_batched(int device, bool is_double, const void* a, const void* b, void* c, int64_t n,
-                  int64_t k, int64_t m, int64_t batches) {
+void gemm_strided_batched(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
+                          void* c, int64_t n, int64_t k, int64_t m, int64_t batches) {
   if (!cublas().ok)
     throw UnsupportedError("matmul on a GPU needs cuBLAS (libcublas.so.13), which was not found");
+  int type = kCudaR32F;
+  switch (dtype) {
+    case DType::Float32:
+      break;
+    case DType::Float64:
+      type = kCudaR64F;
+      break;
+    case DType::Float16:
+      type = kCudaR16F;
+      break;
+    case DType::BFloat16:
+      type = kCudaR16BF;
+      break;
+    default:
+      throw UnsupportedError(absl::StrCat("cuBLAS gemm of ", dtype_torch_name(dtype)));
+  }
   activate(device);
   cublasHandle_t h = handle(device);
-  const int ni = static_cast<int>(n), ki = static_cast<int>(k), mi = static_cast<int>(m);
-  const int lda = std::max(mi, 1), ldb = std::max(ki, 1), ldc = std::max(mi, 1);
-  cublasStatus_t status;
-  if (is_double) {
-    const double one = 1, zero = 0;
-    status = cublas().dgemm(h, kOpN, kOpN, mi, ni, ki, &one, static_cast<const double*>(b), lda,
-                            k * m, static_cast<const double*>(a), ldb, n * k, &zero,
-                            static_cast<double*>(c), ldc, n * m, static_cast<int>(batches));
-  } else {
-    const float one = 1, zero = 0;
-    status = cublas().sgemm(h, kOpN, kOpN, mi, ni, ki, &one, static_cast<const float*>(b), lda,
-                            k * m, static_cast<const float*>(a), ldb, n * k, &zero,
-                            static_cast<float*>(c), ldc, n * m, static_cast<int>(batches));
-  }
+  // Column-major C^T (m x n) = B^T (m x k) A^T (k x n): a row-major operand is its column-major
+  // transpose as it lies, and one stored transposed is read with op T.
+  const double one_d = 1, zero_d = 0;
+  const float one_f = 1, zero_f = 0;
+  const bool wide = dtype == DType::Float64;
+  const cublasStatus_t status = cublas().gemm_ex(
+      h, b.transposed ? kOpT : kOpN, a.transposed ? kOpT : kOpN, static_cast<int>(m),
+      static_cast<int>(n), static_cast<int>(k), wide ? static_cast<const void*>(&one_d) : &one_f,
+      b.data, type, static_cast<int>(b.ld), b.batch_stride, a.data, type, static_cast<int>(a.ld),
+      a.batch_stride, wide ? static_cast<const void*>(&zero_d) : &zero_f, c, type,
+      static_cast<int>(std::max<int64_t>(m, 1)), n * m, static_cast<int>(batches),
+      wide ? kComputeF64 : kComputeF32, kGemmDefault);
   if (status != 0)
-    throw CudaError(absl::StrCat("cuBLAS gemm failed on cuda:", device, " (status ", status, ")"));
+    throw CudaError(absl::StrCat("cuBLAS gemm failed on cuda:", device, " (status ", status,
+                                 ", n=", n, " k=", k, " m=", m, " batches=", batches, ")"));
 }
 
 }  // namespace lazyfuse::cuda

@@ -3,12 +3,26 @@
 
 #include <cstdint>
 
+#include "ir/dtype.h"
+
 namespace lazyfuse::cuda {
 
-// Row-major C[b] = A[b] (n x k) * B[b] (k x m) for each of `batches` contiguous matrices, in
-// float32 (`is_double` false) or float64, on GPU `device`. Throws CudaError or
+// One operand of a batched gemm as it lies in memory, read in place: each matrix row-major with
+// leading dimension `ld` (`transposed` false), or stored as its transpose, row-major with
+// leading dimension `ld` (`transposed` true: a transposed view, as an nn::Linear weight is
+// read); consecutive matrices `batch_stride` elements apart (0: one matrix for every batch).
+struct GemmOperand {
+  const void* data = nullptr;
+  bool transposed = false;
+  int64_t ld = 1;
+  int64_t batch_stride = 0;
+};
+
+// Row-major C[b] = A[b] (n x k) * B[b] (k x m) for `batches` matrices, C dense, on GPU
+// `device`. `dtype` is the dtype of A, B and C: float32 and float64 compute in their own type,
+// float16 and bfloat16 accumulate in float32 (cublasGemmStridedBatchedEx). Throws CudaError or
 // UnsupportedError (no cuBLAS).
-void gemm_batched(int device, bool is_double, const void* a, const void* b, void* c, int64_t n,
-                  int64_t k, int64_t m, int64_t batches);
+void gemm_strided_batched(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
+                          void* c, int64_t n, int64_t k, int64_t m, int64_t batches);
 
 }  // namespace lazyfuse::cuda

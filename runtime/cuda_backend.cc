@@ -372,24 +372,67 @@ BufferView run_reduction(const Node& node, const BufferView& input) {
   return out;
 }
 
+// A [batch..., rows, cols] view as cuBLAS can read it in place, when its layout allows: each
+// matrix row-major or stored transposed (one inner stride 1, the other at least the inner
+// size; a size-1 dim's stride does not matter), and the batch one stride apart or broadcast.
+std::optional<cuda::GemmOperand> gemm_operand(const BufferView& view) {
+  const Shape& shape = view.shape;
+  const Strides& strides = view.strides;
+  const size_t rank = shape.size();
+  const int64_t rows = shape[rank - 2], cols = shape[rank - 1];
+  const int64_t row_stride = strides[rank - 2], col_stride = strides[rank - 1];
+  cuda::GemmOperand operand;
+  operand.data = view.data();
+  if ((cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= cols)) {
+    operand.ld = rows == 1 ? std::max<int64_t>(cols, 1) : row_stride;
+  } else if ((rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= rows)) {
+    operand.transposed = true;
+    operand.ld = cols == 1 ? std::max<int64_t>(rows, 1) : col_stride;
+  } else {
+    return std::nullopt;
+  }
+  operand.ld = std::max<int64_t>(operand.ld, 1);  // cuBLAS asks for at least 1, even when empty
+  if (operand.ld > std::numeric_limits<int>::max()) return std::nullopt;
+  bool first = true;
+  int64_t expected = 0;
+  for (size_t d = rank - 2; d-- > 0;) {  // the innermost batch dim first
+    if (shape[d] == 1) continue;
+    if (first) {
+      operand.batch_stride = strides[d];
+      first = false;
+    } else if (strides[d] != expected) {
+      return std::nullopt;
+    }
+    expected = strides[d] * shape[d];
+  }
+  return operand;
+}
+
 BufferView run_matmul(const Node& node, const BufferView& a, const BufferView& b) {
   const int device = node.device.index();
-  MatmulShapes shapes = matmul_shapes(a, b);
-  // Both operands broadcast over the batch and made dense in the type cuBLAS computes in.
-  const DType work =
-      node.dtype == DType::Float64 || is_integral(node.dtype) ? DType::Float64 : DType::Float32;
-  BufferView a_view = a, b_view = b;
-  a_view.shape = shapes.a_full;
-  a_view.strides = shapes.a_strides;
-  b_view.shape = shapes.b_full;
-  b_view.strides = shapes.b_strides;
-  BufferView a_work = cuda_convert(a_view, work), b_work = cuda_convert(b_view, work);
-  BufferView c_work = allocate_buffer(node.device, work, {shapes.batches, shapes.n, shapes.m});
-  cuda::gemm_batched(device, work == DType::Float64, a_work.data(), b_work.data(), c_work.data(),
-                     shapes.n, shapes.k, shapes.m, shapes.batches);
-  c_work.shape = node.shape;
-  c_work.strides = contiguous_strides(node.shape);
-  return work == node.dtype ? c_work : cuda_convert(c_work, node.dtype);
+  const MatmulShapes shapes = matmul_shapes(a, b);
+  // Floating operands are read where they lie (transposed views included) and multiplied in
+  // their own dtype; integers in float64, exact below 2^53, as on the CPU.
+  const DType work = is_integral(node.dtype) ? DType::Float64 : node.dtype;
+  // An operand cuBLAS cannot read in place is staged dense in the work dtype; the copy lives
+  // until the gemm is enqueued behind it on the device's one stream.
+  auto operand = [&](const BufferView& x, const Shape& full, const Strides& strides,
+                     std::optional<BufferView>& staged) {
+    BufferView view = x;
+    view.shape = full;
+    view.strides = strides;
+    if (x.dtype == work)
+      if (std::optional<cuda::GemmOperand> in_place = gemm_operand(view)) return *in_place;
+    staged = cuda_convert(view, work);
+    return *gemm_operand(*staged);
+  };
+  std::optional<BufferView> a_staged, b_staged;
+  const cuda::GemmOperand a_operand = operand(a, shapes.a_full, shapes.a_strides, a_staged);
+  const cuda::GemmOperand b_operand = operand(b, shapes.b_full, shapes.b_strides, b_staged);
+  BufferView c = allocate_buffer(node.device, work, node.shape);
+  cuda::gemm_strided_batched(device, work, a_operand, b_operand, c.data(), shapes.n, shapes.k,
+                             shapes.m, shapes.batches);
+  return work == node.dtype ? c : cuda_convert(c, node.dtype);
 }
 
 // The device's error slot for index kernels (Note [Index errors on the GPU] in

@@ -17,11 +17,15 @@ $bin/walkthrough > "$out/walkthrough.log" 2>&1; echo "walkthrough exit $?" >> "$
 $bin/lazyfuse_tests --gtest_filter="$filter" > "$out/tests.log" 2>&1; echo "tests exit $?" >> "$out/tests.log"
 # Under the sanitizers: the GPU tests, less those that exhaust memory, move 17 GB, or start
 # child processes.
-sanitized='Cuda*:FastMath*:-Cuda.OutOfMemoryIsTypedAndRecoverable:Cuda.MoreThanTwoToTheThirtyOneElements:CudaCache.TwoProcessesFillOneDirectoryAtOnce'
+sanitized='Cuda*:FastMath*:*/CudaGradcheck.*:-Cuda.OutOfMemoryIsTypedAndRecoverable:Cuda.MoreThanTwoToTheThirtyOneElements:CudaCache.TwoProcessesFillOneDirectoryAtOnce'
 if command -v compute-sanitizer > /dev/null; then
   for tool in memcheck racecheck initcheck; do
+    # initcheck reports the reads after cuBLAS's half-precision gemms (values verified by the
+    # test itself over NaN-filled memory) as uninitialized: that one test is left to the others.
+    tool_filter="$sanitized"
+    [ $tool = initcheck ] && tool_filter="$sanitized:Cuda.HalfMatmulReadsEveryOperandLayout"
     compute-sanitizer --tool $tool --error-exitcode 9 $bin/lazyfuse_tests \
-      --gtest_filter="$sanitized" > "$out/sanitizer-$tool.log" 2>&1
+      --gtest_filter="$tool_filter" > "$out/sanitizer-$tool.log" 2>&1
     echo "compute-sanitizer $tool exit $?" >> "$out/sanitizer-$tool.log"
   done
 fi
