@@ -32,7 +32,8 @@ struct LazyValue : std::enable_shared_from_this<LazyValue> {
 };
 
 using LazyRef = std::shared_ptr<LazyValue>;
-// A value's inputs, inline up to three (where(), the widest op, takes three).
+// A value's inputs, inline up to three (where, clamp and scatter_add take three); a cat of more
+// keeps them on the heap.
 using LazyInputs = absl::InlinedVector<LazyRef, 3>;
 
 // Whether the value holds its buffer, read under the evaluation lock (another thread may be
