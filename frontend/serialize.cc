@@ -20,6 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "frontend/autograd.h"
 #include "ir/errors.h"
 #include "nlohmann/json.hpp"
 #include "runtime/devices.h"
@@ -651,6 +654,50 @@ NamedTensors load_safetensors_from_memory(std::string_view bytes, Device device,
 std::map<std::string, std::string> load_safetensors_metadata(const std::string& path) {
   FileSource source(path);
   return read_header(source).first.metadata;
+}
+
+void save_safetensors(const std::string& path, const nn::Module& module,
+                      const std::map<std::string, std::string>& metadata) {
+  save_safetensors(path, module.named_parameters(), metadata);
+}
+
+void load_safetensors(nn::Module& module, const std::string& path) {
+  NamedTensors loaded = load_safetensors(path);
+  std::map<std::string, Tensor> by_name(loaded.begin(), loaded.end());
+  std::vector<std::pair<std::string, Tensor>> parameters = module.named_parameters();
+  std::vector<std::string> missing, unexpected, mismatched;
+  std::set<std::string> expected;
+  for (const auto& [name, parameter] : parameters) {
+    expected.insert(name);
+    auto found = by_name.find(name);
+    if (found == by_name.end()) {
+      missing.push_back(absl::StrCat("\"", name, "\""));
+    } else if (found->second.sizes() != parameter.sizes()) {
+      mismatched.push_back(absl::StrCat("size mismatch for ", name, ": copying a param with shape ",
+                                        shape_str(found->second.sizes()),
+                                        " from checkpoint, the shape in current model is ",
+                                        shape_str(parameter.sizes())));
+    }
+  }
+  for (const auto& [name, tensor] : loaded)
+    if (!expected.contains(name)) unexpected.push_back(absl::StrCat("\"", name, "\""));
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    std::string message = absl::StrCat(path, ": Error(s) in loading the parameters of ",
+                                       module.repr().substr(0, module.repr().find('(')), ":");
+    if (!missing.empty())
+      absl::StrAppend(&message, " Missing key(s): ", absl::StrJoin(missing, ", "), ".");
+    if (!unexpected.empty())
+      absl::StrAppend(&message, " Unexpected key(s): ", absl::StrJoin(unexpected, ", "), ".");
+    for (const std::string& m : mismatched) absl::StrAppend(&message, " ", m, ".");
+    throw SerializationError(message);
+  }
+  // Every value converted first, in one evaluation; only then does any parameter change.
+  NoGradGuard no_grad;
+  std::vector<Tensor> values;
+  for (const auto& [name, parameter] : parameters)
+    values.push_back(by_name.at(name).to(parameter.device()).to(parameter.dtype()));
+  eval(values);
+  for (size_t i = 0; i < parameters.size(); ++i) parameters[i].second.set_data(values[i]);
 }
 
 }  // namespace lazyfuse

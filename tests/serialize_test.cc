@@ -693,5 +693,40 @@ TEST(SafetensorsCorpus, EveryInputPassesTheFuzzersCheck) {
     EXPECT_EQ(fuzz::check_safetensors(read_file(fixture(name))), "") << name;
 }
 
+// A module's parameters out and back in, as state_dict and load_state_dict(strict=True).
+TEST_F(SafetensorsFiles, ModuleParametersRoundTripAndAFailedLoadChangesNothing) {
+  manual_seed(1);
+  nn::Sequential saved(nn::Linear(3, 4), nn::ReLU(), nn::Linear(4, 2));
+  const std::string path = (dir_ / "net.safetensors").string();
+  save_safetensors(path, saved);
+  manual_seed(2);
+  nn::Sequential loaded(nn::Linear(3, 4), nn::ReLU(), nn::Linear(4, 2));
+  Tensor weight = loaded.named_parameters()[0].second;  // as an optimizer would hold it
+  load_safetensors(loaded, path);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(loaded.named_parameters()[i].second.to_vector<float>(),
+              saved.named_parameters()[i].second.to_vector<float>());
+    EXPECT_TRUE(loaded.named_parameters()[i].second.requires_grad());
+  }
+  EXPECT_EQ(weight.to_vector<float>(), saved.named_parameters()[0].second.to_vector<float>());
+
+  // Wrong shapes, a missing and an unexpected key: an error naming them, and nothing changes.
+  nn::Sequential other(nn::Linear(3, 5), nn::ReLU(), nn::Linear(5, 2, false));
+  const std::vector<float> before = other.named_parameters()[0].second.to_vector<float>();
+  try {
+    load_safetensors(other, path);
+    FAIL() << "expected SerializationError";
+  } catch (const SerializationError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("net.safetensors"), std::string::npos) << message;
+    EXPECT_NE(message.find("Unexpected key(s): \"2.bias\""), std::string::npos) << message;
+    EXPECT_NE(message.find("size mismatch for 0.weight"), std::string::npos) << message;
+  }
+  EXPECT_EQ(other.named_parameters()[0].second.to_vector<float>(), before);
+  save_safetensors(path, {{"0.weight", zeros({4, 3})}});
+  EXPECT_THROW(load_safetensors(loaded, path), SerializationError);  // keys missing
+  EXPECT_EQ(weight.to_vector<float>(), saved.named_parameters()[0].second.to_vector<float>());
+}
+
 }  // namespace
 }  // namespace lazyfuse

@@ -6,6 +6,7 @@
 #include "frontend/functional.h"
 #include "frontend/nn.h"
 #include "frontend/optim.h"
+#include "frontend/serialize.h"
 #include "frontend/tensor.h"
 #include "ir/device.h"
 #include "ir/dtype.h"
