@@ -99,6 +99,7 @@ struct AutogradMeta;  // frontend/autograd.h
 // values themselves never change, so everything made from the old value keeps meaning what it
 // meant when it was made (Note [In-place updates] in in_place.cc).
 struct TensorImpl {
+  explicit TensorImpl(LazyRef value) : value(std::move(value)) {}
   LazyRef value;
   uint32_t version = 0;
   // Set when the tensor requires grad: a leaf's accumulated gradient, or the node that
