@@ -446,6 +446,9 @@ void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& gra
   engine.run();
   BackwardRoots& roots = backward_roots();
   std::lock_guard lock(roots.mutex);
+  // Outputs gone since (a loop of backward() without a step()) are dropped, so the list holds
+  // at most the outputs still alive.
+  std::erase_if(roots.roots, [](const std::weak_ptr<TensorImpl>& root) { return root.expired(); });
   for (const Tensor& t : tensors) roots.roots.push_back(t.impl());
 }
 }  // namespace autograd

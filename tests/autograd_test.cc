@@ -262,6 +262,18 @@ TEST(Autograd, PrintsAsPyTorchPrints) {
   EXPECT_EQ((w * 2).detach().str(), "tensor([2., 4.])");
 }
 
+TEST(Autograd, BackwardRootsAreTheOutputsStillAlive) {
+  Tensor w = tensor({1.0}).requires_grad_();
+  take_backward_roots();
+  for (int i = 0; i < 100; ++i) (w * 2).sum().backward();  // each output gone at once
+  Tensor kept = (w * 3).sum();
+  kept.backward();
+  std::vector<Tensor> roots = take_backward_roots();
+  ASSERT_EQ(roots.size(), 1u);
+  EXPECT_TRUE(roots[0].is_same(kept));
+  EXPECT_TRUE(take_backward_roots().empty());
+}
+
 TEST(Autograd, GradLeavesGradAlone) {
   Tensor w = tensor({1.0, 2.0}, TensorOptions().requires_grad(true));
   EXPECT_TRUE(w.requires_grad());
