@@ -30,10 +30,10 @@ struct FormatInput {
 //
 // Half-precision values must already be widened to double exactly (PyTorch formats them as
 // float32, and every float32 is exact in a double). Suffixes come after the data in the order
-// device, size, dtype, grad; "size=(...)" is added here for empty tensors that are not 1-D, as PyTorch
-// does, while whether to show the dtype is the caller's call (note that PyTorch shows it for an
-// empty tensor of any dtype other than the default float, int64 included). Like PyTorch, a suffix
-// that would push the last line past 80 columns goes on its own line.
+// device, size, dtype, grad; "size=(...)" is added here for empty tensors that are not 1-D, as
+// PyTorch does, while whether to show the dtype is the caller's call (note that PyTorch shows it
+// for an empty tensor of any dtype other than the default float, int64 included). Like PyTorch, a
+// suffix that would push the last line past 80 columns goes on its own line.
 //
 // Bool tensors read `values` (or `int_values` when only that one has numel() entries).
 // Throws ShapeError when the value vector the dtype reads does not hold numel(shape) values.
