@@ -284,7 +284,8 @@ class Engine {
 
   void add_target(AutogradMeta* meta) { targets_.insert(meta); }
 
-  // Runs the walk; in grad() mode returns the targets' gradients.
+  // Runs the walk: accumulates into leaves in backward() mode; in grad() mode the targets'
+  // gradients are then read with gradient_of().
   void run() {
     const std::vector<AutogradMeta*> order = topological_order();
     AutoGradMode mode(create_graph_);
@@ -365,13 +366,14 @@ class Engine {
       const SavedOperand& operand = node.operands[i];
       needed[i] = operand.edge != nullptr && matters_.at(operand.edge.get());
       auto impl = operand.impl.lock();
-      if (impl != nullptr && impl->version != operand.version && stale.empty()) {
-        stale = absl::StrCat(
-            "one of the variables needed for gradient computation has been modified by an "
-            "inplace operation: ",
-            describe(operand), ", which is operand ", i, " of ", grad_fn_name_of(node.op),
-            " (made at ", node.where.str(), "), is at version ", impl->version,
-            "; expected version ", operand.version, " instead.");
+      if (impl != nullptr && impl->version != operand.version) {
+        if (stale.empty())
+          stale = absl::StrCat(
+              "one of the variables needed for gradient computation has been modified by an "
+              "inplace operation: ",
+              describe(operand), ", which is operand ", i, " of ", grad_fn_name_of(node.op),
+              " (made at ", node.where.str(), "), is at version ", impl->version,
+              "; expected version ", operand.version, " instead.");
         continue;  // the rule must not read it
       }
       operands[i] = saved_tensor(operand.value, create_graph_ ? operand.edge : nullptr);
@@ -380,7 +382,7 @@ class Engine {
     absl::InlinedVector<Tensor, 3> grads;
     try {
       grads = GradientRule(node, gradient, std::move(operands), std::move(result), needed).apply();
-    } catch (const Error& e) {
+    } catch (const Error&) {
       // A rule that reads a value it cannot have: freed, or changed in place since.
       if (node.released)
         throw GradError(absl::StrCat(

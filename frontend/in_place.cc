@@ -63,6 +63,13 @@ Tensor& update_in_place(Tensor& self, const char* what, bool cast_any, const Loc
   return self;
 }
 
+// add_'s and sub_'s `other * alpha`, with no multiply for the usual alpha of 1.
+Tensor times_alpha(const Tensor& other, const Scalar& alpha, const Loc& where) {
+  const bool unit =
+      alpha.kind() != ScalarKind::Floating ? alpha.to_int() == 1 : alpha.to_double() == 1.0;
+  return unit ? other : operator*({other, where}, alpha);
+}
+
 }  // namespace
 
 uint32_t Tensor::_version() const { return impl()->version; }
@@ -75,9 +82,7 @@ void Tensor::set_data(const Tensor& new_data) {
 
 Tensor& Tensor::add_(const Tensor& other, Scalar alpha, Loc where) {
   return update_in_place(*this, "add_", false, where, [&] {
-    const bool unit =
-        alpha.kind() != ScalarKind::Floating ? alpha.to_int() == 1 : alpha.to_double() == 1.0;
-    return unit ? operator+({*this, where}, other) : operator+({*this, where}, other* alpha);
+    return operator+({*this, where}, times_alpha(other, alpha, where));
   });
 }
 Tensor& Tensor::add_(Scalar other, Loc where) {
@@ -87,9 +92,7 @@ Tensor& Tensor::add_(Scalar other, Loc where) {
 }
 Tensor& Tensor::sub_(const Tensor& other, Scalar alpha, Loc where) {
   return update_in_place(*this, "sub_", false, where, [&] {
-    const bool unit =
-        alpha.kind() != ScalarKind::Floating ? alpha.to_int() == 1 : alpha.to_double() == 1.0;
-    return unit ? operator-({*this, where}, other) : operator-({*this, where}, other* alpha);
+    return operator-({*this, where}, times_alpha(other, alpha, where));
   });
 }
 Tensor& Tensor::sub_(Scalar other, Loc where) {

@@ -424,7 +424,11 @@ BufferView run_matmul(const Node& node, const BufferView& a, const BufferView& b
     if (x.dtype == work)
       if (std::optional<cuda::GemmOperand> in_place = gemm_operand(view)) return *in_place;
     staged = cuda_convert(view, work);
-    return *gemm_operand(*staged);
+    std::optional<cuda::GemmOperand> dense = gemm_operand(*staged);
+    if (!dense)
+      throw UnsupportedError(absl::StrCat("matmul: a row of ", full.back(),
+                                          " elements is more than cuBLAS can address"));
+    return *dense;
   };
   std::optional<BufferView> a_staged, b_staged;
   const cuda::GemmOperand a_operand = operand(a, shapes.a_full, shapes.a_strides, a_staged);

@@ -476,6 +476,16 @@ TEST(InPlace, ChangingAValueBackwardNeedsIsAnError) {
   }
 }
 
+TEST(InPlace, EveryChangedOperandIsKeptFromTheRule) {
+  // Both operands of the division changed; the rule for h reads only c, the second of them.
+  Tensor w = tensor({1.0, 2.0}).requires_grad_();
+  Tensor h = w * 1, c = tensor({2.0, 4.0});
+  Tensor y = (h / c).sum();
+  h.add_(1);
+  c.add_(1);
+  EXPECT_THROW(y.backward(), GradError);
+}
+
 TEST(InPlace, RecordsItsGradientOnANonLeaf) {
   Tensor w = tensor({1.0, 2.0}).requires_grad_();
   Tensor h = w * 1;
