@@ -2,7 +2,9 @@
 // `classes`-way head, cross-entropy, Adam, and the loss read back every step. Two modes:
 //
 //   lazyfuse_train_bench [options]             times steps; prints one JSON line: the median and
-//                                              mean microseconds per step, kernels and
+//                                              mean microseconds per step, kernels (schedule
+//                                              steps), launches (what the device ran: a group of
+//                                              kernels is one, a staging copy one more) and
 //                                              evaluations per step
 //   lazyfuse_train_bench --dump=DIR [options]  writes DIR/init.safetensors (the initial
 //                                              parameters, named as torch.nn.Sequential names
@@ -162,10 +164,12 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"peer\": \"lazyfuse\", \"device\": \"%s\", \"dtype\": \"%s\", \"batch\": %lld, "
       "\"width\": %lld, \"layers\": %lld, \"us_per_step_median\": %.1f, \"us_per_step_mean\": "
-      "%.1f, \"kernels_per_step\": %.1f, \"evaluations_per_step\": %.2f}\n",
+      "%.1f, \"kernels_per_step\": %.1f, \"launches_per_step\": %.1f, "
+      "\"evaluations_per_step\": %.2f}\n",
       c.device.str().c_str(), dtype_torch_name(c.dtype), static_cast<long long>(c.batch),
       static_cast<long long>(c.width), static_cast<long long>(c.layers), sorted[sorted.size() / 2],
       mean, static_cast<double>(stats.kernels) / c.steps,
+      static_cast<double>(stats.launches) / c.steps,
       static_cast<double>(stats.evaluations) / c.steps);
   return 0;
 }

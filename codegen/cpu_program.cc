@@ -349,6 +349,13 @@ std::string CpuProgram::listing() const {
 
 std::string cpu_step_listing(const Graph& graph, const Step& step) {
   if (step.kind == StepKind::Elementwise) return CpuProgram::compile(graph, step).listing();
+  if (step.kind == StepKind::Group) {
+    std::string out;
+    for (const Step& member : step.members)
+      absl::StrAppend(&out, "// ", member.kernel_name(), "\n",
+                      CpuProgram::compile(graph, member).listing());
+    return out;
+  }
   if (step.kind != StepKind::Reduction)
     return "// (no CPU program: a library call, a view or a transfer)\n";
   std::string out;

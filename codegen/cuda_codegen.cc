@@ -6,11 +6,13 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "codegen/cuda_emit.h"
 #include "codegen/cuda_prologue.inc"
 #include "codegen/dtype_dispatch.h"
 #include "ir/errors.h"
+#include "ir/stable_hash.h"
 
 namespace lazyfuse {
 namespace {
@@ -329,7 +331,9 @@ std::string cuda_kernel_cache_key(const Step& step, const CudaElementwiseSpec& s
                       fast_math ? ".fast" : "");
 }
 
-CudaSource cuda_source_for_fresh_operands(const Graph& graph, const Step& step) {
+namespace {
+
+CudaElementwiseSpec spec_for_fresh_operands(const Graph& graph, const Step& step) {
   std::vector<OperandLayout> layouts;
   uint64_t address = 1 << 20;
   for (ValueId v : step.inputs) {
@@ -346,36 +350,53 @@ CudaSource cuda_source_for_fresh_operands(const Graph& graph, const Step& step) 
   }
   CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, sizes);
   if (step.kind == StepKind::Reduction) plan.spec.vectorized = false;
-  return generate_cuda_step(graph, step, plan.spec);
+  return plan.spec;
 }
 
-CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
-                                     const CudaElementwiseSpec& spec, bool fast_math) {
+}  // namespace
+
+CudaSource cuda_source_for_fresh_operands(const Graph& graph, const Step& step) {
+  if (step.kind != StepKind::Group)
+    return generate_cuda_step(graph, step, spec_for_fresh_operands(graph, step));
+  std::vector<const Step*> members;
+  std::vector<CudaElementwiseSpec> specs;
+  for (const Step& member : step.members) {
+    members.push_back(&member);
+    specs.push_back(spec_for_fresh_operands(graph, member));
+  }
+  return generate_cuda_group(graph, members, specs);
+}
+
+namespace {
+
+// An elementwise step's struct of arguments and the statements of its body, which walk the
+// step's space with the threads of blocks [block, block + blocks) of a grid as `block` and
+// `blocks` name them: a kernel of its own passes blockIdx.x and gridDim.x, a group's member its
+// share of the group's blocks.
+struct ElementwiseParts {
+  std::string declaration;  // "struct Args_<name> {...};"
+  std::string body;
+};
+
+ElementwiseParts elementwise_parts(const Graph& graph, const Step& step,
+                                   const CudaElementwiseSpec& spec, const std::string& name,
+                                   const std::string& block, const std::string& blocks) {
   const int rank = spec.rank;
   const size_t num_inputs = step.inputs.size();
-  CudaSource out;
-  out.kernel_name =
-      absl::StrReplaceAll(absl::StrCat(step.kernel_name(), "_", spec.code()), {{".", "_"}});
-  std::string& s = out.source;
-  if (fast_math) s += "#define LF_FAST_MATH 1\n";
-  s += cuda_prologue();
-  absl::StrAppend(&s, "\n// ", step.nodes.size(), " fused nodes\n",
-                  elementwise_arg_layout(spec, static_cast<int>(num_inputs),
-                                         static_cast<int>(step.outputs.size()))
-                      .declare(absl::StrCat("Args_", out.kernel_name)),
-                  "\n");
-  absl::StrAppend(&s, "extern \"C\" __global__ void __launch_bounds__(256) ", out.kernel_name,
-                  "(const Args_", out.kernel_name, " args) {\n");
+  ElementwiseParts parts;
+  parts.declaration = elementwise_arg_layout(spec, static_cast<int>(num_inputs),
+                                             static_cast<int>(step.outputs.size()))
+                          .declare(absl::StrCat("Args_", name));
+  std::string& s = parts.body;
   absl::StrAppend(&s, "  typedef ", spec.index64 ? "long long" : "unsigned int", " IDX;\n");
   s += emit_input_pointers(graph, step.inputs);
   for (size_t k = 0; k < step.outputs.size(); ++k)
     absl::StrAppend(&s, "  ", storage_type(graph.nodes[step.outputs[k]].dtype),
                     "* __restrict__ out", k, " = (",
                     storage_type(graph.nodes[step.outputs[k]].dtype), "*)args.out[", k, "];\n");
-  s += "  const IDX n = (IDX)args.n;\n"
-       "  const IDX tid = (IDX)blockIdx.x * blockDim.x + threadIdx.x;\n"
-       "  const IDX step = (IDX)gridDim.x * blockDim.x;\n";
-
+  absl::StrAppend(&s, "  const IDX n = (IDX)args.n;\n  const IDX tid = (IDX)", block,
+                  " * blockDim.x + threadIdx.x;\n  const IDX step = (IDX)", blocks,
+                  " * blockDim.x;\n");
   // The body for one element `i`, given how each input element is read and how each result is
   // written.
   auto body = [&](const std::vector<std::string>& load, const std::vector<std::string>& store,
@@ -428,7 +449,72 @@ CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
   absl::StrAppend(&s, "  for (IDX i = ", start, "; i < n; i += step) {\n");
   s += emit_coordinates(rank, "    ");
   s += body(load, store, "    ");
-  s += "  }\n}\n";
+  s += "  }\n";
+  return parts;
+}
+
+}  // namespace
+
+CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
+                                     const CudaElementwiseSpec& spec, bool fast_math) {
+  CudaSource out;
+  out.kernel_name =
+      absl::StrReplaceAll(absl::StrCat(step.kernel_name(), "_", spec.code()), {{".", "_"}});
+  const ElementwiseParts parts =
+      elementwise_parts(graph, step, spec, out.kernel_name, "blockIdx.x", "gridDim.x");
+  std::string& s = out.source;
+  if (fast_math) s += "#define LF_FAST_MATH 1\n";
+  s += cuda_prologue();
+  absl::StrAppend(&s, "\n// ", step.nodes.size(), " fused nodes\n", parts.declaration, "\n");
+  absl::StrAppend(&s, "extern \"C\" __global__ void __launch_bounds__(256) ", out.kernel_name,
+                  "(const Args_", out.kernel_name, " args) {\n", parts.body, "}\n");
+  return out;
+}
+
+std::string cuda_group_kernel_name(std::span<const std::string> member_keys) {
+  StableHash h;
+  for (const std::string& key : member_keys) h.add(key);
+  return absl::StrFormat("g_%016x", h.value());
+}
+
+CudaSource generate_cuda_group(const Graph& graph, std::span<const Step* const> members,
+                               std::span<const CudaElementwiseSpec> specs, bool fast_math) {
+  std::vector<std::string> keys;
+  for (size_t m = 0; m < members.size(); ++m)
+    keys.push_back(cuda_kernel_cache_key(*members[m], specs[m], fast_math));
+  CudaSource out;
+  out.kernel_name = cuda_group_kernel_name(keys);
+  std::string& s = out.source;
+  if (fast_math) s += "#define LF_FAST_MATH 1\n";
+  s += cuda_prologue();
+  // One function per distinct member kernel; members of one kernel call it with their own
+  // arguments.
+  std::vector<std::string> function_of(members.size());
+  std::vector<std::string> defined;
+  for (size_t m = 0; m < members.size(); ++m) {
+    const std::string name = absl::StrReplaceAll(
+        absl::StrCat(members[m]->kernel_name(), "_", specs[m].code()), {{".", "_"}});
+    function_of[m] = name;
+    if (std::find(defined.begin(), defined.end(), name) != defined.end()) continue;
+    defined.push_back(name);
+    const ElementwiseParts parts =
+        elementwise_parts(graph, *members[m], specs[m], name, "block", "blocks");
+    absl::StrAppend(&s, "\n// ", members[m]->nodes.size(), " fused nodes\n", parts.declaration,
+                    "static __device__ __forceinline__ void ", name, "(const Args_", name,
+                    "& args, unsigned int block, unsigned int blocks) {\n", parts.body, "}\n");
+  }
+  absl::StrAppend(&s, "\nstruct Args_", out.kernel_name, " {\n");
+  for (size_t m = 0; m < members.size(); ++m)
+    absl::StrAppend(&s, "  Args_", function_of[m], " m", m, ";\n");
+  absl::StrAppend(&s, "  long long start[", members.size() + 1, "];\n};\n\n");
+  absl::StrAppend(&s, "extern \"C\" __global__ void __launch_bounds__(256) ", out.kernel_name,
+                  "(const Args_", out.kernel_name, " args) {\n",
+                  "  const unsigned int b = blockIdx.x;\n");
+  for (size_t m = 0; m < members.size(); ++m)
+    absl::StrAppend(&s, "  ", m ? "else " : "", "if (b < (unsigned int)args.start[", m + 1, "]) ",
+                    function_of[m], "(args.m", m, ", b - (unsigned int)args.start[", m,
+                    "], (unsigned int)(args.start[", m + 1, "] - args.start[", m, "]));\n");
+  s += "}\n";
   return out;
 }
 

@@ -68,6 +68,16 @@ struct CudaSource {
 CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
                                      const CudaElementwiseSpec& spec, bool fast_math = false);
 
+// A Group step's kernel (Note [Horizontal fusion] in ir/passes/horizontal_fusion.cc), for the
+// members given, each an elementwise step with its variant: every member's body is a function
+// over a range of blocks, and the kernel's blocks go to the members in order. Its parameter: each
+// member's elementwise arguments in member order (elementwise_arg_layout), then
+// start[members + 1], the first block of each member and, last, the grid's size. Named
+// "g_<hash>" by the members' cache keys (cuda_group_kernel_name), which key it in the cache.
+CudaSource generate_cuda_group(const Graph& graph, std::span<const Step* const> members,
+                               std::span<const CudaElementwiseSpec> specs, bool fast_math = false);
+std::string cuda_group_kernel_name(std::span<const std::string> member_keys);
+
 // The prologue every kernel starts with (codegen/cuda_prologue.cuh and codegen/philox.h).
 const std::string& cuda_prologue();
 

@@ -16,6 +16,11 @@
 //     %3 = add %0, %2 : f32[3] @cpu
 //     ...
 //   }
+//
+// A Group step's members print as their kernels, after a comment (the parser skips it) that
+// says they share one launch:
+//
+//   // one launch, @g_5d2e8a41: the 2 kernels below
 #include <charconv>
 #include <cstdint>
 #include <string>
@@ -199,9 +204,19 @@ std::string print_schedule(const Schedule& schedule, const PrintOptions& options
   // How many steps compute each value: more than one only for a scalar constant that several
   // kernels recompute. Such a constant belongs to none of them alone, and a value is defined
   // once in the text, so it prints outside the regions, before the first kernel that uses it.
+  // A group's members print as the kernels they are, after a comment naming the launch they
+  // share.
+  std::vector<const Step*> kernels;
+  for (const Step& step : schedule.steps) {
+    if (step.kind != StepKind::Group) {
+      kernels.push_back(&step);
+      continue;
+    }
+    for (const Step& member : step.members) kernels.push_back(&member);
+  }
   std::vector<int> steps_of(graph.nodes.size(), 0);
-  for (const Step& step : schedule.steps)
-    for (ValueId v : step.nodes) ++steps_of[v];
+  for (const Step* step : kernels)
+    for (ValueId v : step->nodes) ++steps_of[v];
   std::vector<bool> printed(graph.nodes.size(), false);
   auto print_line = [&](ValueId id, std::string_view indent) {
     out += indent;
@@ -209,13 +224,13 @@ std::string print_schedule(const Schedule& schedule, const PrintOptions& options
     out += "\n";
     printed[id] = true;
   };
-  for (const Step& step : schedule.steps) {
+  auto print_step = [&](const Step& step) {
     // A step of one matmul, view, transfer or reduction prints as that node: a region would
     // say nothing the node does not. An elementwise step is a region even alone, since it is a
     // generated kernel with a name (`lazyfuse codegen` shows it).
     if (step.kind != StepKind::Elementwise && step.nodes.size() == 1) {
       if (!printed[step.nodes[0]]) print_line(step.nodes[0], "  ");
-      continue;
+      return;
     }
     for (ValueId v : step.nodes)
       if (steps_of[v] > 1 && !printed[v]) print_line(v, "  ");
@@ -229,6 +244,18 @@ std::string print_schedule(const Schedule& schedule, const PrintOptions& options
     for (ValueId v : step.nodes)
       if (steps_of[v] == 1) print_line(v, "    ");
     out += "  }\n";
+  };
+  for (const Step& step : schedule.steps) {
+    if (step.kind != StepKind::Group) {
+      print_step(step);
+      continue;
+    }
+    out += "  // one launch, @";
+    out += step.kernel_name();
+    out += ": the ";
+    out += std::to_string(step.members.size());
+    out += " kernels below\n";
+    for (const Step& member : step.members) print_step(member);
   }
   // Nodes no step computes (a scalar constant nothing uses, when dce did not run) still belong
   // to the graph; they print last, where every operand is defined.

@@ -1,13 +1,88 @@
-// Steps: kernel names and counts. (print_schedule is in printer.cc, beside the parser's twin of
-// every choice it makes; how a backend lowers a reduction step is codegen/kernel_plan.cc's.)
+// Steps: kernel names and keys, counts, and an order. (print_schedule is in printer.cc, beside the
+// parser's twin of every choice it makes; how a backend lowers a reduction step is
+// codegen/kernel_plan.cc's.)
 #include "ir/schedule.h"
 
+#include <queue>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
+#include "ir/errors.h"
+#include "ir/stable_hash.h"
 
 namespace lazyfuse {
 
 std::string Step::kernel_name() const {
-  return absl::StrFormat("k_%08x", static_cast<uint32_t>(kernel_key ^ (kernel_key >> 32)));
+  return absl::StrFormat("%s_%08x", kind == StepKind::Group ? "g" : "k",
+                         static_cast<uint32_t>(kernel_key ^ (kernel_key >> 32)));
+}
+
+uint64_t step_kernel_key(const Graph& graph, const Step& step) {
+  if (step.kind == StepKind::Group) {
+    StableHash h;
+    h.add(step.kind);
+    for (const Step& member : step.members) h.add(step_kernel_key(graph, member));
+    return h.value();
+  }
+  // Local numbering: inputs first, then members, so the key does not depend on value ids.
+  absl::flat_hash_map<ValueId, int> local;
+  for (ValueId v : step.inputs) local.emplace(v, static_cast<int>(local.size()));
+  for (ValueId v : step.nodes) local.emplace(v, static_cast<int>(local.size()));
+  StableHash h;
+  h.add(step.kind).add(step.shape.size()).add(step.device);
+  for (ValueId v : step.inputs) {
+    const Node& n = graph.nodes[v];
+    // Which dims broadcast is part of the kernel; the sizes are not.
+    std::vector<bool> broadcast;
+    size_t offset = step.shape.size() - std::min(step.shape.size(), n.shape.size());
+    for (size_t d = 0; d < n.shape.size(); ++d)
+      broadcast.push_back(n.shape[d] == 1 && offset + d < step.shape.size() &&
+                          step.shape[offset + d] != 1);
+    h.add(n.dtype).add(n.shape.size()).add(broadcast);
+  }
+  for (ValueId v : step.nodes) {
+    const Node& n = graph.nodes[v];
+    std::vector<int> operands;
+    for (ValueId in : n.inputs) operands.push_back(local.at(in));
+    h.add(n.op).add(n.dtype).add(n.shape.size()).add(operands).add(hash_attrs(n.attrs));
+  }
+  for (ValueId v : step.outputs) h.add(local.at(v));
+  return h.value();
+}
+
+std::vector<Step> order_steps(const Graph& graph, std::vector<Step> steps) {
+  std::vector<int> producer_step(graph.nodes.size(), -1);
+  for (size_t s = 0; s < steps.size(); ++s)
+    for (ValueId v : steps[s].outputs) producer_step[v] = static_cast<int>(s);
+  std::vector<std::vector<int>> consumers(steps.size());
+  std::vector<int> indegree(steps.size(), 0);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    absl::flat_hash_set<int> producers;
+    for (ValueId in : steps[s].inputs) {
+      if (producer_step[in] >= 0) producers.insert(producer_step[in]);
+    }
+    for (int p : producers) {
+      consumers[p].push_back(static_cast<int>(s));
+      ++indegree[s];
+    }
+  }
+  using Entry = std::pair<ValueId, int>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> ready;
+  for (size_t s = 0; s < steps.size(); ++s)
+    if (indegree[s] == 0) ready.push({steps[s].nodes.back(), static_cast<int>(s)});
+  std::vector<Step> ordered;
+  while (!ready.empty()) {
+    int s = ready.top().second;
+    ready.pop();
+    for (int c : consumers[s])
+      if (--indegree[c] == 0) ready.push({steps[c].nodes.back(), c});
+    ordered.push_back(std::move(steps[s]));
+  }
+  // A cycle between steps would leave some out of the order, and their values uncomputed.
+  if (ordered.size() != steps.size())
+    throw VerifierError("fusion: the steps depend on each other in a cycle");
+  return ordered;
 }
 
 int Schedule::num_kernels() const {

@@ -17,6 +17,9 @@ enum class StepKind : uint8_t {
   View,         // no work: new sizes and strides over the operand's storage
   Transfer,     // a copy between devices
   Index,        // gather, scatter_add or cat: one node over stored operands (a library step)
+  // Independent elementwise kernels (`members`) launched as one (Note [Horizontal fusion] in
+  // ir/passes/horizontal_fusion.cc): an optimizer's update of every parameter in one launch.
+  Group,
 };
 
 struct Step {
@@ -28,15 +31,27 @@ struct Step {
   std::vector<ValueId> inputs;
   // Members whose values are stored: graph outputs and values later steps read.
   std::vector<ValueId> outputs;
-  // The iteration space: an elementwise kernel's shape; a reduction's operand's shape.
+  // The iteration space: an elementwise kernel's shape; a reduction's operand's shape; a
+  // group's first member's.
   Shape shape;
   Device device = Device::cpu();
   // A hash of the kernel's structure that leaves sizes out (ops, dtypes, ranks, attributes,
   // operand wiring): the name of the kernel and the key of compiled-code caches.
   uint64_t kernel_key = 0;
+  // A group's kernels, each an Elementwise step, none reading what another computes. The
+  // group's nodes, inputs and outputs are theirs, concatenated in member order.
+  std::vector<Step> members;
 
-  std::string kernel_name() const;  // "k_3f9a1c0b"
+  std::string kernel_name() const;  // "k_3f9a1c0b", a group's "g_3f9a1c0b"
 };
+
+// The step's kernel_key: for a group, a hash of its members' keys in order.
+uint64_t step_kernel_key(const Graph& graph, const Step& step);
+
+// `steps` in an order where every step comes after the steps computing its inputs (Kahn's
+// algorithm, the step with the smallest last member first, so the order follows the user's
+// program). Throws VerifierError when the steps depend on each other in a cycle.
+std::vector<Step> order_steps(const Graph& graph, std::vector<Step> steps);
 
 // The fusion pass's switches and caps, in one place (ir/passes/fusion.cc's note says why each
 // exists); the code generators rely on max_row (codegen/cuda_codegen.h's row kernel).

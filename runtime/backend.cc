@@ -18,7 +18,12 @@ std::array<std::atomic<Backend*>, kDeviceTypes>& registry() {
 
 std::atomic<Backend*>& slot(DeviceType type) { return registry()[static_cast<size_t>(type)]; }
 
+std::atomic<int64_t> launches{0};
+
 }  // namespace
+
+void count_launch() { launches.fetch_add(1, std::memory_order_relaxed); }
+int64_t launches_started() { return launches.load(std::memory_order_relaxed); }
 
 Backend& backend_for(const Device& device) { return *slot(device.type()).load(); }
 

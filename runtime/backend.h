@@ -57,6 +57,12 @@ class Backend {
 // The backend of `device`'s type.
 Backend& backend_for(const Device& device);
 
+// What the backends started, counted where they start it: a GPU kernel launch or library call
+// (a group of kernels is one launch, a copy that stages an operand another); on the CPU a
+// compute step's run (a group's members each). Evaluation reports the count (EvalStats).
+void count_launch();
+int64_t launches_started();
+
 // Puts `backend` in place of the registered one for devices of `type` while it lives (tests).
 // Not for use while another thread evaluates.
 class ScopedBackend {

@@ -105,11 +105,18 @@ struct CpuStepCache : StepCache {
   std::shared_ptr<const CpuProgram> program;
 };
 
+// A group's members' caches, in member order.
+struct CpuGroupCache : StepCache {
+  std::vector<std::unique_ptr<StepCache>> members;
+};
+
 class CpuBackend final : public Backend {
  public:
   void run_step(const Graph& graph, const Step& step, ValueBuffers& values,
                 std::unique_ptr<StepCache>* cache) override {
     const Node& node = graph.nodes[step.nodes.back()];
+    // A group counts its members, which run one after another.
+    if (step.kind != StepKind::Group) count_launch();
     switch (step.kind) {
       case StepKind::Elementwise: {
         std::shared_ptr<const CpuProgram>* program = nullptr;
@@ -123,6 +130,18 @@ class CpuBackend final : public Backend {
       case StepKind::Reduction:
         run_reduction(graph, step, values);
         return;
+      case StepKind::Group: {
+        // One launch on a GPU; here the members run one after another, each across the threads.
+        CpuGroupCache* group = nullptr;
+        if (cache != nullptr) {
+          if (*cache == nullptr) *cache = std::make_unique<CpuGroupCache>();
+          group = &static_cast<CpuGroupCache&>(**cache);
+          group->members.resize(step.members.size());
+        }
+        for (size_t m = 0; m < step.members.size(); ++m)
+          run_step(graph, step.members[m], values, group ? &group->members[m] : nullptr);
+        return;
+      }
       case StepKind::Matmul:
         values[step.nodes[0]] = cpu_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);
         return;

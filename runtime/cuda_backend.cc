@@ -50,6 +50,7 @@ uint64_t address(const BufferView& view) { return reinterpret_cast<uint64_t>(vie
 void launch(cuda::CUfunction function, int64_t blocks, unsigned threads, KernelArgs& args,
             const std::string& name) {
   if (blocks == 0) return;
+  count_launch();
   void* params[] = {args.data()};
   cuda::check(cuda::driver()->cuLaunchKernel(function, static_cast<unsigned>(blocks), 1, 1, threads,
                                              1, 1, 0, nullptr, params, nullptr),
@@ -194,6 +195,121 @@ void run_elementwise(const Graph& graph, const Step& step, ValueBuffers& values,
   KernelArgs args = pack_elementwise_args(kernel.plan, input_addresses(step, values), outputs);
   launch(static_cast<cuda::CUfunction>(kernel.function), elementwise_blocks(kernel.plan, device),
          kThreadsPerBlock, args, kernel.name);
+}
+
+// What a Group step keeps between runs: each member's plan (in its LaunchMemo, whose function
+// stays null) and the launches made of them, valid while every member's plan fits its operands.
+struct GroupMemo : StepCache {
+  std::vector<LaunchMemo> members;
+  struct Launch {
+    std::vector<size_t> members;  // member indices, in order
+    void* function = nullptr;     // the CUfunction: a group kernel, or a member's own kernel
+    std::string name;
+  };
+  std::vector<Launch> launches;
+  bool valid = false;
+};
+
+// The parameter space every GPU since Volta takes in one launch (4 KiB; newer drivers take more,
+// which a launch need not rely on), in 8-byte words.
+constexpr int kMaxParameterWords = 4096 / 8;
+
+// A Group step (Note [Horizontal fusion]): its members' kernels as few launches, each a group
+// kernel whose blocks are split among its members (or a member's own kernel where it is alone
+// in a launch), cut where the arguments would outgrow the parameter space.
+void run_group(const Graph& graph, const Step& step, ValueBuffers& values, GroupMemo* memo) {
+  const int device = step.device.index();
+  cuda::activate(device);
+  const size_t count = step.members.size();
+  std::vector<absl::InlinedVector<uint64_t, 4>> outputs(count);
+  bool outputs_aligned = true;
+  for (size_t m = 0; m < count; ++m) {
+    const Step& member = step.members[m];
+    outputs[m] = allocate_outputs(graph, member, values);
+    for (size_t k = 0; k < member.outputs.size(); ++k)
+      outputs_aligned &=
+          outputs[m][k] % (kVectorAlignment * dtype_size(graph.nodes[member.outputs[k]].dtype)) ==
+          0;
+  }
+  // A memo is kept only for aligned outputs, which any plan suits (as run_elementwise keeps it).
+  GroupMemo scratch;
+  GroupMemo& kept = outputs_aligned && memo != nullptr ? *memo : scratch;
+  const bool fast_math = env_config().fast_math;
+  kept.members.resize(count);
+  bool replanned = !kept.valid;
+  for (size_t m = 0; m < count; ++m) {
+    const Step& member = step.members[m];
+    if (memo_fits(kept.members[m], member, values, fast_math)) continue;
+    const Operands operands = operands_of(member, values);
+    std::vector<int64_t> output_sizes;
+    for (ValueId v : member.outputs) output_sizes.push_back(dtype_size(graph.nodes[v].dtype));
+    CudaElementwiseLaunch plan =
+        plan_cuda_elementwise(member, operands.layouts, outputs[m], output_sizes);
+    const std::string key = cuda_kernel_cache_key(member, plan.spec, fast_math);
+    remember_launch(kept.members[m], operands.layouts, std::move(plan), nullptr, key, fast_math);
+    replanned = true;
+  }
+  if (replanned) {
+    kept.launches.clear();
+    int words = 0;
+    for (size_t m = 0; m < count; ++m) {
+      const LaunchMemo& member = kept.members[m];
+      if (member.plan.numel == 0) continue;
+      const int member_words =
+          elementwise_arg_layout(member.plan.spec, static_cast<int>(step.members[m].inputs.size()),
+                                 static_cast<int>(step.members[m].outputs.size()))
+              .words();
+      // Each launch's words: its members', and one start per member and one more.
+      if (kept.launches.empty() ||
+          words + member_words + 1 + static_cast<int>(kept.launches.back().members.size()) + 1 >
+              kMaxParameterWords) {
+        kept.launches.emplace_back();
+        words = 0;
+      }
+      kept.launches.back().members.push_back(m);
+      words += member_words;
+    }
+    for (GroupMemo::Launch& call : kept.launches) {
+      if (call.members.size() == 1) {
+        const size_t m = call.members[0];
+        call.name = kept.members[m].name;
+        call.function = cuda::get_kernel(device, call.name, [&] {
+          return generate_cuda_elementwise(graph, step.members[m], kept.members[m].plan.spec,
+                                           fast_math);
+        });
+        continue;
+      }
+      std::vector<std::string> keys;
+      std::vector<const Step*> members;
+      std::vector<CudaElementwiseSpec> specs;
+      for (size_t m : call.members) {
+        keys.push_back(kept.members[m].name);
+        members.push_back(&step.members[m]);
+        specs.push_back(kept.members[m].plan.spec);
+      }
+      call.name = cuda_group_kernel_name(keys);
+      call.function = cuda::get_kernel(
+          device, call.name, [&] { return generate_cuda_group(graph, members, specs, fast_math); });
+    }
+    kept.valid = true;
+  } else {
+    cuda::count_memory_hit();
+  }
+  for (const GroupMemo::Launch& call : kept.launches) {
+    KernelArgs args;
+    absl::InlinedVector<int64_t, 16> starts = {0};
+    for (size_t m : call.members) {
+      const LaunchMemo& member = kept.members[m];
+      KernelArgs words =
+          pack_elementwise_args(member.plan, input_addresses(step.members[m], values), outputs[m]);
+      args.insert(args.end(), words.begin(), words.end());
+      starts.push_back(starts.back() + elementwise_blocks(member.plan, device));
+    }
+    if (call.members.size() > 1)
+      for (int64_t start : starts) args.push_back(static_cast<uint64_t>(start));
+    launch(static_cast<cuda::CUfunction>(call.function), starts.back(), kThreadsPerBlock, args,
+           call.name);
+  }
 }
 
 // A contiguous copy of `source` (any strides, broadcast included) converted to `dtype`: one
@@ -434,6 +550,7 @@ BufferView run_matmul(const Node& node, const BufferView& a, const BufferView& b
   const cuda::GemmOperand a_operand = operand(a, shapes.a_full, shapes.a_strides, a_staged);
   const cuda::GemmOperand b_operand = operand(b, shapes.b_full, shapes.b_strides, b_staged);
   BufferView c = allocate_buffer(node.device, work, node.shape);
+  count_launch();
   cuda::gemm_strided_batched(device, work, a_operand, b_operand, c.data(), shapes.n, shapes.k,
                              shapes.m, shapes.batches);
   return work == node.dtype ? c : cuda_convert(c, node.dtype);
@@ -602,9 +719,13 @@ BufferView run_index(const Node& node, const ValueBuffers& values) {
   throw VerifierError(absl::StrCat(op_name(node.op), " is not an index op"));
 }
 
-void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, LaunchMemo* memo) {
+void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, StepCache* cache) {
   const Node& node = graph.nodes[step.nodes.back()];
+  LaunchMemo* memo = step.kind == StepKind::Group ? nullptr : static_cast<LaunchMemo*>(cache);
   switch (step.kind) {
+    case StepKind::Group:
+      run_group(graph, step, values, static_cast<GroupMemo*>(cache));
+      return;
     case StepKind::Elementwise:
       run_elementwise(graph, step, values, memo);
       return;
@@ -641,9 +762,13 @@ class CudaBackend final : public Backend {
  public:
   void run_step(const Graph& graph, const Step& step, ValueBuffers& values,
                 std::unique_ptr<StepCache>* cache) override {
-    if (cache != nullptr && *cache == nullptr) *cache = std::make_unique<LaunchMemo>();
-    run_cuda_step(graph, step, values,
-                  cache != nullptr ? &static_cast<LaunchMemo&>(**cache) : nullptr);
+    if (cache != nullptr && *cache == nullptr) {
+      if (step.kind == StepKind::Group)
+        *cache = std::make_unique<GroupMemo>();
+      else
+        *cache = std::make_unique<LaunchMemo>();
+    }
+    run_cuda_step(graph, step, values, cache != nullptr ? cache->get() : nullptr);
   }
 
   void* allocate(const Device& device, int64_t nbytes) override {

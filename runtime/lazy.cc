@@ -276,7 +276,8 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
       };
     if (dumping) {
       pipeline.after_pass = [&env](std::string_view pass, const std::string& ir) {
-        if (env.dump_ir || pass == "fusion") std::cerr << "// IR after " << pass << "\n" << ir;
+        if (env.dump_ir || pass == "horizontal-fusion")
+          std::cerr << "// IR after " << pass << "\n" << ir;
       };
     }
     made->schedule = run_pipeline(made->graph, pipeline);
@@ -294,7 +295,9 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
 
   ValueBuffers values(schedule.graph.nodes.size());
   for (size_t i = 0; i < walk.params.size(); ++i) values[i] = *walk.params[i]->buffer;
+  const int64_t launches_before = launches_started();
   run_schedule(schedule, values, cacheable ? &cached->step_caches : nullptr);
+  const int64_t launches = launches_started() - launches_before;
 
   // Only now, with every result in hand, do values change: a failure above loses nothing.
   for (size_t i = 0; i < pending.size(); ++i) {
@@ -307,15 +310,17 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   }
   ++stats.evaluations;
   stats.kernels += schedule.num_kernels();
+  stats.launches += launches;
   for (const Step& step : schedule.steps)
-    stats.elementwise_kernels += step.kind == StepKind::Elementwise;
+    stats.elementwise_kernels += step.kind == StepKind::Elementwise || step.kind == StepKind::Group;
   if (env.debug >= 1) {
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
             .count();
     std::cerr << "[lazyfuse] evaluated " << pending.size()
               << " value(s): " << schedule.graph.nodes.size() << " nodes, "
-              << schedule.num_kernels() << " kernel(s), " << ms << " ms\n";
+              << schedule.num_kernels() << " kernel(s) in " << launches << " launch(es), " << ms
+              << " ms\n";
   }
 }
 

@@ -63,6 +63,9 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options = {})
 struct EvalStats {
   int64_t evaluations = 0;
   int64_t kernels = 0;  // Schedule::num_kernels() summed: no views, no transfers
+  // What the backends started running them (count_launch in runtime/backend.h): on a GPU, kernel
+  // launches and library calls, copies that stage operands included.
+  int64_t launches = 0;
   int64_t elementwise_kernels = 0;
   // Evaluations that reused a schedule (Note [Schedule cache] in lazy.cc), and those that could
   // not be cached (dumping, or too many nodes); the rest ran the passes and cached the result.

@@ -69,19 +69,36 @@ namespace lazyfuse {
 namespace {
 
 // Every step of a lowered graph as CUDA source, with operand layouts chosen by `strided`.
+// The variant each step gets for operands at one address, contiguous or reversed.
+CudaElementwiseLaunch plan_step(const Schedule& schedule, const Step& step, bool strided) {
+  std::vector<OperandLayout> layouts;
+  for (ValueId v : step.inputs) {
+    const Node& node = schedule.graph.nodes[v];
+    Strides strides = contiguous_strides(node.shape);
+    if (strided) std::reverse(strides.begin(), strides.end());
+    layouts.push_back({4096, dtype_size(node.dtype), node.shape, strides});
+  }
+  std::vector<uint64_t> outputs(step.outputs.size(), 8192);
+  std::vector<int64_t> sizes(step.outputs.size(), 8);
+  return plan_cuda_elementwise(step, layouts, outputs, sizes);
+}
+
 std::vector<CudaSource> generate_all(const Schedule& schedule, bool strided) {
   std::vector<CudaSource> sources;
   for (const Step& step : schedule.steps) {
-    std::vector<OperandLayout> layouts;
-    for (ValueId v : step.inputs) {
-      const Node& node = schedule.graph.nodes[v];
-      Strides strides = contiguous_strides(node.shape);
-      if (strided) std::reverse(strides.begin(), strides.end());
-      layouts.push_back({4096, dtype_size(node.dtype), node.shape, strides});
+    if (step.kind == StepKind::Group) {
+      // Each member as a kernel of its own (a launch that holds one) and all in one.
+      std::vector<const Step*> members;
+      std::vector<CudaElementwiseSpec> specs;
+      for (const Step& member : step.members) {
+        members.push_back(&member);
+        specs.push_back(plan_step(schedule, member, strided).spec);
+        sources.push_back(generate_cuda_elementwise(schedule.graph, member, specs.back()));
+      }
+      sources.push_back(generate_cuda_group(schedule.graph, members, specs));
+      continue;
     }
-    std::vector<uint64_t> outputs(step.outputs.size(), 8192);
-    std::vector<int64_t> sizes(step.outputs.size(), 8);
-    CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, sizes);
+    CudaElementwiseLaunch plan = plan_step(schedule, step, strided);
     const bool vectorized = plan.spec.vectorized;
     if (step.kind == StepKind::Reduction) plan.spec.vectorized = false;
     if (step.kind == StepKind::Elementwise || step.kind == StepKind::Reduction)
@@ -351,6 +368,51 @@ TEST(CudaCodegen, SoftmaxAndSumOfSquaresFuseTheirProducers) {
   return %2
 })");
   EXPECT_EQ(squares.num_kernels(), 1);
+}
+
+// Note [Horizontal fusion]: independent kernels of different spaces share a launch. The group
+// kernel defines one function per distinct member kernel (two members of one structure call the
+// same one), hands each member its range of blocks, and compiles, vectorized or strided.
+TEST(CudaCodegen, GroupKernelSplitsItsBlocksAmongItsMembers) {
+  Schedule schedule = lower(
+      R"(graph @updates(%0: f32[64,32] @cuda:0, %1: f32[64,32] @cuda:0, %2: f32[16] @cuda:0, %3: f32[16] @cuda:0, %4: f32[7] @cuda:0, %5: f32[7] @cuda:0) {
+  %6 = const {value = 0.1} : f32[] @cuda:0
+  %7 = mul %1, %6 : f32[64,32] @cuda:0
+  %8 = sub %0, %7 : f32[64,32] @cuda:0
+  %9 = mul %3, %6 : f32[16] @cuda:0
+  %10 = sub %2, %9 : f32[16] @cuda:0
+  %11 = mul %5, %6 : f32[7] @cuda:0
+  %12 = sub %4, %11 : f32[7] @cuda:0
+  return %8, %10, %12
+})");
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  const Step& group = schedule.steps[0];
+  ASSERT_EQ(group.kind, StepKind::Group);
+  ASSERT_EQ(group.members.size(), 3u);
+  EXPECT_EQ(schedule.num_kernels(), 1);
+  for (bool strided : {false, true}) {
+    std::vector<const Step*> members;
+    std::vector<CudaElementwiseSpec> specs;
+    for (const Step& member : group.members) {
+      members.push_back(&member);
+      specs.push_back(plan_step(schedule, member, strided).spec);
+    }
+    const CudaSource source = generate_cuda_group(schedule.graph, members, specs);
+    EXPECT_EQ(source.kernel_name.substr(0, 2), "g_");
+    // The [16] and [7] updates have one structure: with the same variant, one function.
+    const std::string member_function = absl::StrCat("static __device__ __forceinline__ void ",
+                                                     group.members[1].kernel_name(), "_");
+    size_t definitions = 0;
+    for (size_t at = source.source.find(member_function); at != std::string::npos;
+         at = source.source.find(member_function, at + 1))
+      ++definitions;
+    EXPECT_EQ(definitions, specs[1].code() == specs[2].code() ? 1u : 2u) << source.source;
+    EXPECT_NE(source.source.find("long long start[4];"), std::string::npos);
+    EXPECT_NE(source.source.find("else if (b < (unsigned int)args.start[3])"), std::string::npos);
+    if (!nvrtc_available()) continue;
+    SCOPED_TRACE(source.source);
+    EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+  }
 }
 
 TEST(CudaCodegen, CompileErrorCarriesTheLogAndTheSource) {

@@ -226,6 +226,71 @@ TEST_F(Cuda, NewSizeReusesTheKernel) {
   (void)before;
 }
 
+// Note [Horizontal fusion]: a hundred independent updates of parameters of every kind of
+// layout (vectorized float32 and bfloat16, a transposed view read by strides, a scalar, an
+// empty one) are one Group step, launched as few kernels as the parameter space allows, and
+// each matches a float64 reference; a second evaluation with new gradients reuses the plans.
+TEST_F(Cuda, GroupOfManyUpdatesMatchesTheReference) {
+  struct Parameter {
+    Shape shape;
+    DType dtype;
+    bool transposed;
+  };
+  std::vector<Parameter> parameters;
+  for (int i = 0; i < 100; ++i) {
+    switch (i % 5) {
+      case 0:
+        parameters.push_back({{1000 + i}, kFloat32, false});
+        break;
+      case 1:
+        parameters.push_back({{33, 17 + i % 3}, kFloat32, true});
+        break;
+      case 2:
+        parameters.push_back({{64, 8}, kBFloat16, false});
+        break;
+      case 3:
+        parameters.push_back({{}, kFloat32, false});
+        break;
+      default:
+        parameters.push_back({i == 4 ? Shape{0, 3} : Shape{7}, kFloat32, false});
+    }
+  }
+  std::vector<Tensor> weights, weights_on_gpu;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const Parameter& p = parameters[i];
+    const int64_t n = numel(p.shape);
+    Tensor w = from_vector(random_values(n, -2, 2, 17 + i), p.shape, p.dtype);
+    weights.push_back(w);
+    weights_on_gpu.push_back(w.to("cuda"));
+  }
+  for (int round = 0; round < 2; ++round) {
+    std::vector<Tensor> grads, updates;
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      const Parameter& p = parameters[i];
+      Shape stored = p.shape;
+      if (p.transposed) std::swap(stored[0], stored[1]);
+      Tensor g =
+          from_vector(random_values(numel(p.shape), -1, 1, 1000 * round + i), stored, p.dtype)
+              .to("cuda");
+      if (p.transposed) g = g.t();
+      grads.push_back(g);
+      updates.push_back(weights_on_gpu[i] * 0.5 - g * 0.25);
+    }
+    reset_eval_stats();
+    eval(updates);
+    EXPECT_EQ(eval_stats().kernels, 1);
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      SCOPED_TRACE(testing::Message() << "parameter " << i << " round " << round);
+      const std::vector<double> w = weights[i].to_vector<double>();
+      const std::vector<double> g = grads[i].to_vector<double>();
+      std::vector<double> want(w.size());
+      for (size_t k = 0; k < w.size(); ++k) want[k] = w[k] * 0.5 - g[k] * 0.25;
+      const double rtol = parameters[i].dtype == kBFloat16 ? 1e-2 : 1e-6;
+      expect_close(updates[i].to_vector<double>(), want, rtol, rtol);
+    }
+  }
+}
+
 TEST_F(Cuda, OutOfMemoryIsTypedAndRecoverable) {
   Tensor kept = ones({1000}, Device("cuda"));
   eval(kept);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "gmock/gmock.h"
@@ -32,8 +33,9 @@ void expect_valid_schedule(const Schedule& schedule) {
   absl::flat_hash_set<ValueId> stored;  // values readable from storage so far
   for (ValueId p = 0; p < num_params; ++p) stored.insert(p);
   absl::flat_hash_map<ValueId, int> times_computed;
-  for (size_t s = 0; s < schedule.steps.size(); ++s) {
-    const Step& step = schedule.steps[s];
+  // One kernel's invariants; a group's members each are one, and read only what was stored
+  // before the group (none reads another's results).
+  auto check_kernel = [&](const Step& step, size_t s) {
     ASSERT_FALSE(step.nodes.empty()) << "step " << s;
     absl::flat_hash_set<ValueId> members(step.nodes.begin(), step.nodes.end());
     for (ValueId in : step.inputs) {
@@ -71,8 +73,21 @@ void expect_valid_schedule(const Schedule& schedule) {
     } else if (step.kind != StepKind::Elementwise) {
       EXPECT_EQ(step.nodes.size(), 1u) << "step " << s;
     }
+  };
+  for (size_t s = 0; s < schedule.steps.size(); ++s) {
+    const Step& step = schedule.steps[s];
+    if (step.kind == StepKind::Group) {
+      EXPECT_GE(step.members.size(), 2u) << "step " << s;
+      for (const Step& member : step.members) {
+        EXPECT_EQ(member.kind, StepKind::Elementwise) << "step " << s;
+        check_kernel(member, s);
+      }
+    } else {
+      check_kernel(step, s);
+    }
     for (ValueId out : step.outputs) {
-      EXPECT_TRUE(members.contains(out)) << "step " << s << " stores non-member %" << out;
+      EXPECT_TRUE(absl::c_linear_search(step.nodes, out))
+          << "step " << s << " stores non-member %" << out;
       stored.insert(out);
     }
   }
@@ -718,6 +733,146 @@ TEST(Fusion, AbsorbedPrologueKeepsItsDependencesVisible) {
   return %5, %7
 })");
   EXPECT_EQ(count_steps(schedule, StepKind::Reduction), 2);
+}
+
+}  // namespace
+}  // namespace lazyfuse
+
+// Note [Horizontal fusion]: what does not depend on each other shares kernels and launches.
+namespace lazyfuse {
+namespace {
+
+std::vector<double> sines(size_t n, double scale) {
+  std::vector<double> values(n);
+  for (size_t i = 0; i < n; ++i) values[i] = std::sin(scale * static_cast<double>(i + 1));
+  return values;
+}
+
+TEST(HorizontalFusion, SiblingsReadingOneInputAreOneKernelReadingItOnce) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  const std::vector<double> a_values = sines(12, 0.7), b_values = sines(12, 1.3);
+  Tensor a = from_vector(a_values, {4, 3});
+  Tensor b = from_vector(b_values, {4, 3});
+  Tensor e = a.exp(), s = a.sin() * b;
+  Schedule schedule = schedule_of({e, s});
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  EXPECT_EQ(schedule.steps[0].kind, StepKind::Elementwise);
+  EXPECT_EQ(schedule.steps[0].inputs.size(), 2u) << "a is read once, by both";
+  EXPECT_EQ(schedule.steps[0].outputs.size(), 2u);
+  EXPECT_EQ(kernels_to_eval({e, s}), 1);
+  std::vector<double> want_e, want_s;
+  for (size_t i = 0; i < a_values.size(); ++i) {
+    const double x = static_cast<float>(a_values[i]);
+    want_e.push_back(std::exp(x));
+    want_s.push_back(std::sin(x) * static_cast<float>(b_values[i]));
+  }
+  expect_near_all(e.to_vector<float>(), want_e);
+  expect_near_all(s.to_vector<float>(), want_s);
+}
+
+TEST(HorizontalFusion, IndependentKernelsOfDifferentSpacesShareOneLaunch) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  const std::vector<double> a_values = sines(12, 0.3), b_values = sines(5, 0.9),
+                            c_values = sines(8, 1.7);
+  Tensor a = from_vector(a_values, {4, 3});
+  Tensor b = from_vector(b_values, {5});
+  Tensor c = from_vector(c_values, {2, 2, 2});
+  Tensor x = a.exp(), y = b.abs().sqrt() + 1, z = c * 3 - 1;
+  Schedule schedule = schedule_of({x, y, z});
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  const Step& group = schedule.steps[0];
+  ASSERT_EQ(group.kind, StepKind::Group);
+  ASSERT_EQ(group.members.size(), 3u);
+  EXPECT_EQ(schedule.num_kernels(), 1);
+  EXPECT_EQ(group.outputs.size(), 3u);
+  EXPECT_THAT(print_schedule(schedule), HasSubstr("// one launch, @g_"));
+  EXPECT_EQ(kernels_to_eval({x, y, z}), 1);
+  std::vector<double> want_x, want_y, want_z;
+  for (double v : a_values) want_x.push_back(std::exp(static_cast<double>(static_cast<float>(v))));
+  for (double v : b_values)
+    want_y.push_back(std::sqrt(std::abs(static_cast<double>(static_cast<float>(v)))) + 1);
+  for (double v : c_values) want_z.push_back(static_cast<double>(static_cast<float>(v)) * 3 - 1);
+  expect_near_all(x.to_vector<float>(), want_x);
+  expect_near_all(y.to_vector<float>(), want_y);
+  expect_near_all(z.to_vector<float>(), want_z);
+}
+
+TEST(HorizontalFusion, KernelsOnAPathThroughAnotherStepNeverShareALaunch) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  // relu(exp(x) @ w) depends on exp(x) through the matmul; sin(x), which nothing reads, waits
+  // for the last level and shares relu's launch.
+  Schedule schedule = schedule_of_text(R"(graph @main(%0: f32[4,4] @cpu, %1: f32[4,4] @cpu) {
+  %2 = exp %0 : f32[4,4] @cpu
+  %3 = matmul %2, %1 : f32[4,4] @cpu
+  %4 = relu %3 : f32[4,4] @cpu
+  %5 = sin %0 : f32[4,4] @cpu
+  return %4, %5
+})");
+  ASSERT_EQ(schedule.steps.size(), 3u);
+  EXPECT_EQ(schedule.steps[0].kind, StepKind::Elementwise);
+  EXPECT_THAT(schedule.steps[0].outputs, ElementsAre(2));
+  EXPECT_EQ(schedule.steps[1].kind, StepKind::Matmul);
+  EXPECT_EQ(schedule.steps[2].kind, StepKind::Group);
+  EXPECT_THAT(schedule.steps[2].outputs, ElementsAre(4, 5));
+}
+
+// An optimizer's shape: per parameter, a scalar correction read only by that parameter's
+// update, which also reads a gradient from a chain of matmuls. The corrections wait until just
+// before the updates and share one launch; the updates share the last one.
+TEST(HorizontalFusion, WorkReadLastRunsLateAndTogether) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  Schedule schedule = schedule_of_text(
+      R"(graph @main(%0: f32[8,8] @cpu, %1: f32[8,8] @cpu, %2: f32[8] @cpu, %3: f64[] @cpu, %4: f64[] @cpu) {
+  %5 = matmul %0, %0 : f32[8,8] @cpu
+  %6 = matmul %5, %0 : f32[8,8] @cpu
+  %7 = sum %6 {dims = [0], keepdim = false} : f32[8] @cpu
+  %8 = const {value = 0.9} : f64[] @cpu
+  %9 = pow %8, %3 : f64[] @cpu
+  %10 = cast %9 : f32[] @cpu
+  %11 = pow %8, %4 : f64[] @cpu
+  %12 = cast %11 : f32[] @cpu
+  %13 = mul %6, %10 : f32[8,8] @cpu
+  %14 = sub %1, %13 : f32[8,8] @cpu
+  %15 = mul %7, %12 : f32[8] @cpu
+  %16 = sub %2, %15 : f32[8] @cpu
+  return %14, %16
+})");
+  std::vector<StepKind> kinds;
+  for (const Step& step : schedule.steps) kinds.push_back(step.kind);
+  // The corrections run after the matmuls (as late as their readers allow), beside the
+  // reduction that shares their level, and before the updates.
+  EXPECT_THAT(kinds, ElementsAre(StepKind::Matmul, StepKind::Matmul, StepKind::Reduction,
+                                 StepKind::Group, StepKind::Group));
+  EXPECT_EQ(schedule.steps[3].members.size(), 2u);
+  EXPECT_EQ(schedule.steps[4].members.size(), 2u);
+  EXPECT_THAT(schedule.steps[3].outputs, ElementsAre(10, 12));
+  EXPECT_THAT(schedule.steps[4].outputs, ElementsAre(14, 16));
+}
+
+TEST(HorizontalFusion, SiblingsStayApartWhereTheUnionWouldPassTheCaps) {
+  constexpr char kSiblings[] = R"(graph @main(%0: f32[4] @cpu, %1: f32[4] @cpu, %2: f32[4] @cpu) {
+  %3 = add %0, %1 : f32[4] @cpu
+  %4 = mul %0, %2 : f32[4] @cpu
+  return %3, %4
+})";
+  EXPECT_EQ(schedule_of_text(kSiblings).steps.size(), 1u);
+  FusionOptions options;
+  options.max_inputs = 2;
+  Schedule apart = schedule_of_text(kSiblings, options);
+  ASSERT_EQ(apart.steps.size(), 1u);
+  EXPECT_EQ(apart.steps[0].kind, StepKind::Group) << "three inputs are over the cap of two";
+}
+
+TEST(HorizontalFusion, FusionOffLeavesEveryKernelAlone) {
+  FusionOptions off;
+  off.enabled = false;
+  Schedule schedule = schedule_of_text(R"(graph @main(%0: f32[4] @cpu, %1: f32[3] @cpu) {
+  %2 = exp %0 : f32[4] @cpu
+  %3 = exp %1 : f32[3] @cpu
+  return %2, %3
+})",
+                                       off);
+  EXPECT_EQ(count_steps(schedule, StepKind::Elementwise), 2);
 }
 
 }  // namespace

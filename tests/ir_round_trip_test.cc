@@ -55,8 +55,8 @@ std::string run_and_print(Graph graph, const std::vector<std::string>& passes,
   PipelineOptions options;
   options.only = passes;
   Schedule schedule = run_pipeline(std::move(graph), options);
-  const bool fused = std::find(passes.begin(), passes.end(), "fusion") != passes.end();
-  return fused ? print_schedule(schedule, print) : print_graph(schedule.graph, print);
+  return runs_fusion(options) ? print_schedule(schedule, print)
+                              : print_graph(schedule.graph, print);
 }
 
 // A file that is meant to fail, where it fails (the name of the pass, or "parse") and how.
@@ -143,7 +143,7 @@ std::string check_stages(const std::string& text, const ExpectedFailure* expecte
       return stage + ": the same pass again printed other text:\n" + printed + "-----\n" +
              reprinted;
     // Fused IR is the graph that fusion cut into steps, locations and all: fusion changes no node.
-    if (pass == "fusion") {
+    if (pass == "fusion" || pass == "horizontal-fusion") {
       PipelineOptions options;
       options.only = passes;
       Schedule fused = run_pipeline(graph, options);
@@ -192,7 +192,7 @@ TEST(RoundTrip, EveryIrFileAtEveryStage) {
     if (expected != nullptr)
       EXPECT_TRUE(failed) << file << " no longer fails at " << expected->stage;
     else
-      EXPECT_EQ(stages, 6) << file;
+      EXPECT_EQ(stages, 7) << file;
     ++checked_files;
   }
   EXPECT_GE(checked_files, 12);
@@ -209,7 +209,7 @@ TEST(RoundTrip, FuzzerCorporaAtEveryStage) {
       EXPECT_EQ(check_stages(read_file(file), nullptr, /*any_typed_error=*/true, &stages, &failed),
                 "")
           << file;
-      checked += stages == 6;
+      checked += stages == 7;
     }
   }
   // Most inputs are valid graphs; far fewer means the corpora went missing.

@@ -15,7 +15,8 @@ namespace lazyfuse::tools {
 namespace {
 
 bool has_generated_kernel(const Step& step) {
-  return step.kind == StepKind::Elementwise || step.kind == StepKind::Reduction;
+  return step.kind == StepKind::Elementwise || step.kind == StepKind::Reduction ||
+         step.kind == StepKind::Group;
 }
 
 }  // namespace

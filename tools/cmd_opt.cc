@@ -46,9 +46,7 @@ int opt(const std::string& path, const std::optional<std::string>& passes, bool 
   };
   Schedule schedule = run_pipeline(std::move(graph), options);
   if (!any_after) {
-    const bool fused = !options.only || std::find(options.only->begin(), options.only->end(),
-                                                  "fusion") != options.only->end();
-    std::cout << (fused ? print_schedule(schedule) : print_graph(schedule.graph));
+    std::cout << (runs_fusion(options) ? print_schedule(schedule) : print_graph(schedule.graph));
   }
   return 0;
 }

@@ -24,10 +24,13 @@ void run_dce(Graph& graph);
 // fusion.cc: the graph cut into steps: fused elementwise kernels, reductions, library calls,
 // views and transfers.
 Schedule run_fusion(Graph graph, const FusionOptions& options);
+// horizontal_fusion.cc: elementwise steps that do not depend on each other share a kernel
+// (siblings over one space) or a launch (a Group step).
+void run_horizontal_fusion(Schedule& schedule, const FusionOptions& options);
 
 // The pass names, in pipeline order, as --print-after and LAZYFUSE_DUMP name them.
-inline constexpr std::string_view kPassNames[] = {"placement", "sink-views", "cse", "dce",
-                                                  "fusion"};
+inline constexpr std::string_view kPassNames[] = {"placement", "sink-views", "cse",
+                                                  "dce",       "fusion",     "horizontal-fusion"};
 
 struct PipelineOptions {
   FusionOptions fusion;
@@ -40,8 +43,12 @@ struct PipelineOptions {
   std::function<void(const std::string& ir)> before_all;
 };
 
-// Runs verify, placement, sink-views, cse, dce, fusion (verifying between passes in debug builds).
-// With `only` given and fusion not in it, every node becomes a step of its own.
+// Whether the pipeline cuts the graph into fused steps (a schedule worth print_schedule): when
+// fusion runs, or horizontal-fusion, which works on fusion's steps and so runs fusion first.
+bool runs_fusion(const PipelineOptions& options);
+
+// Runs verify, placement, sink-views, cse, dce, fusion, horizontal-fusion (verifying between passes
+// in debug builds). With `only` given and fusion not in it, every node becomes a step of its own.
 Schedule run_pipeline(Graph graph, const PipelineOptions& options);
 
 }  // namespace lazyfuse

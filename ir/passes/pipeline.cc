@@ -18,12 +18,20 @@ constexpr bool kVerifyBetweenPasses = false;
 
 }  // namespace
 
+bool runs_fusion(const PipelineOptions& options) {
+  if (!options.only) return true;
+  for (const std::string& name : *options.only)
+    if (name == "fusion" || name == "horizontal-fusion") return true;
+  return false;
+}
+
 Schedule run_pipeline(Graph graph, const PipelineOptions& options) {
   if (options.only) {
     for (const std::string& name : *options.only) {
       if (std::find(std::begin(kPassNames), std::end(kPassNames), name) == std::end(kPassNames))
-        throw Error(absl::StrCat("unknown pass '", name,
-                                 "' (passes: placement, sink-views, cse, dce, fusion)"));
+        throw Error(
+            absl::StrCat("unknown pass '", name,
+                         "' (passes: placement, sink-views, cse, dce, fusion, horizontal-fusion)"));
     }
   }
   // An empty list runs no pass at all: the graph is verified and comes back as it was.
@@ -57,10 +65,14 @@ Schedule run_pipeline(Graph graph, const PipelineOptions& options) {
     after("dce", graph, placed);
   }
   FusionOptions fusion = options.fusion;
-  if (!enabled("fusion")) fusion.enabled = false;
+  if (!runs_fusion(options)) fusion.enabled = false;
   Schedule schedule = run_fusion(std::move(graph), fusion);
   if (enabled("fusion") && options.after_pass)
     options.after_pass("fusion", print_schedule(schedule));
+  if (enabled("horizontal-fusion")) {
+    run_horizontal_fusion(schedule, fusion);
+    if (options.after_pass) options.after_pass("horizontal-fusion", print_schedule(schedule));
+  }
   return schedule;
 }
 

@@ -21,7 +21,9 @@ std::string check_ir_pipeline(std::string_view text) {
     return "";  // a typed rejection, such as operands on two devices
   }
   for (const Step& step : schedule.steps) {
-    if (step.kind != StepKind::Elementwise && step.kind != StepKind::Reduction) continue;
+    if (step.kind != StepKind::Elementwise && step.kind != StepKind::Reduction &&
+        step.kind != StepKind::Group)
+      continue;
     try {
       const CudaSource source = cuda_source_for_fresh_operands(schedule.graph, step);
       if (source.kernel_name.empty() || source.source.find(source.kernel_name) == std::string::npos)

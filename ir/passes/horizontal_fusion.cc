@@ -1,0 +1,173 @@
+// Horizontal fusion: independent elementwise steps share kernels and launches.
+//
+// Note [Horizontal fusion]
+// After fusion a schedule often holds many small elementwise kernels that do not depend on each
+// other: an optimizer's update of each parameter, a kernel of its parameter's shape each; the
+// bias corrections of each parameter's Adam state; several results of one evaluation over the
+// same tensors. Each costs a launch, and for small tensors the launch costs more than the work.
+//
+// Every compute step gets a level, as late as the steps reading its values allow: one less than
+// the lowest level among them (a view or transfer passes its reader's level on), and the last
+// level for a step no other step reads from (a parameter's update, a returned value). Any path
+// from one compute step to another climbs at least one level, so two steps of one level never
+// depend on each other, and steps of one level may run together in any grouping. As late as
+// possible gathers what many chains need last: every parameter's update, and the bias
+// corrections and gradients it reads. Per level and device:
+//  1. Sibling fusion: elementwise steps of the same iteration space that read a common input
+//     become one kernel, which reads that input once (XLA's multi-output sibling fusion), as
+//     long as fusion's caps hold for the union.
+//  2. Horizontal fusion: two or more elementwise steps left become one Group step: one launch
+//     whose blocks are split among its members, each running its own body over its own space
+//     (PyTorch's multi-tensor `foreach` kernels, for any elementwise body). The CPU runs the
+//     members one after another.
+// Reductions, matmuls, index steps, views and transfers are left as they are. A step moved
+// later keeps its operands alive until then (an optimizer's update reads parameters, gradients
+// and state, which live on anyway) and holds its own results for less time.
+//
+// Before: a schedule from run_fusion (with fusion enabled). After: the same values computed by
+// as many or fewer steps, in an order where every step comes after those computing its inputs.
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <tuple>
+
+#include "absl/container/flat_hash_set.h"
+#include "ir/passes/passes.h"
+
+namespace lazyfuse {
+namespace {
+
+bool is_compute(const Step& step) {
+  return step.kind != StepKind::View && step.kind != StepKind::Transfer;
+}
+
+// Each compute step's level (Note [Horizontal fusion]), for steps in producer-first order: as
+// late as its readers allow, the last level for a step nothing reads. A view or transfer takes
+// its reader's slot, so what it reads from sits below that reader.
+std::vector<int> step_levels(const Graph& graph, const std::vector<Step>& steps) {
+  std::vector<int> producer(graph.nodes.size(), -1);
+  for (size_t s = 0; s < steps.size(); ++s)
+    for (ValueId v : steps[s].outputs) producer[v] = static_cast<int>(s);
+  // The last level: the longest chain of compute steps, less one.
+  std::vector<int> earliest(steps.size(), 0);
+  int last = 0;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    int after = -1;
+    for (ValueId in : steps[s].inputs)
+      if (producer[in] >= 0) after = std::max(after, earliest[producer[in]]);
+    earliest[s] = is_compute(steps[s]) ? after + 1 : std::max(after, 0);
+    last = std::max(last, earliest[s]);
+  }
+  std::vector<int> level(steps.size(), last);
+  for (size_t s = steps.size(); s-- > 0;) {
+    const int slot = is_compute(steps[s]) ? level[s] - 1 : level[s];
+    for (ValueId in : steps[s].inputs)
+      if (producer[in] >= 0) level[producer[in]] = std::min(level[producer[in]], slot);
+  }
+  return level;
+}
+
+// The inputs of `step` (whose nodes are set, in topological order): what its members read and
+// do not compute, in order of first use.
+std::vector<ValueId> inputs_of(const Graph& graph, const std::vector<ValueId>& nodes) {
+  const absl::flat_hash_set<ValueId> members(nodes.begin(), nodes.end());
+  std::vector<ValueId> inputs;
+  absl::flat_hash_set<ValueId> seen;
+  for (ValueId m : nodes)
+    for (ValueId in : graph.nodes[m].inputs)
+      if (!members.contains(in) && seen.insert(in).second) inputs.push_back(in);
+  return inputs;
+}
+
+// `a` and `b`, elementwise steps of one space, as one kernel computing both; nullopt when the
+// union would exceed the caps.
+std::optional<Step> merge_siblings(const Graph& graph, const Step& a, const Step& b,
+                                   const FusionOptions& options) {
+  std::vector<ValueId> nodes = a.nodes;
+  nodes.insert(nodes.end(), b.nodes.begin(), b.nodes.end());
+  std::sort(nodes.begin(), nodes.end());  // value ids are in topological order
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  std::vector<ValueId> inputs = inputs_of(graph, nodes);
+  if (static_cast<int>(nodes.size()) > options.max_nodes ||
+      static_cast<int>(inputs.size()) > options.max_inputs)
+    return std::nullopt;
+  Step merged = a;
+  merged.nodes = std::move(nodes);
+  merged.inputs = std::move(inputs);
+  merged.outputs.insert(merged.outputs.end(), b.outputs.begin(), b.outputs.end());
+  std::sort(merged.outputs.begin(), merged.outputs.end());
+  return merged;
+}
+
+bool share_an_input(const Step& a, const Step& b) {
+  for (ValueId v : a.inputs)
+    if (std::find(b.inputs.begin(), b.inputs.end(), v) != b.inputs.end()) return true;
+  return false;
+}
+
+// Step 1 of the note over the elementwise steps of one level and device, in schedule order.
+std::vector<Step> fuse_siblings(const Graph& graph, std::vector<Step> steps,
+                                const FusionOptions& options) {
+  std::vector<Step> fused;
+  for (Step& step : steps) {
+    bool merged = false;
+    for (Step& into : fused) {
+      if (into.shape != step.shape || !share_an_input(into, step)) continue;
+      if (std::optional<Step> both = merge_siblings(graph, into, step, options)) {
+        into = std::move(*both);
+        merged = true;
+        break;
+      }
+    }
+    if (!merged) fused.push_back(std::move(step));
+  }
+  return fused;
+}
+
+Step make_group(std::vector<Step> members) {
+  Step group;
+  group.kind = StepKind::Group;
+  group.shape = members.front().shape;
+  group.device = members.front().device;
+  absl::flat_hash_set<ValueId> inputs;
+  for (const Step& m : members) {
+    group.nodes.insert(group.nodes.end(), m.nodes.begin(), m.nodes.end());
+    for (ValueId v : m.inputs)
+      if (inputs.insert(v).second) group.inputs.push_back(v);
+    group.outputs.insert(group.outputs.end(), m.outputs.begin(), m.outputs.end());
+  }
+  group.members = std::move(members);
+  return group;
+}
+
+}  // namespace
+
+void run_horizontal_fusion(Schedule& schedule, const FusionOptions& options) {
+  if (!options.enabled) return;
+  const Graph& graph = schedule.graph;
+  const std::vector<int> level = step_levels(graph, schedule.steps);
+  // The elementwise steps by level and device, in schedule order; the rest stay as they are.
+  std::map<std::tuple<int, DeviceType, int>, std::vector<Step>> together;
+  std::vector<Step> steps;
+  for (size_t s = 0; s < schedule.steps.size(); ++s) {
+    Step& step = schedule.steps[s];
+    if (step.kind == StepKind::Elementwise)
+      together[{level[s], step.device.type(), step.device.index()}].push_back(std::move(step));
+    else
+      steps.push_back(std::move(step));
+  }
+  for (auto& [where, members] : together) {
+    std::vector<Step> fused = fuse_siblings(graph, std::move(members), options);
+    for (Step& step : fused) step.kernel_key = step_kernel_key(graph, step);
+    if (fused.size() == 1) {
+      steps.push_back(std::move(fused.front()));
+      continue;
+    }
+    Step group = make_group(std::move(fused));
+    group.kernel_key = step_kernel_key(graph, group);
+    steps.push_back(std::move(group));
+  }
+  schedule.steps = order_steps(graph, std::move(steps));
+}
+
+}  // namespace lazyfuse
