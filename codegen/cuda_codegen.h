@@ -111,6 +111,18 @@ int64_t cuda_reduce_chunk(int64_t rows, int64_t columns);
 CudaSource generate_cuda_reduction(Op op, DType in, DType out);
 // Its name, which keys it in the kernel cache: known without generating the source.
 std::string cuda_reduction_kernel_name(Op op, DType in, DType out);
+// A reduction over the leading dim of an operand whose kept elements lie contiguous (a bias's
+// gradient, the sum over a batch of [batch, features]): out[k] reduces in[j * stride + k] over
+// j < columns, for k < rows. Blocks of kCudaReduceThreads threads take tiles of 32 kept
+// elements, a lane each (reads coalesce along the kept dim), and chunks of cuda_column_chunk
+// reduced elements, eight lanes' slices of a chunk combined in order; a tile of several chunks
+// combines their partials ([rows, chunks]) in the tile's last block, in chunk order, as the row
+// reduction does (`counters`: a zero per tile). Parameters: column_reduction_arg_layout.
+inline constexpr int64_t kCudaColumnTile = 32;
+inline constexpr int64_t kCudaColumnMinChunk = 64;
+int64_t cuda_column_chunk(int64_t kept, int64_t reduced);
+CudaSource generate_cuda_column_reduction(Op op, DType in, DType out);
+std::string cuda_column_reduction_kernel_name(Op op, DType in, DType out);
 // A reduction step with a fused elementwise prologue (the fusion pass makes these only for
 // trailing reduced dims, so row r reduces prologue elements [r * columns, (r + 1) * columns)).
 // Parameters: sizes and strides as an elementwise kernel's (over step.shape), then out, rows,

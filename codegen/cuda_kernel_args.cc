@@ -131,6 +131,20 @@ ArgLayout plain_reduction_arg_layout() {
   return layout;
 }
 
+ArgLayout column_reduction_arg_layout() {
+  ArgLayout layout;
+  layout.add("in", ArgType::ConstPointer).add("stride", ArgType::Int64);
+  add_reduction_fields(layout);
+  return layout;
+}
+
+KernelArgs pack_column_reduction_args(uint64_t in, int64_t stride,
+                                      const ReductionWords& reduction) {
+  KernelArgs words = {in, static_cast<uint64_t>(stride)};
+  append_reduction_args(reduction, words);
+  return words;
+}
+
 void add_row_fields(ArgLayout& layout, int outputs) {
   layout.add_array("out", ArgType::Pointer, outputs)
       .add("rows", ArgType::Int64)

@@ -73,6 +73,11 @@ void add_reduction_fields(ArgLayout& layout);
 void append_reduction_args(const ReductionWords& reduction, KernelArgs& words);
 // A plain reduction's whole layout: in, then the reduction's fields.
 ArgLayout plain_reduction_arg_layout();
+// A column reduction's (codegen/cuda_reduction.cc): in, stride (elements between one reduced
+// element of a column and the next), then the reduction's fields, with `rows` the columns
+// kept (each contiguous to the next) and `columns` the elements each reduces.
+ArgLayout column_reduction_arg_layout();
+KernelArgs pack_column_reduction_args(uint64_t in, int64_t stride, const ReductionWords& reduction);
 
 // A row kernel after its space: out[outputs], rows, columns, divisor.
 void add_row_fields(ArgLayout& layout, int outputs);

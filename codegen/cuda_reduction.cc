@@ -194,6 +194,87 @@ CudaSource generate_cuda_reduction(Op op, DType in, DType out) {
   return source;
 }
 
+int64_t cuda_column_chunk(int64_t kept, int64_t reduced) {
+  const int64_t tiles = std::max<int64_t>(1, (kept + kCudaColumnTile - 1) / kCudaColumnTile);
+  const int64_t chunks = std::max<int64_t>(1, kCudaReduceBlocks / tiles);
+  const int64_t per_chunk = (reduced + chunks - 1) / chunks;
+  return std::max<int64_t>(
+      kCudaColumnMinChunk,
+      static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(per_chunk, 1)))));
+}
+
+std::string cuda_column_reduction_kernel_name(Op op, DType in, DType out) {
+  return absl::StrCat("c_", op_name(op), "_", dtype_ir_name(in), "_", dtype_ir_name(out));
+}
+
+CudaSource generate_cuda_column_reduction(Op op, DType in, DType out) {
+  if (!is_reduction(op)) throw VerifierError(absl::StrCat(op_name(op), " is not a reduction"));
+  const DType acc = reduction_accumulator(op, in);
+  const char* a = type_name(acc);
+  const std::string identity = absl::StrCat("(", a, ")(", combiner(op, acc).identity, ")");
+  CudaSource source;
+  source.kernel_name = cuda_column_reduction_kernel_name(op, in, out);
+  const std::string store =
+      absl::StrCat(divides_by_count(op) ? "acc = acc / args.divisor;\n      " : "", "((",
+                   type_name(out), "*)args.out)[column] = lf_store<", type_name(out), ">(acc);\n");
+  std::string& s = source.source;
+  s = cuda_prologue();
+  absl::StrAppend(&s, "\n", column_reduction_arg_layout().declare("ColumnReduceArgs"),
+                  reduction_preamble(op, acc), "\nextern \"C\" __global__ void __launch_bounds__(",
+                  kCudaReduceThreads, ") ", source.kernel_name,
+                  "(const ColumnReduceArgs args) {\n");
+  absl::StrAppend(
+      &s, "  constexpr int kSlices = ", kCudaReduceThreads / kCudaColumnTile, ";\n",
+      R"(  const long long tile = blockIdx.x / args.chunks, chunk = blockIdx.x % args.chunks;
+  const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
+  const long long column = tile * 32 + lane;
+  const long long begin = chunk * args.chunk;
+  const long long end = min(args.columns, begin + args.chunk);
+  )",
+      a, " acc = ", identity, ";\n", "  if (column < args.rows) {\n    const ", type_name(in),
+      "* __restrict__ base = (const ", type_name(in), R"(*)args.in + column;
+    for (long long j = begin + slice; j < end; j += kSlices)
+      acc = lf_combine(acc, ()",
+      a, R"()lf_load(base[j * args.stride]));
+  }
+  // The slices of each column combined in slice order by the first warp.
+  __shared__ )",
+      a, R"( slices[kSlices][32];
+  __shared__ bool last_block;
+  slices[slice][lane] = acc;
+  __syncthreads();
+  if (slice != 0) return;
+  for (int k = 1; k < kSlices; ++k) acc = lf_combine(acc, slices[k][lane]);
+  if (args.chunks == 1) {
+    if (column < args.rows) {
+      )",
+      store, R"(    }
+    return;
+  }
+  // Several chunks: each block stores its partials; the tile's last block combines them in
+  // chunk order and sets the tile's counter back to zero.
+  if (column < args.rows) (()",
+      a, R"(*)args.partial)[column * args.chunks + chunk] = acc;
+  __threadfence();
+  __syncwarp();
+  if (lane == 0) last_block = atomicAdd(&args.counters[tile], 1u) == (unsigned)(args.chunks - 1);
+  __syncwarp();
+  if (!last_block) return;
+  __threadfence();
+  if (column < args.rows) {
+    acc = )",
+      identity, R"(;
+    for (long long c = 0; c < args.chunks; ++c)
+      acc = lf_combine(acc, __ldcg(()",
+      a, R"(*)args.partial + column * args.chunks + c));
+      )",
+      store, R"(  }
+  if (lane == 0) args.counters[tile] = 0;
+}
+)");
+  return source;
+}
+
 CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
                                          const CudaElementwiseSpec& spec, bool fast_math) {
   const ReductionParts parts = reduction_parts(graph, step);

@@ -455,6 +455,60 @@ void run_row_kernel(const Graph& graph, const Step& step, const Node& node, Valu
          kCudaReduceThreads, args, kernel.name);
 }
 
+// When the kept dims of `view` ([kept..., reduced...], `reduced` dims last) lie contiguous in
+// order and the reduced dims walk memory as one dim: the elements between one reduced element
+// and the next (a bias gradient's sum over the batch of a row-major [batch, features]).
+std::optional<int64_t> column_stride(const BufferView& view, int64_t reduced) {
+  const int64_t rank = static_cast<int64_t>(view.shape.size());
+  int64_t expected = 1;  // the kept dims: dense, the innermost with stride 1
+  for (int64_t d = rank - reduced; d-- > 0;) {
+    if (view.shape[d] == 1) continue;
+    if (view.strides[d] != expected) return std::nullopt;
+    expected *= view.shape[d];
+  }
+  std::optional<int64_t> stride;  // the reduced dims: one walk, the innermost's stride
+  for (int64_t d = rank; d-- > rank - reduced;) {
+    if (view.shape[d] == 1) continue;
+    if (!stride) {
+      stride = view.strides[d];
+      expected = view.strides[d];
+    } else if (view.strides[d] != expected) {
+      return std::nullopt;
+    }
+    expected *= view.shape[d];
+  }
+  return stride.value_or(1);
+}
+
+// out[k] reduces view's [k, j] over j, reading the operand where it lies (column_stride).
+void run_column_reduction(const Node& node, const BufferView& view, int64_t stride, int64_t kept,
+                          int64_t reduced, const BufferView& out) {
+  if (kept == 0) return;
+  const int device = node.device.index();
+  const std::string name = cuda_column_reduction_kernel_name(node.op, view.dtype, node.dtype);
+  cuda::CUfunction function = cuda::get_kernel(device, name, [&] {
+    return generate_cuda_column_reduction(node.op, view.dtype, node.dtype);
+  });
+  const int64_t tiles = (kept + kCudaColumnTile - 1) / kCudaColumnTile;
+  const int64_t chunk = cuda_column_chunk(kept, reduced);
+  const int64_t chunks = std::max<int64_t>(1, (reduced + chunk - 1) / chunk);
+  std::optional<BufferView> partial;
+  if (chunks > 1)
+    partial =
+        allocate_buffer(node.device, reduction_accumulator(node.op, view.dtype), {kept, chunks});
+  ReductionWords words;
+  words.out = address(out);
+  words.rows = kept;
+  words.columns = reduced;
+  words.chunk = chunk;
+  words.chunks = chunks;
+  words.divisor = static_cast<double>(reduced);
+  words.partial = partial ? address(*partial) : 0;
+  words.counters = chunks > 1 ? reduction_counters(node.device, tiles) : 0;
+  KernelArgs args = pack_column_reduction_args(address(view), stride, words);
+  launch(function, tiles * chunks, kCudaReduceThreads, args, name);
+}
+
 BufferView run_reduction(const Node& node, const BufferView& input) {
   const int device = node.device.index();
   cuda::activate(device);
@@ -474,8 +528,14 @@ BufferView run_reduction(const Node& node, const BufferView& input) {
       (reduced ? columns : rows) *= input.shape[d];
     }
   }
-  BufferView dense = cuda_contiguous(view);
   BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
+  if (!view.is_contiguous()) {
+    if (std::optional<int64_t> stride = column_stride(view, static_cast<int64_t>(dims.size()))) {
+      run_column_reduction(node, view, *stride, rows, columns, out);
+      return out;
+    }
+  }
+  BufferView dense = cuda_contiguous(view);
   const std::string name = cuda_reduction_kernel_name(node.op, dense.dtype, node.dtype);
   cuda::CUfunction function = cuda::get_kernel(
       device, name, [&] { return generate_cuda_reduction(node.op, dense.dtype, node.dtype); });

@@ -533,6 +533,35 @@ TEST(CudaKernelArgs, PackedWordsMatchTheDeclaredLayoutOfEveryKind) {
   EXPECT_EQ(words[plain.offset("in")], 0x6000u);
   EXPECT_EQ(words[plain.offset("out")], 0x3000u);
   EXPECT_EQ(words[plain.offset("counters")], 0u);
+  // A column reduction: its operand and the stride between reduced elements, then the same.
+  const ArgLayout column = column_reduction_arg_layout();
+  const KernelArgs column_words =
+      pack_column_reduction_args(0x7000, 1024, ReductionWords{0x3000, 2, 3, 4, 1, 3.0, 0, 0});
+  ASSERT_EQ(static_cast<int>(column_words.size()), column.words());
+  EXPECT_EQ(column_words[column.offset("in")], 0x7000u);
+  EXPECT_EQ(column_words[column.offset("stride")], 1024u);
+  EXPECT_EQ(column_words[column.offset("out")], 0x3000u);
+  EXPECT_EQ(column_words[column.offset("chunks")], 1u);
+}
+
+// Every reduction over every dtype as a column reduction compiles; the chunking leaves about a
+// wave of blocks and never fewer than kCudaColumnMinChunk elements to a chunk.
+TEST(CudaCodegen, ColumnReductionsCompileAndChunkBySizeAlone) {
+  EXPECT_EQ(cuda_column_chunk(1024, 32), kCudaColumnMinChunk);
+  EXPECT_EQ(cuda_column_chunk(1024, 1024), kCudaColumnMinChunk);  // 32 tiles, 16 chunks each
+  EXPECT_EQ(cuda_column_chunk(32, 1 << 20), 1024);                // one tile, 1024 chunks
+  EXPECT_EQ(cuda_column_chunk(1 << 20, 1 << 20), kCudaColumnMinChunk << 14);  // one chunk
+  if (!nvrtc_available()) GTEST_SKIP() << nvrtc_unavailable_reason();
+  for (Op op : {Op::Sum, Op::Mean, Op::Max, Op::Min}) {
+    for (DType dtype : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
+                        DType::Int32, DType::Int64, DType::Bool}) {
+      if (op == Op::Mean && !is_floating(dtype)) continue;
+      const DType out = op == Op::Sum && !is_floating(dtype) ? DType::Int64 : dtype;
+      const CudaSource source = generate_cuda_column_reduction(op, dtype, out);
+      SCOPED_TRACE(source.kernel_name);
+      EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+    }
+  }
 }
 
 // The struct the generators declare is the layout's: a field per line, arrays of no elements

@@ -336,6 +336,47 @@ TEST_F(Cuda, ReductionsMatchTheReference) {
 
 // Softmax is one row kernel: rows short enough to stay in registers (1, 33 and 1024 columns)
 // and longer ones reread from cache (1500, 5000), each element against float64.
+// A reduction over leading dims of an operand whose kept dims lie contiguous (a bias gradient's
+// sum over the batch) reads the operand where it lies: one launch, no transposing copy. Every
+// op, several dtypes, tiles with a partial last one, one chunk and many, and an empty
+// reduction, against the CPU.
+TEST_F(Cuda, ReductionsOverLeadingDimsAreOneLaunch) {
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> dims;
+  };
+  const std::vector<Case> cases = {{{32, 1024}, {0}},   {{1024, 1024}, {0}},  {{3, 5}, {0}},
+                                   {{70001, 33}, {0}},  {{4, 6, 40}, {0, 1}}, {{0, 7}, {0}},
+                                   {{9, 1, 70}, {0, 1}}};
+  for (const Case& c : cases) {
+    for (DType dtype : {kFloat32, kFloat64, kBFloat16, kInt32}) {
+      SCOPED_TRACE(testing::Message() << shape_str(c.shape) << " " << dtype_torch_name(dtype));
+      const int64_t n = numel(c.shape);
+      Tensor cpu = from_vector(random_values(n, -4, 4, 31 + n), c.shape, dtype);
+      Tensor gpu = cpu.to("cuda");
+      eval(gpu);
+      const double tolerance = dtype == kBFloat16 ? 2e-2 : dtype == kFloat32 ? 1e-5 : 1e-12;
+      reset_eval_stats();
+      Tensor sum = gpu.sum(c.dims);
+      eval(sum);
+      EXPECT_EQ(eval_stats().launches, 1);
+      expect_close(sum.to_vector<double>(), cpu.sum(c.dims).to_vector<double>(),
+                   dtype == kInt32 ? 0 : tolerance, dtype == kInt32 ? 0 : tolerance * 100);
+      if (n > 0) {  // max and min of nothing are errors, as in PyTorch
+        expect_close(gpu.amax(c.dims).to_vector<double>(), cpu.amax(c.dims).to_vector<double>(), 0,
+                     0);
+        expect_close(gpu.amin(c.dims).to_vector<double>(), cpu.amin(c.dims).to_vector<double>(), 0,
+                     0);
+      }
+      if (is_floating(dtype))
+        expect_close(gpu.mean(c.dims).to_vector<double>(), cpu.mean(c.dims).to_vector<double>(),
+                     tolerance, tolerance);
+      // The tile's last block combines the chunks in order: the same bits every time.
+      EXPECT_EQ(gpu.sum(c.dims).to_vector<double>(), sum.to_vector<double>());
+    }
+  }
+}
+
 TEST_F(Cuda, SoftmaxRowKernelMatchesTheReference) {
   // Rows in registers read four columns at a time per lane where rows are whole groups of 128
   // (128, 384, 1024), one at a time otherwise (1, 33), and rows past 1024 are read per pass.
