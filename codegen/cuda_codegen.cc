@@ -12,6 +12,7 @@
 #include "codegen/cuda_prologue.inc"
 #include "codegen/dtype_dispatch.h"
 #include "ir/errors.h"
+#include "ir/infer.h"
 #include "ir/stable_hash.h"
 
 namespace lazyfuse {
@@ -358,13 +359,22 @@ CudaElementwiseSpec spec_for_fresh_operands(const Graph& graph, const Step& step
 CudaSource cuda_source_for_fresh_operands(const Graph& graph, const Step& step) {
   if (step.kind != StepKind::Group)
     return generate_cuda_step(graph, step, spec_for_fresh_operands(graph, step));
-  std::vector<const Step*> members;
-  std::vector<CudaElementwiseSpec> specs;
+  // Fresh operands are contiguous: a reduction over trailing dims reads rows, any other one
+  // reads columns where its kept dims lie after its reduced ones.
+  std::vector<CudaGroupMember> members;
   for (const Step& member : step.members) {
-    members.push_back(&member);
-    specs.push_back(spec_for_fresh_operands(graph, member));
+    CudaGroupMember m{&member, {}, false};
+    if (member.kind == StepKind::Elementwise) {
+      m.spec = spec_for_fresh_operands(graph, member);
+    } else {
+      const Node& node = graph.nodes[member.nodes.back()];
+      const int64_t rank = static_cast<int64_t>(graph.nodes[node.inputs[0]].shape.size());
+      const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
+      m.columns = !dims.empty() && dims.back() != rank - 1;
+    }
+    members.push_back(m);
   }
-  return generate_cuda_group(graph, members, specs);
+  return generate_cuda_group(graph, members);
 }
 
 namespace {
@@ -477,35 +487,59 @@ std::string cuda_group_kernel_name(std::span<const std::string> member_keys) {
   return absl::StrFormat("g_%016x", h.value());
 }
 
-CudaSource generate_cuda_group(const Graph& graph, std::span<const Step* const> members,
-                               std::span<const CudaElementwiseSpec> specs, bool fast_math) {
+std::string cuda_group_member_key(const Graph& graph, const CudaGroupMember& member,
+                                  bool fast_math) {
+  const Step& step = *member.step;
+  if (step.kind == StepKind::Elementwise)
+    return cuda_kernel_cache_key(step, member.spec, fast_math);
+  const Node& node = graph.nodes[step.nodes.back()];
+  const DType in = graph.nodes[node.inputs[0]].dtype;
+  return member.columns ? cuda_column_reduction_kernel_name(node.op, in, node.dtype)
+                        : cuda_reduction_kernel_name(node.op, in, node.dtype);
+}
+
+CudaSource generate_cuda_group(const Graph& graph, std::span<const CudaGroupMember> members,
+                               bool fast_math) {
   std::vector<std::string> keys;
-  for (size_t m = 0; m < members.size(); ++m)
-    keys.push_back(cuda_kernel_cache_key(*members[m], specs[m], fast_math));
+  for (const CudaGroupMember& member : members)
+    keys.push_back(cuda_group_member_key(graph, member, fast_math));
   CudaSource out;
   out.kernel_name = cuda_group_kernel_name(keys);
   std::string& s = out.source;
   if (fast_math) s += "#define LF_FAST_MATH 1\n";
   s += cuda_prologue();
+  s += reduction_member_structs();
   // One function per distinct member kernel; members of one kernel call it with their own
   // arguments.
-  std::vector<std::string> function_of(members.size());
+  std::vector<std::string> function_of(members.size()), args_of(members.size());
   std::vector<std::string> defined;
   for (size_t m = 0; m < members.size(); ++m) {
+    const Step& step = *members[m].step;
+    const bool elementwise = step.kind == StepKind::Elementwise;
     const std::string name = absl::StrReplaceAll(
-        absl::StrCat(members[m]->kernel_name(), "_", specs[m].code()), {{".", "_"}});
+        elementwise ? absl::StrCat(step.kernel_name(), "_", members[m].spec.code()) : keys[m],
+        {{".", "_"}});
     function_of[m] = name;
+    args_of[m] = elementwise          ? absl::StrCat("Args_", name)
+                 : members[m].columns ? "ColumnReduceArgs"
+                                      : "ReduceArgs";
     if (std::find(defined.begin(), defined.end(), name) != defined.end()) continue;
     defined.push_back(name);
+    if (!elementwise) {
+      const Node& node = graph.nodes[step.nodes.back()];
+      absl::StrAppend(&s, "\n",
+                      reduction_member_function(node.op, graph.nodes[node.inputs[0]].dtype,
+                                                node.dtype, members[m].columns, name));
+      continue;
+    }
     const ElementwiseParts parts =
-        elementwise_parts(graph, *members[m], specs[m], name, "block", "blocks");
-    absl::StrAppend(&s, "\n// ", members[m]->nodes.size(), " fused nodes\n", parts.declaration,
-                    "static __device__ __forceinline__ void ", name, "(const Args_", name,
+        elementwise_parts(graph, step, members[m].spec, name, "block", "blocks");
+    absl::StrAppend(&s, "\n// ", step.nodes.size(), " fused nodes\n", parts.declaration,
+                    "static __device__ __forceinline__ void ", name, "(const ", args_of[m],
                     "& args, unsigned int block, unsigned int blocks) {\n", parts.body, "}\n");
   }
   absl::StrAppend(&s, "\nstruct Args_", out.kernel_name, " {\n");
-  for (size_t m = 0; m < members.size(); ++m)
-    absl::StrAppend(&s, "  Args_", function_of[m], " m", m, ";\n");
+  for (size_t m = 0; m < members.size(); ++m) absl::StrAppend(&s, "  ", args_of[m], " m", m, ";\n");
   absl::StrAppend(&s, "  long long start[", members.size() + 1, "];\n};\n\n");
   absl::StrAppend(&s, "extern \"C\" __global__ void __launch_bounds__(256) ", out.kernel_name,
                   "(const Args_", out.kernel_name, " args) {\n",

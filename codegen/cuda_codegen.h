@@ -68,14 +68,27 @@ struct CudaSource {
 CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
                                      const CudaElementwiseSpec& spec, bool fast_math = false);
 
-// A Group step's kernel (Note [Horizontal fusion] in ir/passes/horizontal_fusion.cc), for the
-// members given, each an elementwise step with its variant: every member's body is a function
-// over a range of blocks, and the kernel's blocks go to the members in order. Its parameter: each
-// member's elementwise arguments in member order (elementwise_arg_layout), then
-// start[members + 1], the first block of each member and, last, the grid's size. Named
-// "g_<hash>" by the members' cache keys (cuda_group_kernel_name), which key it in the cache.
-CudaSource generate_cuda_group(const Graph& graph, std::span<const Step* const> members,
-                               std::span<const CudaElementwiseSpec> specs, bool fast_math = false);
+// A member of a Group step as its kernel takes it: an elementwise step with its variant, or a
+// reduction of a stored operand (a step of one node) by rows (the plain reduction) or by columns
+// (the column reduction). Each is a kernel of kCudaReduceThreads threads a block.
+struct CudaGroupMember {
+  const Step* step = nullptr;
+  CudaElementwiseSpec spec;  // elementwise members
+  bool columns = false;      // reduction members
+};
+// The name that keys a member's kernel: an elementwise member's cuda_kernel_cache_key, a
+// reduction's kernel name.
+std::string cuda_group_member_key(const Graph& graph, const CudaGroupMember& member,
+                                  bool fast_math);
+// A Group step's kernel (Note [Horizontal fusion] in ir/passes/horizontal_fusion.cc) for the
+// members given: every member's body is a device function over a range of blocks, one per
+// distinct member kernel, and the kernel's blocks go to the members in order. Its parameter:
+// each member's arguments in member order (elementwise_arg_layout, plain_reduction_arg_layout or
+// column_reduction_arg_layout), then start[members + 1], the first block of each member and,
+// last, the grid's size. Named "g_<hash>" by the members' keys (cuda_group_kernel_name), which
+// key it in the kernel cache.
+CudaSource generate_cuda_group(const Graph& graph, std::span<const CudaGroupMember> members,
+                               bool fast_math = false);
 std::string cuda_group_kernel_name(std::span<const std::string> member_keys);
 
 // The prologue every kernel starts with (codegen/cuda_prologue.cuh and codegen/philox.h).

@@ -20,6 +20,12 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
 std::vector<std::string> strided_loads(const CudaElementwiseSpec& spec);
 // c0..c{rank-1}: the coordinates of `i` in args.size, for strided loads.
 std::string emit_coordinates(int rank, const std::string& indent);
+// A plain reduction (a row or a column one, cuda_codegen.h) as a device function `name` over the
+// block `block` of `blocks`, for a group kernel, which declares the argument structs first
+// (reduction_member_structs).
+std::string reduction_member_function(Op op, DType in, DType out, bool columns,
+                                      const std::string& name);
+std::string reduction_member_structs();
 // in0, in1, ...: typed pointers to the inputs in args.in.
 std::string emit_input_pointers(const Graph& graph, const std::vector<ValueId>& inputs);
 

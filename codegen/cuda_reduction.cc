@@ -54,10 +54,11 @@ std::string reduction_preamble(Op op, DType acc, const std::string& name = "lf_c
                       " y) { return ", combiner(op, acc).combine, "; }\n");
 }
 
-// The kernel's start: which row and chunk this block reduces, and the accumulator.
-std::string reduction_head(Op op, DType acc) {
+// The kernel's start: which row and chunk this block (`block`, blockIdx.x in a kernel of its
+// own) reduces, and the accumulator.
+std::string reduction_head(Op op, DType acc, const std::string& block = "blockIdx.x") {
   return absl::StrCat(
-      R"(  const long long row = blockIdx.x / args.chunks, chunk = blockIdx.x % args.chunks;
+      "  const long long row = ", block, " / args.chunks, chunk = ", block, R"( % args.chunks;
   const long long begin = chunk * args.chunk;
   const long long end = min(args.columns, begin + args.chunk);
   )",
@@ -171,6 +172,23 @@ int64_t cuda_reduce_chunk(int64_t rows, int64_t columns) {
                                static_cast<uint64_t>(std::max<int64_t>(columns_per_chunk, 1)))));
 }
 
+namespace {
+
+// A plain reduction's statements, for the block `block` of its grid, and the closing brace.
+std::string plain_reduction_body(Op op, DType in, DType out, const std::string& block) {
+  const DType acc = reduction_accumulator(op, in);
+  return absl::StrCat(reduction_head(op, acc, block), "  const ", type_name(in),
+                      "* __restrict__ base = (const ", type_name(in),
+                      "*)args.in + row * args.columns;\n",
+                      "  for (long long j = begin + threadIdx.x; j < end; j += blockDim.x)\n",
+                      "    acc = lf_combine(acc, (", type_name(acc), ")lf_load(base[j]));\n",
+                      reduction_tail(op, acc, out));
+}
+
+std::string column_reduction_body(Op op, DType in, DType out, const std::string& block);
+
+}  // namespace
+
 std::string cuda_reduction_kernel_name(Op op, DType in, DType out) {
   return absl::StrCat("r_", op_name(op), "_", dtype_ir_name(in), "_", dtype_ir_name(out));
 }
@@ -184,13 +202,8 @@ CudaSource generate_cuda_reduction(Op op, DType in, DType out) {
   s = cuda_prologue();
   absl::StrAppend(&s, "\n", plain_reduction_arg_layout().declare("ReduceArgs"),
                   reduction_preamble(op, acc), "\nextern \"C\" __global__ void __launch_bounds__(",
-                  kCudaReduceThreads, ") ", source.kernel_name, "(const ReduceArgs args) {\n");
-  s += reduction_head(op, acc);
-  absl::StrAppend(&s, "  const ", type_name(in), "* __restrict__ base = (const ", type_name(in),
-                  "*)args.in + row * args.columns;\n",
-                  "  for (long long j = begin + threadIdx.x; j < end; j += blockDim.x)\n",
-                  "    acc = lf_combine(acc, (", type_name(acc), ")lf_load(base[j]));\n");
-  s += reduction_tail(op, acc, out);
+                  kCudaReduceThreads, ") ", source.kernel_name, "(const ReduceArgs args) {\n",
+                  plain_reduction_body(op, in, out, "blockIdx.x"));
   return source;
 }
 
@@ -207,25 +220,20 @@ std::string cuda_column_reduction_kernel_name(Op op, DType in, DType out) {
   return absl::StrCat("c_", op_name(op), "_", dtype_ir_name(in), "_", dtype_ir_name(out));
 }
 
-CudaSource generate_cuda_column_reduction(Op op, DType in, DType out) {
-  if (!is_reduction(op)) throw VerifierError(absl::StrCat(op_name(op), " is not a reduction"));
+namespace {
+
+// A column reduction's statements, for the block `block` of its grid, and the closing brace.
+std::string column_reduction_body(Op op, DType in, DType out, const std::string& block) {
   const DType acc = reduction_accumulator(op, in);
   const char* a = type_name(acc);
   const std::string identity = absl::StrCat("(", a, ")(", combiner(op, acc).identity, ")");
-  CudaSource source;
-  source.kernel_name = cuda_column_reduction_kernel_name(op, in, out);
   const std::string store =
       absl::StrCat(divides_by_count(op) ? "acc = acc / args.divisor;\n      " : "", "((",
                    type_name(out), "*)args.out)[column] = lf_store<", type_name(out), ">(acc);\n");
-  std::string& s = source.source;
-  s = cuda_prologue();
-  absl::StrAppend(&s, "\n", column_reduction_arg_layout().declare("ColumnReduceArgs"),
-                  reduction_preamble(op, acc), "\nextern \"C\" __global__ void __launch_bounds__(",
-                  kCudaReduceThreads, ") ", source.kernel_name,
-                  "(const ColumnReduceArgs args) {\n");
+  std::string s;
   absl::StrAppend(
       &s, "  constexpr int kSlices = ", kCudaReduceThreads / kCudaColumnTile, ";\n",
-      R"(  const long long tile = blockIdx.x / args.chunks, chunk = blockIdx.x % args.chunks;
+      "  const long long tile = ", block, " / args.chunks, chunk = ", block, R"( % args.chunks;
   const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
   const long long column = tile * 32 + lane;
   const long long begin = chunk * args.chunk;
@@ -272,7 +280,41 @@ CudaSource generate_cuda_column_reduction(Op op, DType in, DType out) {
   if (lane == 0) args.counters[tile] = 0;
 }
 )");
+  return s;
+}
+
+}  // namespace
+
+CudaSource generate_cuda_column_reduction(Op op, DType in, DType out) {
+  if (!is_reduction(op)) throw VerifierError(absl::StrCat(op_name(op), " is not a reduction"));
+  CudaSource source;
+  source.kernel_name = cuda_column_reduction_kernel_name(op, in, out);
+  source.source =
+      absl::StrCat(cuda_prologue(), "\n", column_reduction_arg_layout().declare("ColumnReduceArgs"),
+                   reduction_preamble(op, reduction_accumulator(op, in)),
+                   "\nextern \"C\" __global__ void __launch_bounds__(", kCudaReduceThreads, ") ",
+                   source.kernel_name, "(const ColumnReduceArgs args) {\n",
+                   column_reduction_body(op, in, out, "blockIdx.x"));
   return source;
+}
+
+std::string cuda_emit::reduction_member_function(Op op, DType in, DType out, bool columns,
+                                                 const std::string& name) {
+  const DType acc = reduction_accumulator(op, in);
+  const char* a = type_name(acc);
+  // The combination as a local lambda: members of other ops define their own.
+  return absl::StrCat("static __device__ __forceinline__ void ", name, "(const ",
+                      columns ? "ColumnReduceArgs" : "ReduceArgs",
+                      "& args, unsigned int block, unsigned int blocks) {\n  (void)blocks;\n",
+                      "  const auto lf_combine = [](", a, " x, ", a, " y) -> ", a, " { return ",
+                      combiner(op, acc).combine, "; };\n",
+                      columns ? column_reduction_body(op, in, out, "block")
+                              : plain_reduction_body(op, in, out, "block"));
+}
+
+std::string cuda_emit::reduction_member_structs() {
+  return absl::StrCat(plain_reduction_arg_layout().declare("ReduceArgs"),
+                      column_reduction_arg_layout().declare("ColumnReduceArgs"));
 }
 
 CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,

@@ -17,7 +17,7 @@ enum class StepKind : uint8_t {
   View,         // no work: new sizes and strides over the operand's storage
   Transfer,     // a copy between devices
   Index,        // gather, scatter_add or cat: one node over stored operands (a library step)
-  // Independent elementwise kernels (`members`) launched as one (Note [Horizontal fusion] in
+  // Independent kernels (`members`) launched as one (Note [Horizontal fusion] in
   // ir/passes/horizontal_fusion.cc): an optimizer's update of every parameter in one launch.
   Group,
 };
@@ -38,8 +38,9 @@ struct Step {
   // A hash of the kernel's structure that leaves sizes out (ops, dtypes, ranks, attributes,
   // operand wiring): the name of the kernel and the key of compiled-code caches.
   uint64_t kernel_key = 0;
-  // A group's kernels, each an Elementwise step, none reading what another computes. The
-  // group's nodes, inputs and outputs are theirs, concatenated in member order.
+  // A group's kernels, each an Elementwise step or a Reduction step of one node, none reading
+  // what another computes. The group's nodes, inputs and outputs are theirs, concatenated in
+  // member order.
   std::vector<Step> members;
 
   std::string kernel_name() const;  // "k_3f9a1c0b", a group's "g_3f9a1c0b"

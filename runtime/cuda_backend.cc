@@ -27,6 +27,8 @@ namespace lazyfuse {
 namespace {
 
 constexpr unsigned kThreadsPerBlock = 256;
+// A group kernel runs elementwise and reduction members in blocks of one size.
+static_assert(kThreadsPerBlock == kCudaReduceThreads);
 
 // What a launch of a generated kernel can reuse while its operands keep their layout: the plan
 // (variant, merged sizes and strides), the kernel and the grid. Kept per step of a cached
@@ -197,121 +199,6 @@ void run_elementwise(const Graph& graph, const Step& step, ValueBuffers& values,
          kThreadsPerBlock, args, kernel.name);
 }
 
-// What a Group step keeps between runs: each member's plan (in its LaunchMemo, whose function
-// stays null) and the launches made of them, valid while every member's plan fits its operands.
-struct GroupMemo : StepCache {
-  std::vector<LaunchMemo> members;
-  struct Launch {
-    std::vector<size_t> members;  // member indices, in order
-    void* function = nullptr;     // the CUfunction: a group kernel, or a member's own kernel
-    std::string name;
-  };
-  std::vector<Launch> launches;
-  bool valid = false;
-};
-
-// The parameter space every GPU since Volta takes in one launch (4 KiB; newer drivers take more,
-// which a launch need not rely on), in 8-byte words.
-constexpr int kMaxParameterWords = 4096 / 8;
-
-// A Group step (Note [Horizontal fusion]): its members' kernels as few launches, each a group
-// kernel whose blocks are split among its members (or a member's own kernel where it is alone
-// in a launch), cut where the arguments would outgrow the parameter space.
-void run_group(const Graph& graph, const Step& step, ValueBuffers& values, GroupMemo* memo) {
-  const int device = step.device.index();
-  cuda::activate(device);
-  const size_t count = step.members.size();
-  std::vector<absl::InlinedVector<uint64_t, 4>> outputs(count);
-  bool outputs_aligned = true;
-  for (size_t m = 0; m < count; ++m) {
-    const Step& member = step.members[m];
-    outputs[m] = allocate_outputs(graph, member, values);
-    for (size_t k = 0; k < member.outputs.size(); ++k)
-      outputs_aligned &=
-          outputs[m][k] % (kVectorAlignment * dtype_size(graph.nodes[member.outputs[k]].dtype)) ==
-          0;
-  }
-  // A memo is kept only for aligned outputs, which any plan suits (as run_elementwise keeps it).
-  GroupMemo scratch;
-  GroupMemo& kept = outputs_aligned && memo != nullptr ? *memo : scratch;
-  const bool fast_math = env_config().fast_math;
-  kept.members.resize(count);
-  bool replanned = !kept.valid;
-  for (size_t m = 0; m < count; ++m) {
-    const Step& member = step.members[m];
-    if (memo_fits(kept.members[m], member, values, fast_math)) continue;
-    const Operands operands = operands_of(member, values);
-    std::vector<int64_t> output_sizes;
-    for (ValueId v : member.outputs) output_sizes.push_back(dtype_size(graph.nodes[v].dtype));
-    CudaElementwiseLaunch plan =
-        plan_cuda_elementwise(member, operands.layouts, outputs[m], output_sizes);
-    const std::string key = cuda_kernel_cache_key(member, plan.spec, fast_math);
-    remember_launch(kept.members[m], operands.layouts, std::move(plan), nullptr, key, fast_math);
-    replanned = true;
-  }
-  if (replanned) {
-    kept.launches.clear();
-    int words = 0;
-    for (size_t m = 0; m < count; ++m) {
-      const LaunchMemo& member = kept.members[m];
-      if (member.plan.numel == 0) continue;
-      const int member_words =
-          elementwise_arg_layout(member.plan.spec, static_cast<int>(step.members[m].inputs.size()),
-                                 static_cast<int>(step.members[m].outputs.size()))
-              .words();
-      // Each launch's words: its members', and one start per member and one more.
-      if (kept.launches.empty() ||
-          words + member_words + 1 + static_cast<int>(kept.launches.back().members.size()) + 1 >
-              kMaxParameterWords) {
-        kept.launches.emplace_back();
-        words = 0;
-      }
-      kept.launches.back().members.push_back(m);
-      words += member_words;
-    }
-    for (GroupMemo::Launch& call : kept.launches) {
-      if (call.members.size() == 1) {
-        const size_t m = call.members[0];
-        call.name = kept.members[m].name;
-        call.function = cuda::get_kernel(device, call.name, [&] {
-          return generate_cuda_elementwise(graph, step.members[m], kept.members[m].plan.spec,
-                                           fast_math);
-        });
-        continue;
-      }
-      std::vector<std::string> keys;
-      std::vector<const Step*> members;
-      std::vector<CudaElementwiseSpec> specs;
-      for (size_t m : call.members) {
-        keys.push_back(kept.members[m].name);
-        members.push_back(&step.members[m]);
-        specs.push_back(kept.members[m].plan.spec);
-      }
-      call.name = cuda_group_kernel_name(keys);
-      call.function = cuda::get_kernel(
-          device, call.name, [&] { return generate_cuda_group(graph, members, specs, fast_math); });
-    }
-    kept.valid = true;
-  } else {
-    cuda::count_memory_hit();
-  }
-  for (const GroupMemo::Launch& call : kept.launches) {
-    KernelArgs args;
-    absl::InlinedVector<int64_t, 16> starts = {0};
-    for (size_t m : call.members) {
-      const LaunchMemo& member = kept.members[m];
-      KernelArgs words =
-          pack_elementwise_args(member.plan, input_addresses(step.members[m], values), outputs[m]);
-      args.insert(args.end(), words.begin(), words.end());
-      starts.push_back(starts.back() + elementwise_blocks(member.plan, device));
-    }
-    if (call.members.size() > 1)
-      for (int64_t start : starts) args.push_back(static_cast<uint64_t>(start));
-    launch(static_cast<cuda::CUfunction>(call.function), starts.back(), kThreadsPerBlock, args,
-           call.name);
-  }
-}
-
 // A contiguous copy of `source` (any strides, broadcast included) converted to `dtype`: one
 // generated elementwise kernel (a copy or a cast).
 BufferView cuda_convert(const BufferView& source, DType dtype) {
@@ -480,72 +367,293 @@ std::optional<int64_t> column_stride(const BufferView& view, int64_t reduced) {
   return stride.value_or(1);
 }
 
-// out[k] reduces view's [k, j] over j, reading the operand where it lies (column_stride).
-void run_column_reduction(const Node& node, const BufferView& view, int64_t stride, int64_t kept,
-                          int64_t reduced, const BufferView& out) {
-  if (kept == 0) return;
-  const int device = node.device.index();
-  const std::string name = cuda_column_reduction_kernel_name(node.op, view.dtype, node.dtype);
-  cuda::CUfunction function = cuda::get_kernel(device, name, [&] {
-    return generate_cuda_column_reduction(node.op, view.dtype, node.dtype);
-  });
-  const int64_t tiles = (kept + kCudaColumnTile - 1) / kCudaColumnTile;
-  const int64_t chunk = cuda_column_chunk(kept, reduced);
-  const int64_t chunks = std::max<int64_t>(1, (reduced + chunk - 1) / chunk);
-  std::optional<BufferView> partial;
-  if (chunks > 1)
-    partial =
-        allocate_buffer(node.device, reduction_accumulator(node.op, view.dtype), {kept, chunks});
+// A reduction of a stored operand as one kernel reads it: the operand as [kept..., reduced...]
+// (`view`), read by rows where that view is dense, by columns where column_stride allows, and
+// otherwise by rows of a dense copy, which the caller makes (needs_copy). The chunking comes
+// from the sizes alone.
+struct PlainReduction {
+  BufferView view;
+  int64_t kept = 1, reduced = 1;
+  bool columns = false;
+  bool needs_copy = false;
+  int64_t stride = 1;  // columns: between one reduced element and the next
+  int64_t chunk = 1, chunks = 1;
+
+  int64_t groups() const {  // rows, or tiles of columns
+    return columns ? (kept + kCudaColumnTile - 1) / kCudaColumnTile : kept;
+  }
+  int64_t blocks() const { return groups() * chunks; }
+  // Counters a launch needs (a zero each): one per row or tile of several chunks.
+  int64_t counters() const { return chunks > 1 ? groups() : 0; }
+};
+
+PlainReduction plan_plain_reduction(const Node& node, const BufferView& input) {
+  PlainReduction plan;
+  const int64_t rank = static_cast<int64_t>(input.shape.size());
+  const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
+  plan.view = input;
+  plan.view.shape.clear();
+  plan.view.strides.clear();
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int64_t d = 0; d < rank; ++d) {
+      const bool reduced = std::binary_search(dims.begin(), dims.end(), d);
+      if (reduced != (pass == 1)) continue;
+      plan.view.shape.push_back(input.shape[d]);
+      plan.view.strides.push_back(input.strides[d]);
+      (reduced ? plan.reduced : plan.kept) *= input.shape[d];
+    }
+  }
+  if (!plan.view.is_contiguous()) {
+    const std::optional<int64_t> stride =
+        column_stride(plan.view, static_cast<int64_t>(dims.size()));
+    plan.columns = stride.has_value();
+    plan.needs_copy = !plan.columns;
+    plan.stride = stride.value_or(1);
+  }
+  if (plan.columns) {
+    plan.chunk = cuda_column_chunk(plan.kept, plan.reduced);
+  } else {
+    plan.chunk = env_config().reduce_chunk > 0 ? env_config().reduce_chunk
+                                               : cuda_reduce_chunk(plan.kept, plan.reduced);
+  }
+  plan.chunks = std::max<int64_t>(1, (plan.reduced + plan.chunk - 1) / plan.chunk);
+  if (plan.chunks == 1 && !plan.columns) plan.chunk = std::max<int64_t>(plan.reduced, 1);
+  return plan;
+}
+
+// The kernel a plan launches: the row or the column reduction of the node's dtypes.
+std::string plain_reduction_kernel(const Node& node, const PlainReduction& plan) {
+  return plan.columns ? cuda_column_reduction_kernel_name(node.op, plan.view.dtype, node.dtype)
+                      : cuda_reduction_kernel_name(node.op, plan.view.dtype, node.dtype);
+}
+
+// The plan's words (plain_reduction_arg_layout or column_reduction_arg_layout), with a buffer
+// of partials in `partial` when there are several chunks, and `counters` the address of its
+// counters() zeros.
+KernelArgs plain_reduction_args(const Node& node, const PlainReduction& plan, uint64_t out,
+                                uint64_t counters, std::optional<BufferView>& partial) {
+  if (plan.chunks > 1)
+    partial = allocate_buffer(node.device, reduction_accumulator(node.op, plan.view.dtype),
+                              {plan.kept, plan.chunks});
   ReductionWords words;
-  words.out = address(out);
-  words.rows = kept;
-  words.columns = reduced;
-  words.chunk = chunk;
-  words.chunks = chunks;
-  words.divisor = static_cast<double>(reduced);
+  words.out = out;
+  words.rows = plan.kept;
+  words.columns = plan.reduced;
+  words.chunk = plan.chunk;
+  words.chunks = plan.chunks;
+  words.divisor = static_cast<double>(plan.reduced);
   words.partial = partial ? address(*partial) : 0;
-  words.counters = chunks > 1 ? reduction_counters(node.device, tiles) : 0;
-  KernelArgs args = pack_column_reduction_args(address(view), stride, words);
-  launch(function, tiles * chunks, kCudaReduceThreads, args, name);
+  words.counters = plan.chunks > 1 ? counters : 0;
+  if (plan.columns) return pack_column_reduction_args(address(plan.view), plan.stride, words);
+  KernelArgs args = {address(plan.view)};
+  append_reduction_args(words, args);
+  return args;
 }
 
 BufferView run_reduction(const Node& node, const BufferView& input) {
   const int device = node.device.index();
   cuda::activate(device);
-  const int64_t rank = static_cast<int64_t>(input.shape.size());
-  std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
-  // Kept dims first, reduced dims last: the operand as [rows, columns].
-  BufferView view = input;
-  view.shape.clear();
-  view.strides.clear();
-  int64_t rows = 1, columns = 1;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int64_t d = 0; d < rank; ++d) {
-      bool reduced = std::binary_search(dims.begin(), dims.end(), d);
-      if (reduced != (pass == 1)) continue;
-      view.shape.push_back(input.shape[d]);
-      view.strides.push_back(input.strides[d]);
-      (reduced ? columns : rows) *= input.shape[d];
-    }
+  PlainReduction plan = plan_plain_reduction(node, input);
+  if (plan.needs_copy) {
+    plan.view = cuda_contiguous(plan.view);
+    plan.needs_copy = false;
   }
   BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
-  if (!view.is_contiguous()) {
-    if (std::optional<int64_t> stride = column_stride(view, static_cast<int64_t>(dims.size()))) {
-      run_column_reduction(node, view, *stride, rows, columns, out);
-      return out;
+  if (plan.kept == 0) return out;
+  const std::string name = plain_reduction_kernel(node, plan);
+  cuda::CUfunction function = cuda::get_kernel(device, name, [&] {
+    return plan.columns ? generate_cuda_column_reduction(node.op, plan.view.dtype, node.dtype)
+                        : generate_cuda_reduction(node.op, plan.view.dtype, node.dtype);
+  });
+  std::optional<BufferView> partial;
+  const uint64_t counters =
+      plan.counters() > 0 ? reduction_counters(node.device, plan.counters()) : 0;
+  KernelArgs args = plain_reduction_args(node, plan, address(out), counters, partial);
+  launch(function, plan.blocks(), kCudaReduceThreads, args, name);
+  return out;
+}
+
+// What a Group step keeps between runs: each member's plan, and the launches made of them,
+// valid while every member's plan fits its operands.
+struct GroupMemo : StepCache {
+  struct Member {
+    LaunchMemo elementwise;  // an elementwise member's plan (its function stays null)
+    // A reduction member's operand layout and how the plan reads it.
+    Shape shape;
+    Strides strides;
+    bool columns = false, needs_copy = false, valid = false;
+  };
+  std::vector<Member> members;
+  struct Launch {
+    std::vector<size_t> members;  // member indices, in order
+    void* function = nullptr;     // the CUfunction: a group kernel, or a member's own kernel
+    std::string name;
+  };
+  std::vector<Launch> launches;
+  bool valid = false;
+};
+
+// The parameter space every GPU since Volta takes in one launch (4 KiB; newer drivers take more,
+// which a launch need not rely on), in 8-byte words.
+constexpr int kMaxParameterWords = 4096 / 8;
+
+// A Group step (Note [Horizontal fusion]): its members' kernels as few launches, each a group
+// kernel whose blocks are split among its members (or a member's own kernel where it is alone
+// in a launch), cut where the arguments would outgrow the parameter space. A reduction whose
+// operand must first be copied dense runs on its own, before the rest.
+void run_group(const Graph& graph, const Step& step, ValueBuffers& values, GroupMemo* memo) {
+  const int device = step.device.index();
+  cuda::activate(device);
+  const size_t count = step.members.size();
+  const bool fast_math = env_config().fast_math;
+  std::vector<absl::InlinedVector<uint64_t, 4>> outputs(count);
+  std::vector<std::optional<PlainReduction>> reductions(count);
+  bool outputs_aligned = true;
+  for (size_t m = 0; m < count; ++m) {
+    const Step& member = step.members[m];
+    outputs[m] = allocate_outputs(graph, member, values);
+    if (member.kind == StepKind::Elementwise) {
+      for (size_t k = 0; k < member.outputs.size(); ++k)
+        outputs_aligned &=
+            outputs[m][k] % (kVectorAlignment * dtype_size(graph.nodes[member.outputs[k]].dtype)) ==
+            0;
+    } else {
+      const Node& node = graph.nodes[member.nodes[0]];
+      reductions[m] = plan_plain_reduction(node, *values[node.inputs[0]]);
     }
   }
-  BufferView dense = cuda_contiguous(view);
-  const std::string name = cuda_reduction_kernel_name(node.op, dense.dtype, node.dtype);
-  cuda::CUfunction function = cuda::get_kernel(
-      device, name, [&] { return generate_cuda_reduction(node.op, dense.dtype, node.dtype); });
-  KernelArgs args = {address(dense)};
-  std::optional<BufferView> partial;
-  const int64_t chunks =
-      append_reduction_launch(node.device, reduction_accumulator(node.op, dense.dtype),
-                              address(out), rows, columns, args, partial);
-  launch(function, rows * chunks, kCudaReduceThreads, args, name);
-  return out;
+  // A memo is kept only for aligned outputs, which any plan suits (as run_elementwise keeps it).
+  GroupMemo scratch;
+  GroupMemo& kept = outputs_aligned && memo != nullptr ? *memo : scratch;
+  kept.members.resize(count);
+  bool replanned = !kept.valid;
+  for (size_t m = 0; m < count; ++m) {
+    const Step& member = step.members[m];
+    GroupMemo::Member& plan = kept.members[m];
+    if (reductions[m]) {
+      const BufferView& in = *values[graph.nodes[member.nodes[0]].inputs[0]];
+      if (plan.valid && plan.shape == in.shape && plan.strides == in.strides &&
+          plan.columns == reductions[m]->columns && plan.needs_copy == reductions[m]->needs_copy)
+        continue;
+      plan.shape = in.shape;
+      plan.strides = in.strides;
+      plan.columns = reductions[m]->columns;
+      plan.needs_copy = reductions[m]->needs_copy;
+      plan.valid = true;
+      replanned = true;
+      continue;
+    }
+    if (memo_fits(plan.elementwise, member, values, fast_math)) continue;
+    const Operands operands = operands_of(member, values);
+    std::vector<int64_t> output_sizes;
+    for (ValueId v : member.outputs) output_sizes.push_back(dtype_size(graph.nodes[v].dtype));
+    CudaElementwiseLaunch launch_plan =
+        plan_cuda_elementwise(member, operands.layouts, outputs[m], output_sizes);
+    const std::string key = cuda_kernel_cache_key(member, launch_plan.spec, fast_math);
+    remember_launch(plan.elementwise, operands.layouts, std::move(launch_plan), nullptr, key,
+                    fast_math);
+    replanned = true;
+  }
+  auto member_blocks = [&](size_t m) -> int64_t {
+    if (reductions[m]) return reductions[m]->kept == 0 ? 0 : reductions[m]->blocks();
+    return kept.members[m].elementwise.plan.numel == 0
+               ? 0
+               : elementwise_blocks(kept.members[m].elementwise.plan, device);
+  };
+  if (replanned) {
+    kept.launches.clear();
+    int words = 0;
+    for (size_t m = 0; m < count; ++m) {
+      if (member_blocks(m) == 0 || (reductions[m] && reductions[m]->needs_copy)) continue;
+      const Step& member = step.members[m];
+      const int member_words = reductions[m]
+                                   ? (reductions[m]->columns ? column_reduction_arg_layout()
+                                                             : plain_reduction_arg_layout())
+                                         .words()
+                                   : elementwise_arg_layout(kept.members[m].elementwise.plan.spec,
+                                                            static_cast<int>(member.inputs.size()),
+                                                            static_cast<int>(member.outputs.size()))
+                                         .words();
+      // Each launch's words: its members', and one start per member and one more.
+      if (kept.launches.empty() ||
+          words + member_words + static_cast<int>(kept.launches.back().members.size()) + 2 >
+              kMaxParameterWords) {
+        kept.launches.emplace_back();
+        words = 0;
+      }
+      kept.launches.back().members.push_back(m);
+      words += member_words;
+    }
+    for (GroupMemo::Launch& call : kept.launches) {
+      std::vector<CudaGroupMember> members;
+      for (size_t m : call.members) {
+        CudaGroupMember member{&step.members[m], kept.members[m].elementwise.plan.spec, false};
+        if (reductions[m]) member.columns = reductions[m]->columns;
+        members.push_back(member);
+      }
+      if (members.size() == 1) {
+        const CudaGroupMember& only = members[0];
+        const Step& alone = *only.step;
+        call.name = cuda_group_member_key(graph, only, fast_math);
+        call.function = cuda::get_kernel(device, call.name, [&] {
+          if (alone.kind == StepKind::Elementwise)
+            return generate_cuda_elementwise(graph, alone, only.spec, fast_math);
+          const Node& node = graph.nodes[alone.nodes[0]];
+          const DType in = graph.nodes[node.inputs[0]].dtype;
+          return only.columns ? generate_cuda_column_reduction(node.op, in, node.dtype)
+                              : generate_cuda_reduction(node.op, in, node.dtype);
+        });
+        continue;
+      }
+      std::vector<std::string> keys;
+      for (const CudaGroupMember& member : members)
+        keys.push_back(cuda_group_member_key(graph, member, fast_math));
+      call.name = cuda_group_kernel_name(keys);
+      call.function = cuda::get_kernel(
+          device, call.name, [&] { return generate_cuda_group(graph, members, fast_math); });
+    }
+    kept.valid = true;
+  } else {
+    cuda::count_memory_hit();
+  }
+  // Reductions that need a dense copy of their operand run on their own.
+  for (size_t m = 0; m < count; ++m) {
+    if (!reductions[m] || !reductions[m]->needs_copy) continue;
+    const Node& node = graph.nodes[step.members[m].nodes[0]];
+    values[step.members[m].nodes[0]] = run_reduction(node, *values[node.inputs[0]]);
+  }
+  // One buffer of counters for the device: each reduction of several chunks takes its own part.
+  int64_t counters_needed = 0;
+  for (size_t m = 0; m < count; ++m)
+    if (reductions[m] && !reductions[m]->needs_copy) counters_needed += reductions[m]->counters();
+  const uint64_t counters =
+      counters_needed > 0 ? reduction_counters(step.device, counters_needed) : 0;
+  int64_t counters_used = 0;
+  std::vector<std::optional<BufferView>> partials(count);
+  for (const GroupMemo::Launch& call : kept.launches) {
+    KernelArgs args;
+    absl::InlinedVector<int64_t, 16> starts = {0};
+    for (size_t m : call.members) {
+      const Step& member = step.members[m];
+      KernelArgs words;
+      if (reductions[m]) {
+        const Node& node = graph.nodes[member.nodes[0]];
+        words =
+            plain_reduction_args(node, *reductions[m], outputs[m][0],
+                                 counters + static_cast<uint64_t>(counters_used) * 4, partials[m]);
+        counters_used += reductions[m]->counters();
+      } else {
+        words = pack_elementwise_args(kept.members[m].elementwise.plan,
+                                      input_addresses(member, values), outputs[m]);
+      }
+      args.insert(args.end(), words.begin(), words.end());
+      starts.push_back(starts.back() + member_blocks(m));
+    }
+    if (call.members.size() > 1)
+      for (int64_t start : starts) args.push_back(static_cast<uint64_t>(start));
+    launch(static_cast<cuda::CUfunction>(call.function), starts.back(), kThreadsPerBlock, args,
+           call.name);
+  }
 }
 
 // A [batch..., rows, cols] view as cuBLAS can read it in place, when its layout allows: each

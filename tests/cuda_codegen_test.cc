@@ -87,15 +87,16 @@ std::vector<CudaSource> generate_all(const Schedule& schedule, bool strided) {
   std::vector<CudaSource> sources;
   for (const Step& step : schedule.steps) {
     if (step.kind == StepKind::Group) {
-      // Each member as a kernel of its own (a launch that holds one) and all in one.
-      std::vector<const Step*> members;
-      std::vector<CudaElementwiseSpec> specs;
+      // Each member as a kernel of its own (a launch that holds one), and all in one; a
+      // reduction member by rows and by columns.
+      std::vector<CudaGroupMember> members;
       for (const Step& member : step.members) {
-        members.push_back(&member);
-        specs.push_back(plan_step(schedule, member, strided).spec);
-        sources.push_back(generate_cuda_elementwise(schedule.graph, member, specs.back()));
+        CudaGroupMember m{&member, plan_step(schedule, member, strided).spec, strided};
+        if (member.kind == StepKind::Elementwise)
+          sources.push_back(generate_cuda_elementwise(schedule.graph, member, m.spec));
+        members.push_back(m);
       }
-      sources.push_back(generate_cuda_group(schedule.graph, members, specs));
+      sources.push_back(generate_cuda_group(schedule.graph, members));
       continue;
     }
     CudaElementwiseLaunch plan = plan_step(schedule, step, strided);
@@ -391,13 +392,13 @@ TEST(CudaCodegen, GroupKernelSplitsItsBlocksAmongItsMembers) {
   ASSERT_EQ(group.members.size(), 3u);
   EXPECT_EQ(schedule.num_kernels(), 1);
   for (bool strided : {false, true}) {
-    std::vector<const Step*> members;
+    std::vector<CudaGroupMember> members;
     std::vector<CudaElementwiseSpec> specs;
     for (const Step& member : group.members) {
-      members.push_back(&member);
       specs.push_back(plan_step(schedule, member, strided).spec);
+      members.push_back({&member, specs.back(), false});
     }
-    const CudaSource source = generate_cuda_group(schedule.graph, members, specs);
+    const CudaSource source = generate_cuda_group(schedule.graph, members);
     EXPECT_EQ(source.kernel_name.substr(0, 2), "g_");
     // The [16] and [7] updates have one structure: with the same variant, one function.
     const std::string member_function = absl::StrCat("static __device__ __forceinline__ void ",
@@ -413,6 +414,43 @@ TEST(CudaCodegen, GroupKernelSplitsItsBlocksAmongItsMembers) {
     SCOPED_TRACE(source.source);
     EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
   }
+}
+
+// Reductions of stored values join a group beside elementwise kernels: the bias gradients of a
+// training step (sums over the batch, by columns) with the bias corrections of its updates. Each
+// reduction's combination is its own function's, so a sum and a max do not collide.
+TEST(CudaCodegen, GroupKernelTakesReductionsByRowsAndByColumns) {
+  Schedule schedule = lower(
+      R"(graph @grads(%0: f32[32,64] @cuda:0, %1: f32[32,16] @cuda:0, %2: f64[] @cuda:0, %3: bf16[8,300] @cuda:0) {
+  %4 = sum %0 {dims = [0], keepdim = false} : f32[64] @cuda:0
+  %5 = max %1 {dims = [0], keepdim = false} : f32[16] @cuda:0
+  %6 = const {value = 0.9} : f64[] @cuda:0
+  %7 = pow %6, %2 : f64[] @cuda:0
+  %8 = sum %3 {dims = [1], keepdim = false} : bf16[8] @cuda:0
+  return %4, %5, %7, %8
+})");
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  const Step& group = schedule.steps[0];
+  ASSERT_EQ(group.kind, StepKind::Group);
+  ASSERT_EQ(group.members.size(), 4u);
+  std::vector<CudaGroupMember> members;
+  for (const Step& member : group.members) {
+    CudaGroupMember m{&member, plan_step(schedule, member, false).spec, false};
+    // The sums over dim 0 read columns; the row sum of the bfloat16 operand reads rows.
+    if (member.kind == StepKind::Reduction)
+      m.columns = schedule.graph.nodes[member.nodes[0]].shape != Shape{8};
+    members.push_back(m);
+  }
+  const CudaSource source = generate_cuda_group(schedule.graph, members);
+  EXPECT_NE(source.source.find("c_sum_f32_f32(const ColumnReduceArgs& args"), std::string::npos);
+  EXPECT_NE(source.source.find("c_max_f32_f32(const ColumnReduceArgs& args"), std::string::npos);
+  EXPECT_NE(source.source.find("r_sum_bf16_bf16(const ReduceArgs& args"), std::string::npos);
+  EXPECT_NE(source.source.find("const auto lf_combine = [](float x, float y) -> float { return "
+                               "lf_max(x, y); };"),
+            std::string::npos);
+  if (!nvrtc_available()) GTEST_SKIP() << nvrtc_unavailable_reason();
+  SCOPED_TRACE(source.source);
+  EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
 }
 
 TEST(CudaCodegen, CompileErrorCarriesTheLogAndTheSource) {

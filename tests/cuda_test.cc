@@ -291,6 +291,45 @@ TEST_F(Cuda, GroupOfManyUpdatesMatchesTheReference) {
   }
 }
 
+// Reductions of stored values share a group's launch with elementwise kernels: by columns with
+// many chunks (the counters of several such reductions in one launch must not collide), by rows,
+// a max, and one whose operand needs a dense copy first (it runs on its own). Every launch gives
+// the same bits, and each value matches the CPU.
+TEST_F(Cuda, GroupOfReductionsAndUpdatesMatchesTheCpu) {
+  Tensor a = from_vector(random_values(70001 * 40, -1, 1, 41), {70001, 40});
+  Tensor b = from_vector(random_values(37 * 70001, -1, 1, 42), {37, 70001});
+  Tensor c = from_vector(random_values(4 * 5 * 6, -1, 1, 43), {4, 5, 6});
+  Tensor d = from_vector(random_values(3000 * 100, -1, 1, 44), {3000, 100});
+  Tensor e = from_vector(random_values(1000, -1, 1, 45), {1000});
+  Tensor ga = a.to("cuda"), gb = b.to("cuda"), gc = c.to("cuda"), gd = d.to("cuda"),
+         ge = e.to("cuda");
+  eval({ga, gb, gc, gd, ge});
+  auto outputs = [](const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& d,
+                    const Tensor& e) {
+    return std::vector<Tensor>{a.sum({0}),  b.sum({1}),  c.sum({1}),
+                               d.amax({0}), e * 0.5 + 1, d.sum({0})};
+  };
+  const std::vector<Tensor> want = outputs(a, b, c, d, e);
+  std::vector<std::vector<double>> first;
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<Tensor> got = outputs(ga, gb, gc, gd, ge);
+    reset_eval_stats();
+    eval(got);
+    EXPECT_EQ(eval_stats().kernels, 1);
+    // The group's launch, and the copy and reduction of the one that reads a dense copy.
+    EXPECT_EQ(eval_stats().launches, 3);
+    for (size_t k = 0; k < got.size(); ++k) {
+      SCOPED_TRACE(testing::Message() << "output " << k << " round " << round);
+      const std::vector<double> values = got[k].to_vector<double>();
+      expect_close(values, want[k].to_vector<double>(), 1e-5, 1e-4);
+      if (round == 0)
+        first.push_back(values);
+      else
+        EXPECT_EQ(values, first[k]);
+    }
+  }
+}
+
 TEST_F(Cuda, OutOfMemoryIsTypedAndRecoverable) {
   Tensor kept = ones({1000}, Device("cuda"));
   eval(kept);

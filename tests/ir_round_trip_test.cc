@@ -229,8 +229,11 @@ constexpr char kInterleaved[] = R"(graph @main(%0: f32[4,8] @cpu, %1: f32[8,4] @
 }
 )";
 
+// Fusion's regions, before horizontal fusion shares launches among them.
 std::string fused(const std::string& text) {
-  return print_schedule(run_pipeline(parse_graph(text), {}));
+  PipelineOptions options;
+  options.only = std::vector<std::string>{"placement", "sink-views", "cse", "dce", "fusion"};
+  return print_schedule(run_pipeline(parse_graph(text), options));
 }
 
 // Kernel names are hashes; the tests compare the rest.

@@ -1,4 +1,4 @@
-// Horizontal fusion: independent elementwise steps share kernels and launches.
+// Horizontal fusion: independent kernels share kernels and launches.
 //
 // Note [Horizontal fusion]
 // After fusion a schedule often holds many small elementwise kernels that do not depend on each
@@ -16,13 +16,14 @@
 //  1. Sibling fusion: elementwise steps of the same iteration space that read a common input
 //     become one kernel, which reads that input once (XLA's multi-output sibling fusion), as
 //     long as fusion's caps hold for the union.
-//  2. Horizontal fusion: two or more elementwise steps left become one Group step: one launch
-//     whose blocks are split among its members, each running its own body over its own space
-//     (PyTorch's multi-tensor `foreach` kernels, for any elementwise body). The CPU runs the
+//  2. Horizontal fusion: two or more steps left, elementwise or reductions of a stored value,
+//     become one Group step: one launch whose blocks are split among its members, each running
+//     its own body over its own space (PyTorch's multi-tensor `foreach` kernels, for any
+//     elementwise body; a bias's gradient beside the updates' corrections). The CPU runs the
 //     members one after another.
-// Reductions, matmuls, index steps, views and transfers are left as they are. A step moved
-// later keeps its operands alive until then (an optimizer's update reads parameters, gradients
-// and state, which live on anyway) and holds its own results for less time.
+// Reductions with fused work, matmuls, index steps, views and transfers are left as they are. A
+// step moved later keeps its operands alive until then (an optimizer's update reads parameters,
+// gradients and state, which live on anyway) and holds its own results for less time.
 //
 // Before: a schedule from run_fusion (with fusion enabled). After: the same values computed by
 // as many or fewer steps, in an order where every step comes after those computing its inputs.
@@ -124,6 +125,13 @@ std::vector<Step> fuse_siblings(const Graph& graph, std::vector<Step> steps,
   return fused;
 }
 
+// Steps a group may take: elementwise kernels, and reductions of a stored value (one node),
+// whose kernels the code generators can give a range of blocks.
+bool is_group_member(const Step& step) {
+  return step.kind == StepKind::Elementwise ||
+         (step.kind == StepKind::Reduction && step.nodes.size() == 1);
+}
+
 Step make_group(std::vector<Step> members) {
   Step group;
   group.kind = StepKind::Group;
@@ -151,13 +159,19 @@ void run_horizontal_fusion(Schedule& schedule, const FusionOptions& options) {
   std::vector<Step> steps;
   for (size_t s = 0; s < schedule.steps.size(); ++s) {
     Step& step = schedule.steps[s];
-    if (step.kind == StepKind::Elementwise)
+    if (is_group_member(step))
       together[{level[s], step.device.type(), step.device.index()}].push_back(std::move(step));
     else
       steps.push_back(std::move(step));
   }
   for (auto& [where, members] : together) {
-    std::vector<Step> fused = fuse_siblings(graph, std::move(members), options);
+    // Elementwise siblings first, then the reductions.
+    std::vector<Step> elementwise, reductions;
+    for (Step& member : members)
+      (member.kind == StepKind::Elementwise ? elementwise : reductions)
+          .push_back(std::move(member));
+    std::vector<Step> fused = fuse_siblings(graph, std::move(elementwise), options);
+    for (Step& reduction : reductions) fused.push_back(std::move(reduction));
     for (Step& step : fused) step.kernel_key = step_kernel_key(graph, step);
     if (fused.size() == 1) {
       steps.push_back(std::move(fused.front()));
