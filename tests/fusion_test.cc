@@ -438,14 +438,16 @@ TEST(Fusion, NoCycleThroughAReductionBetweenCandidates) {
   SKIP_IF_FUSION_OFF_BY_ENV();
   // c = exp(a); d = sum(c) broadcast back; e = c + d. e may not join c's kernel: d needs that
   // kernel's result first, so the merged kernel would read its own output.
-  Schedule schedule = schedule_of_text(
+  // Fusion alone: the pipeline's sink-views would drop the expand, which the case needs.
+  Schedule schedule = fuse_only(
       "graph @main(%0: f32[3] @cpu) {\n"
       "  %1 = exp %0 : f32[3] @cpu\n"
       "  %2 = sum %1 {dims = [], keepdim = false} : f32[] @cpu\n"
       "  %3 = expand %2 : f32[3] @cpu\n"
       "  %4 = add %1, %3 : f32[3] @cpu\n"
       "  return %4\n"
-      "}\n");
+      "}\n",
+      {});
   ASSERT_EQ(schedule.steps.size(), 4u);
   EXPECT_EQ(schedule.steps[0].kind, StepKind::Elementwise);
   EXPECT_EQ(schedule.steps[1].kind, StepKind::Reduction);
@@ -469,7 +471,8 @@ TEST(Fusion, NoCycleThroughAReductionBetweenCandidates) {
 TEST(Fusion, NoCycleWhenTwoCandidateGroupsDependThroughAnOutsideNode) {
   // %6 has two candidate kernels, {%1} and {%2, %5}; the second reads the first through the
   // sum, so merging them would cycle. %6 joins one of them and the order stays valid.
-  Schedule schedule = schedule_of_text(
+  // Fusion alone: the pipeline's sink-views would drop the expand, which the case needs.
+  Schedule schedule = fuse_only(
       "graph @main(%0: f32[3] @cpu) {\n"
       "  %1 = exp %0 : f32[3] @cpu\n"
       "  %2 = sin %0 : f32[3] @cpu\n"
@@ -478,7 +481,8 @@ TEST(Fusion, NoCycleWhenTwoCandidateGroupsDependThroughAnOutsideNode) {
       "  %5 = add %2, %4 : f32[3] @cpu\n"
       "  %6 = mul %1, %5 : f32[3] @cpu\n"
       "  return %6\n"
-      "}\n");
+      "}\n",
+      {});
   EXPECT_EQ(count_steps(schedule, StepKind::Elementwise), 2);
   // The first candidate alone would cycle too (%5 depends on it); the second is taken.
   EXPECT_THAT(schedule.steps.back().nodes, ElementsAre(2, 5, 6));
@@ -493,7 +497,8 @@ TEST(Fusion, NoCycleWhenAGroupGrowsADependenceAfterItWasRead) {
   // {%5} is a kernel when %7 looks at it: nothing in it depends on {%2}. Then %6 joins it and
   // reads the sum of %2, so the kernel now depends on {%2}. %7 reads %2 and %5: joining {%2}
   // would make {%2} read %5, which needs %6's input, which needs %2. A cycle.
-  Schedule schedule = schedule_of_text(
+  // Fusion alone: the pipeline's sink-views would drop the expand, which the case needs.
+  Schedule schedule = fuse_only(
       "graph @main(%0: f32[3] @cpu, %1: f32[3] @cpu) {\n"
       "  %2 = exp %0 : f32[3] @cpu\n"
       "  %3 = sum %2 {dims = [], keepdim = false} : f32[] @cpu\n"
@@ -502,7 +507,8 @@ TEST(Fusion, NoCycleWhenAGroupGrowsADependenceAfterItWasRead) {
       "  %6 = add %5, %4 : f32[3] @cpu\n"
       "  %7 = mul %2, %5 : f32[3] @cpu\n"
       "  return %6, %7\n"
-      "}\n");
+      "}\n",
+      {});
   // Every step scheduled (a cycle would leave some out of the order), and %7 joined the
   // kernel of %5, the one it can join.
   ASSERT_EQ(schedule.steps.size(), 4u);
@@ -876,6 +882,55 @@ TEST(HorizontalFusion, FusionOffLeavesEveryKernelAlone) {
 })",
                                        off);
   EXPECT_EQ(count_steps(schedule, StepKind::Elementwise), 2);
+}
+
+}  // namespace
+}  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+// The gradient of a keepdim sum spreads it with an expand; an elementwise op broadcasts it
+// anyway, so sink-views drops the expand, and the row reduction takes the op into its kernel
+// (log-softmax's backward: one kernel for the row sum and what reads it).
+TEST(Fusion, ExpandOfARowSumReadByABroadcastingOpJoinsTheRowKernel) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  constexpr char kGrad[] = R"(graph @main(%0: f32[4,10] @cpu, %1: f32[4,10] @cpu) {
+  %2 = sum %0 {dims = [1], keepdim = true} : f32[4,1] @cpu
+  %3 = expand %2 : f32[4,10] @cpu
+  %4 = mul %3, %1 : f32[4,10] @cpu
+  %5 = sub %0, %4 : f32[4,10] @cpu
+  return %5
+})";
+  Graph graph = parse_graph(kGrad);
+  run_sink_views(graph);
+  EXPECT_EQ(count_ops(graph, Op::Expand), 0);
+  Schedule schedule = schedule_of_text(kGrad);
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  EXPECT_EQ(schedule.steps[0].kind, StepKind::Reduction);
+  // A unary op cannot broadcast: its expand stays.
+  Graph unary = parse_graph(R"(graph @main(%0: f32[4,10] @cpu) {
+  %1 = sum %0 {dims = [1], keepdim = true} : f32[4,1] @cpu
+  %2 = expand %1 : f32[4,10] @cpu
+  %3 = neg %2 : f32[4,10] @cpu
+  return %3
+})");
+  run_sink_views(unary);
+  EXPECT_EQ(count_ops(unary, Op::Expand), 1);
+
+  const std::vector<double> x = sines(40, 0.4), y = sines(40, 1.1);
+  Tensor tx = from_vector(x, {4, 10}), ty = from_vector(y, {4, 10});
+  Tensor r = tx - tx.sum({1}, true).expand({4, 10}) * ty;
+  EXPECT_EQ(kernels_to_eval({r}), 1);
+  std::vector<double> want(40);
+  for (int row = 0; row < 4; ++row) {
+    double total = 0;
+    for (int c = 0; c < 10; ++c) total += static_cast<float>(x[row * 10 + c]);
+    for (int c = 0; c < 10; ++c)
+      want[row * 10 + c] =
+          static_cast<float>(x[row * 10 + c]) - total * static_cast<float>(y[row * 10 + c]);
+  }
+  expect_near_all(r.to_vector<float>(), want);
 }
 
 }  // namespace

@@ -15,9 +15,16 @@
 // into one, so that a constant spread over a shape (the ones a gradient starts from, expanded
 // over what a sum reduced) fuses like any generator instead of being stored first.
 //
-// Before: a placed graph. After: no view reads a constant, and no permute, narrow or expand
-// reads an elementwise node that has no other use and is not returned; values are unchanged (and,
-// as after cse and dce, no two nodes are equal and none is dead).
+// An expand of a value that is not elementwise (a reduction's result), read by an elementwise op
+// that broadcasts its operands anyway ((s.expand(x) / e) with s of shape [rows, 1], what the
+// gradient of a keepdim sum or of a mean makes), is dropped: the op reads the expand's operand and
+// broadcasts it to the same values. Fusion then sees the op read a reduction's result directly,
+// and a row reduction can take the op into its kernel.
+//
+// Before: a placed graph. After: no view reads a constant, no permute, narrow or expand reads an
+// elementwise node that has no other use and is not returned, and no elementwise op reads an
+// expand that its own broadcasting makes unneeded; values are unchanged (and, as after cse and
+// dce, no two nodes are equal and none is dead).
 #include "ir/infer.h"
 #include "ir/passes/passes.h"
 
@@ -36,6 +43,29 @@ bool fold_views_of_constants(Graph& graph) {
     node.op = Op::Const;
     node.inputs.clear();
     any = true;
+  }
+  return any;
+}
+
+// Each elementwise op reads, in place of an expand, the expand's operand wherever the op's own
+// broadcasting gives it the same shape. Returns whether anything changed.
+bool drop_broadcast_expands(Graph& graph) {
+  bool any = false;
+  for (Node& node : graph.nodes) {
+    if (!is_elementwise(node.op) || node.inputs.size() < 2) continue;
+    for (size_t k = 0; k < node.inputs.size(); ++k) {
+      const Node& expand = graph.nodes[node.inputs[k]];
+      // An expand of an elementwise result sinks onto its operands instead (sink_once), so the
+      // work moves into the kernel of the op's shape.
+      if (expand.op != Op::Expand || is_elementwise(graph.nodes[expand.inputs[0]].op)) continue;
+      std::vector<const Shape*> shapes;
+      for (size_t j = 0; j < node.inputs.size(); ++j)
+        shapes.push_back(j == k ? &graph.nodes[expand.inputs[0]].shape
+                                : &graph.nodes[node.inputs[j]].shape);
+      if (infer_shape(node.op, shapes, node.attrs, node.shape) != node.shape) continue;
+      node.inputs[k] = expand.inputs[0];
+      any = true;
+    }
   }
   return any;
 }
@@ -118,9 +148,10 @@ void run_sink_views(Graph& graph) {
   // that value has one use and can move too.
   for (size_t sweep = 0; sweep <= graph.nodes.size(); ++sweep) {
     const bool folded = fold_views_of_constants(graph);
+    const bool dropped = drop_broadcast_expands(graph);
     run_cse(graph);
     run_dce(graph);
-    if (!sink_once(graph) && !folded) break;
+    if (!sink_once(graph) && !folded && !dropped) break;
   }
 }
 
