@@ -172,4 +172,22 @@ std::vector<Step> split_reduction_step(const Graph& graph, const Step& step) {
   return steps;
 }
 
+std::optional<MatmulEpilogue> matmul_epilogue(const Graph& graph, const Step& step) {
+  if (step.kind != StepKind::Matmul || step.nodes.size() < 2) return std::nullopt;
+  MatmulEpilogue epilogue;
+  epilogue.matmul = step.nodes[0];
+  const Node& add = graph.nodes[step.nodes[1]];
+  epilogue.bias = add.inputs[0] == epilogue.matmul ? add.inputs[1] : add.inputs[0];
+  epilogue.relu = step.nodes.size() > 2;
+  Step& elementwise = epilogue.elementwise;
+  elementwise.kind = StepKind::Elementwise;
+  elementwise.nodes.assign(step.nodes.begin() + 1, step.nodes.end());
+  elementwise.inputs = {epilogue.matmul, epilogue.bias};
+  elementwise.outputs = step.outputs;
+  elementwise.shape = graph.nodes[epilogue.matmul].shape;
+  elementwise.device = step.device;
+  elementwise.kernel_key = step_kernel_key(graph, elementwise);
+  return epilogue;
+}
+
 }  // namespace lazyfuse

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "absl/container/inlined_vector.h"
@@ -104,5 +105,17 @@ ReductionParts reduction_parts(const Graph& graph, const Step& step);
 // twice; last, an elementwise step for what the step stores and no part did (absent when
 // nothing is left). Backends without a row program run these.
 std::vector<Step> split_reduction_step(const Graph& graph, const Step& step);
+
+// A matmul step with an epilogue (ir/passes/fusion.cc, phase 0): the product, the bias added to
+// each of its rows, and whether a relu follows; `elementwise` is the epilogue as a step of its
+// own over the product and the bias (its kernel_key set), for backends that run the two apart.
+struct MatmulEpilogue {
+  ValueId matmul = -1;
+  ValueId bias = -1;
+  bool relu = false;
+  Step elementwise;
+};
+// nullopt for a step of one matmul.
+std::optional<MatmulEpilogue> matmul_epilogue(const Graph& graph, const Step& step);
 
 }  // namespace lazyfuse

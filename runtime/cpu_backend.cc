@@ -142,9 +142,22 @@ class CpuBackend final : public Backend {
           run_step(graph, step.members[m], values, group ? &group->members[m] : nullptr);
         return;
       }
-      case StepKind::Matmul:
-        values[step.nodes[0]] = cpu_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);
+      case StepKind::Matmul: {
+        const Node& matmul = graph.nodes[step.nodes[0]];
+        values[step.nodes[0]] =
+            cpu_matmul(matmul, *values[matmul.inputs[0]], *values[matmul.inputs[1]]);
+        // The bias and relu fusion gave the step: one pass over the product.
+        if (std::optional<MatmulEpilogue> epilogue = matmul_epilogue(graph, step)) {
+          std::shared_ptr<const CpuProgram>* program = nullptr;
+          if (cache != nullptr) {
+            if (*cache == nullptr) *cache = std::make_unique<CpuStepCache>();
+            program = &static_cast<CpuStepCache&>(**cache).program;
+          }
+          run_elementwise(graph, epilogue->elementwise, values, program);
+          values[epilogue->matmul].reset();
+        }
         return;
+      }
       case StepKind::Index: {
         absl::InlinedVector<const BufferView*, 4> inputs;
         for (ValueId v : node.inputs) inputs.push_back(&*values[v]);

@@ -1,17 +1,21 @@
-// cuBLAS through dlopen. cuBLAS is column-major: a row-major product C = A B is computed as
-// the column-major C^T = B^T A^T, which reads the same memory without any transpose; an operand
-// stored transposed is read in place with op T.
+// cuBLAS and cuBLASLt through dlopen. cuBLAS is column-major: a row-major product C = A B is
+// computed as the column-major C^T = B^T A^T, which reads the same memory without any transpose; an
+// operand stored transposed is read in place with op T.
 #include "runtime/cublas.h"
 
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <tuple>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "ir/errors.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/cuda_memory.h"
 
 namespace lazyfuse::cuda {
 namespace {
@@ -61,7 +65,155 @@ cublasHandle_t handle(int device) {
   return handles[device] = h;
 }
 
+// cuBLASLt (cublasLt.h), declared here as the rest of the driver and cuBLAS are: opaque
+// handles, and the enum values this file uses.
+using cublasLtHandle_t = struct cublasLtContext*;
+using cublasLtMatmulDesc_t = struct cublasLtMatmulDescOpaque*;
+using cublasLtMatrixLayout_t = struct cublasLtMatrixLayoutOpaque*;
+using cublasLtMatmulPreference_t = struct cublasLtMatmulPreferenceOpaque*;
+struct cublasLtMatmulAlgo_t {
+  uint64_t data[8];
+};
+struct cublasLtMatmulHeuristicResult_t {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspaceSize;
+  cublasStatus_t state;
+  float wavesCount;
+  int reserved[4];
+};
+constexpr int kLtDescTransA = 3, kLtDescTransB = 4, kLtDescEpilogue = 7, kLtDescBiasPointer = 8,
+              kLtDescBiasDataType = 26;
+constexpr uint32_t kLtEpilogueBias = 4, kLtEpilogueReluBias = 2 | 4;
+constexpr int kLtPrefMaxWorkspaceBytes = 1;
+// The workspace each device's cuBLASLt calls may use: what the heuristics ask for the shapes
+// of a training step's layers, allocated once per device.
+constexpr size_t kLtWorkspaceBytes = 4 << 20;
+
+struct CublasLt {
+  bool ok = false;
+  cublasStatus_t (*create)(cublasLtHandle_t*);
+  cublasStatus_t (*desc_create)(cublasLtMatmulDesc_t*, int, int);
+  cublasStatus_t (*desc_set)(cublasLtMatmulDesc_t, int, const void*, size_t);
+  cublasStatus_t (*layout_create)(cublasLtMatrixLayout_t*, int, uint64_t, uint64_t, int64_t);
+  cublasStatus_t (*preference_create)(cublasLtMatmulPreference_t*);
+  cublasStatus_t (*preference_set)(cublasLtMatmulPreference_t, int, const void*, size_t);
+  cublasStatus_t (*heuristic)(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                              cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int,
+                              cublasLtMatmulHeuristicResult_t*, int*);
+  cublasStatus_t (*matmul)(cublasLtHandle_t, cublasLtMatmulDesc_t, const void*, const void*,
+                           cublasLtMatrixLayout_t, const void*, cublasLtMatrixLayout_t, const void*,
+                           const void*, cublasLtMatrixLayout_t, void*, cublasLtMatrixLayout_t,
+                           const cublasLtMatmulAlgo_t*, void*, size_t, void*);
+};
+
+const CublasLt& cublas_lt() {
+  static const CublasLt c = [] {
+    CublasLt c;
+    void* lib = nullptr;
+    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so",
+                             "/usr/local/cuda/lib64/libcublasLt.so.13"}) {
+      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+    }
+    if (lib == nullptr) return c;
+    auto load = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
+      return fn != nullptr;
+    };
+    c.ok = load(c.create, "cublasLtCreate") && load(c.desc_create, "cublasLtMatmulDescCreate") &&
+           load(c.desc_set, "cublasLtMatmulDescSetAttribute") &&
+           load(c.layout_create, "cublasLtMatrixLayoutCreate") &&
+           load(c.preference_create, "cublasLtMatmulPreferenceCreate") &&
+           load(c.preference_set, "cublasLtMatmulPreferenceSetAttribute") &&
+           load(c.heuristic, "cublasLtMatmulAlgoGetHeuristic") && load(c.matmul, "cublasLtMatmul");
+    return c;
+  }();
+  return c;
+}
+
+void check_lt(cublasStatus_t status, const char* what) {
+  if (status != 0)
+    throw CudaError(absl::StrCat("cuBLASLt ", what, " failed (status ", status, ")"));
+}
+
+// A problem's descriptors and the algorithm the heuristics chose, kept for its next call: a
+// training step repeats the same few shapes, and the heuristics cost more than the call.
+struct LtPlan {
+  bool ok = false;  // an algorithm was found
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+struct LtDevice {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::map<std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, bool>, LtPlan>
+      plans;
+};
+
 }  // namespace
+
+bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
+                        const void* bias, bool relu, void* d, int64_t n, int64_t k, int64_t m) {
+  const int type = dtype == DType::Float32    ? kCudaR32F
+                   : dtype == DType::Float16  ? kCudaR16F
+                   : dtype == DType::BFloat16 ? kCudaR16BF
+                                              : -1;
+  if (type < 0 || !cublas_lt().ok || n == 0 || m == 0 || k == 0 ||
+      reinterpret_cast<uintptr_t>(bias) % 16 != 0)
+    return false;
+  const int limit = std::numeric_limits<int>::max();
+  if (n > limit || m > limit || k > limit) return false;
+  static std::mutex mutex;
+  static std::map<int, LtDevice> devices;  // never destroyed: they go with the process
+  std::lock_guard lock(mutex);
+  activate(device);
+  LtDevice& state = devices[device];
+  if (state.handle == nullptr) {
+    check_lt(cublas_lt().create(&state.handle), "create");
+    state.workspace = allocate(device, kLtWorkspaceBytes);
+  }
+  // Column-major D^T (m x n) = B^T (m x k) A^T (k x n), as gemm_strided_batched computes it; the
+  // bias runs down D^T's rows, one value per row, which is what cuBLASLt's bias epilogue adds.
+  const int op_b = b.transposed ? kOpT : kOpN, op_a = a.transposed ? kOpT : kOpN;
+  const auto key = std::make_tuple(type, op_b, op_a, n, k, m, b.ld, a.ld, relu);
+  LtPlan& plan = state.plans[key];
+  if (plan.desc == nullptr) {
+    const CublasLt& lt = cublas_lt();
+    check_lt(lt.desc_create(&plan.desc, kComputeF32, kCudaR32F), "matmul descriptor");
+    check_lt(lt.desc_set(plan.desc, kLtDescTransA, &op_b, sizeof(op_b)), "transa");
+    check_lt(lt.desc_set(plan.desc, kLtDescTransB, &op_a, sizeof(op_a)), "transb");
+    const uint32_t epilogue = relu ? kLtEpilogueReluBias : kLtEpilogueBias;
+    check_lt(lt.desc_set(plan.desc, kLtDescEpilogue, &epilogue, sizeof(epilogue)), "epilogue");
+    check_lt(lt.desc_set(plan.desc, kLtDescBiasDataType, &type, sizeof(type)), "bias type");
+    // Stored as cuBLASLt reads them: B^T is m x k (k x m when stored transposed), A^T k x n.
+    check_lt(lt.layout_create(&plan.a, type, b.transposed ? k : m, b.transposed ? m : k, b.ld),
+             "layout");
+    check_lt(lt.layout_create(&plan.b, type, a.transposed ? n : k, a.transposed ? k : n, a.ld),
+             "layout");
+    check_lt(lt.layout_create(&plan.d, type, m, n, m), "layout");
+    cublasLtMatmulPreference_t preference = nullptr;
+    check_lt(lt.preference_create(&preference), "preference");
+    const uint64_t workspace = kLtWorkspaceBytes;
+    check_lt(lt.preference_set(preference, kLtPrefMaxWorkspaceBytes, &workspace, sizeof(workspace)),
+             "workspace preference");
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status = lt.heuristic(state.handle, plan.desc, plan.a, plan.b, plan.d,
+                                               plan.d, preference, 1, &result, &found);
+    plan.ok = status == 0 && found > 0 && result.state == 0;
+    plan.algo = result.algo;
+  }
+  if (!plan.ok) return false;
+  const CublasLt& lt = cublas_lt();
+  check_lt(lt.desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)), "bias pointer");
+  const float one = 1, zero = 0;
+  check_lt(lt.matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b, &zero, d,
+                     plan.d, d, plan.d, &plan.algo, state.workspace, kLtWorkspaceBytes, nullptr),
+           "matmul");
+  return true;
+}
 
 void gemm_strided_batched(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
                           void* c, int64_t n, int64_t k, int64_t m, int64_t batches) {

@@ -887,6 +887,31 @@ BufferView run_index(const Node& node, const ValueBuffers& values) {
   throw VerifierError(absl::StrCat(op_name(node.op), " is not an index op"));
 }
 
+// A matmul with its bias (and relu) as one cuBLASLt call with an epilogue, where cuBLASLt takes
+// the operands' dtype and layout: sets the step's output and returns true; false otherwise.
+bool run_matmul_with_epilogue(const Graph& graph, const MatmulEpilogue& epilogue,
+                              ValueBuffers& values) {
+  const Node& matmul = graph.nodes[epilogue.matmul];
+  const BufferView& a = *values[matmul.inputs[0]];
+  const BufferView& b = *values[matmul.inputs[1]];
+  const BufferView& bias = *values[epilogue.bias];
+  if (a.dtype != matmul.dtype || b.dtype != matmul.dtype || bias.dtype != matmul.dtype ||
+      a.shape.size() != 2 || b.shape.size() != 2 || bias.strides.back() != 1)
+    return false;
+  const std::optional<cuda::GemmOperand> a_operand = gemm_operand(a);
+  const std::optional<cuda::GemmOperand> b_operand = gemm_operand(b);
+  if (!a_operand || !b_operand) return false;
+  const ValueId result = epilogue.elementwise.outputs.at(0);
+  BufferView d = allocate_buffer(matmul.device, matmul.dtype, matmul.shape);
+  if (!cuda::gemm_bias_epilogue(matmul.device.index(), matmul.dtype, *a_operand, *b_operand,
+                                bias.data(), epilogue.relu, d.data(), a.shape[0], a.shape[1],
+                                b.shape[1]))
+    return false;
+  count_launch();
+  values[result] = std::move(d);
+  return true;
+}
+
 void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, StepCache* cache) {
   const Node& node = graph.nodes[step.nodes.back()];
   LaunchMemo* memo = step.kind == StepKind::Group ? nullptr : static_cast<LaunchMemo*>(cache);
@@ -909,9 +934,19 @@ void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, S
       }
       return;
     }
-    case StepKind::Matmul:
-      values[step.nodes[0]] = run_matmul(node, *values[node.inputs[0]], *values[node.inputs[1]]);
+    case StepKind::Matmul: {
+      const Node& matmul = graph.nodes[step.nodes[0]];
+      const std::optional<MatmulEpilogue> epilogue = matmul_epilogue(graph, step);
+      if (epilogue && run_matmul_with_epilogue(graph, *epilogue, values)) return;
+      values[step.nodes[0]] =
+          run_matmul(matmul, *values[matmul.inputs[0]], *values[matmul.inputs[1]]);
+      // An epilogue cuBLASLt does not take: one elementwise kernel over the product.
+      if (epilogue) {
+        run_elementwise(graph, epilogue->elementwise, values, memo);
+        values[epilogue->matmul].reset();
+      }
       return;
+    }
     case StepKind::Index:
       values[step.nodes[0]] = run_index(node, values);
       return;

@@ -330,6 +330,49 @@ TEST_F(Cuda, GroupOfReductionsAndUpdatesMatchesTheCpu) {
   }
 }
 
+// A matmul's bias and relu (fusion's epilogue) are one cuBLASLt call in float32, bfloat16 and
+// float16, whatever the weight's layout (nn::Linear's transposed view, or a plain matrix); a
+// float64 product, or a bias that is not 16-byte aligned, takes the product and one elementwise
+// kernel. Every result against the CPU.
+TEST_F(Cuda, MatmulBiasAndReluAreOneLaunch) {
+  for (DType dtype : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+    for (bool transposed : {true, false}) {
+      for (bool relu : {true, false}) {
+        for (bool aligned : {true, false}) {
+          SCOPED_TRACE(testing::Message() << dtype_torch_name(dtype) << " transposed " << transposed
+                                          << " relu " << relu << " aligned " << aligned);
+          const int64_t n = 33, k = 70, m = 129;
+          Tensor x = from_vector(random_values(n * k, -1, 1, 61), {n, k}, dtype);
+          // nn::Linear's weight is [m, k], read as its transposed view.
+          Tensor weight = transposed ? from_vector(random_values(m * k, -1, 1, 62), {m, k}, dtype)
+                                     : from_vector(random_values(k * m, -1, 1, 62), {k, m}, dtype);
+          Tensor w = transposed ? weight.t() : weight;
+          // The bias as a view one element into a buffer, on the GPU: not 16-byte aligned.
+          Tensor bias_buffer = from_vector(random_values(m + 1, -1, 1, 63), {m + 1}, dtype);
+          const int64_t start = aligned ? 0 : 1;
+          Tensor b = bias_buffer.narrow(0, start, m);
+          auto layer = [&](const Tensor& x, const Tensor& w, const Tensor& b) {
+            Tensor y = x.matmul(w) + b;
+            return relu ? y.relu() : y;
+          };
+          Tensor gx = x.to("cuda"), gweight = weight.to("cuda");
+          Tensor gw = transposed ? gweight.t() : gweight;
+          Tensor gb = bias_buffer.to("cuda").narrow(0, start, m);
+          eval({gx, gweight, gb});
+          reset_eval_stats();
+          Tensor got = layer(gx, gw, gb);
+          eval(got);
+          const bool one_call = dtype != kFloat64 && aligned;
+          EXPECT_EQ(eval_stats().launches, one_call ? 1 : 2);
+          const double tolerance = dtype == kFloat32 || dtype == kFloat64 ? 1e-5 : 3e-2;
+          expect_close(got.to_vector<double>(), layer(x, w, b).to_vector<double>(), tolerance,
+                       tolerance);
+        }
+      }
+    }
+  }
+}
+
 TEST_F(Cuda, OutOfMemoryIsTypedAndRecoverable) {
   Tensor kept = ones({1000}, Device("cuda"));
   eval(kept);

@@ -70,6 +70,13 @@ void expect_valid_schedule(const Schedule& schedule) {
         EXPECT_EQ(node.shape, first.shape) << "step " << s << " %" << r;
         EXPECT_EQ(graph.nodes[node.inputs[0]].shape, graph.nodes[first.inputs[0]].shape);
       }
+    } else if (step.kind == StepKind::Matmul && step.nodes.size() > 1) {
+      // A matmul with its epilogue: the bias add, then perhaps a relu.
+      ASSERT_LE(step.nodes.size(), 3u) << "step " << s;
+      EXPECT_EQ(graph.nodes[step.nodes[0]].op, Op::Matmul) << "step " << s;
+      EXPECT_EQ(graph.nodes[step.nodes[1]].op, Op::Add) << "step " << s;
+      if (step.nodes.size() == 3) EXPECT_EQ(graph.nodes[step.nodes[2]].op, Op::Relu);
+      EXPECT_EQ(step.outputs.size(), 1u) << "step " << s;
     } else if (step.kind != StepKind::Elementwise) {
       EXPECT_EQ(step.nodes.size(), 1u) << "step " << s;
     }
@@ -931,6 +938,78 @@ TEST(Fusion, ExpandOfARowSumReadByABroadcastingOpJoinsTheRowKernel) {
           static_cast<float>(x[row * 10 + c]) - total * static_cast<float>(y[row * 10 + c]);
   }
   expect_near_all(r.to_vector<float>(), want);
+}
+
+}  // namespace
+}  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+// Fusion's phase 0: a matmul's bias add and relu are its step's epilogue (one cuBLASLt call on a
+// GPU, one pass over the product on the CPU); the relu's mask, which its gradient reads, is a
+// kernel of its own that the backward's kernel joins.
+TEST(Fusion, BiasAndReluAfterAMatmulAreItsEpilogue) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  Schedule schedule = schedule_of_text(
+      R"(graph @main(%0: f32[4,3] @cpu, %1: f32[5,3] @cpu, %2: f32[5] @cpu, %3: f32[4,5] @cpu) {
+  %4 = permute %1 {dims = [1, 0]} : f32[3,5] @cpu
+  %5 = matmul %0, %4 : f32[4,5] @cpu
+  %6 = add %5, %2 : f32[4,5] @cpu
+  %7 = relu %6 : f32[4,5] @cpu
+  %8 = const {value = 0.0} : f32[] @cpu
+  %9 = gt %7, %8 : bool[4,5] @cpu
+  %10 = where %9, %3, %8 : f32[4,5] @cpu
+  return %7, %10
+})");
+  ASSERT_EQ(count_steps(schedule, StepKind::Matmul), 1);
+  for (const Step& step : schedule.steps) {
+    if (step.kind != StepKind::Matmul) continue;
+    EXPECT_THAT(step.nodes, ElementsAre(5, 6, 7));
+    EXPECT_THAT(step.inputs, ElementsAre(0, 4, 2));
+    EXPECT_THAT(step.outputs, ElementsAre(7));
+  }
+  EXPECT_EQ(schedule.num_kernels(), 2);  // the matmul with its epilogue; the mask and the where
+
+  // The matmul stays alone where its product is read twice, returned, or added to something that
+  // is not a vector over its columns; the relu stays out where the sum is read elsewhere.
+  auto epilogue_nodes = [](const std::string& body) {
+    Schedule s = schedule_of_text(
+        "graph @main(%0: f32[4,3] @cpu, %1: f32[3,5] @cpu, %2: f32[5] @cpu, %3: f32[4,1] @cpu) "
+        "{\n  %4 = matmul %0, %1 : f32[4,5] @cpu\n" +
+        body + "}\n");
+    for (const Step& step : s.steps)
+      if (step.kind == StepKind::Matmul) return step.nodes.size();
+    return size_t{0};
+  };
+  EXPECT_EQ(epilogue_nodes("  %5 = add %4, %2 : f32[4,5] @cpu\n  return %5\n"), 2u);
+  EXPECT_EQ(epilogue_nodes("  %5 = add %2, %4 : f32[4,5] @cpu\n  %6 = relu %5 : f32[4,5] @cpu\n"
+                           "  return %6\n"),
+            3u);
+  EXPECT_EQ(epilogue_nodes("  %5 = add %4, %2 : f32[4,5] @cpu\n  %6 = relu %5 : f32[4,5] @cpu\n"
+                           "  return %5, %6\n"),
+            2u);
+  EXPECT_EQ(epilogue_nodes("  %5 = add %4, %2 : f32[4,5] @cpu\n  return %4, %5\n"), 1u);
+  EXPECT_EQ(epilogue_nodes("  %5 = add %4, %3 : f32[4,5] @cpu\n  return %5\n"), 1u);
+  EXPECT_EQ(epilogue_nodes("  %5 = add %4, %2 : f32[4,5] @cpu\n  %6 = exp %4 : f32[4,5] @cpu\n"
+                           "  return %5, %6\n"),
+            1u);
+
+  // Through the frontend, against float64.
+  const std::vector<double> x = sines(12, 0.5), w = sines(15, 0.8), b = sines(5, 1.9);
+  Tensor tx = from_vector(x, {4, 3}), tw = from_vector(w, {5, 3}), tb = from_vector(b, {5});
+  Tensor y = (tx.matmul(tw.t()) + tb).relu();
+  EXPECT_EQ(kernels_to_eval({y}), 1);
+  std::vector<double> want(20);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 5; ++j) {
+      double acc = static_cast<float>(b[j]);
+      for (int c = 0; c < 3; ++c)
+        acc += static_cast<double>(static_cast<float>(x[i * 3 + c])) *
+               static_cast<float>(w[j * 3 + c]);
+      want[i * 5 + j] = std::max(acc, 0.0);
+    }
+  expect_near_all(y.to_vector<float>(), want);
 }
 
 }  // namespace

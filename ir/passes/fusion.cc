@@ -3,6 +3,12 @@
 // Note [The fusion algorithm]
 // run_fusion cuts the graph into groups in phases (the methods of Grouping), then makes a step of
 // each group and orders the steps.
+//  0. mark_matmul_epilogues: a 2-D floating matmul read only by an add of a bias vector (one value
+//     per output column), and that add's only reader when it is a relu, are the matmul's
+//     epilogue: they join the matmul's step, which a library runs as one call where it can
+//     (cuBLASLt's bias and ReLU epilogues) and as the product and one elementwise pass where it
+//     cannot. Nothing else joins that step: a value computed from the relu (the mask its
+//     gradient reads) starts a group of its own, and fuses with the backward kernel reading it.
 //  1. group_elementwise: nodes are visited in topological order. A fusable node (an elementwise
 //     op, cast, copy or generator) joins the groups of those operands that are fusable, of the
 //     same shape and on the same device, merging them into one group, when that creates no
@@ -134,10 +140,13 @@ class Grouping {
         options_(options),
         users_(users_of(graph)),
         is_output_(graph.nodes.size(), false),
-        group_of_(graph.nodes.size(), -1) {
+        group_of_(graph.nodes.size(), -1),
+        epilogue_of_(graph.nodes.size(), -1) {
     for (ValueId v : graph.outputs) is_output_[v] = true;
   }
 
+  // Phase 0: the bias add and relu after a matmul, which its step takes (epilogue_of_).
+  void mark_matmul_epilogues();
   // Phase 1: elementwise nodes, in topological order, join the groups of their fusable operands
   // of the same shape and device, within the caps and without making a cycle.
   void group_elementwise();
@@ -168,6 +177,8 @@ class Grouping {
   UnionFind groups_uf_;
   std::vector<Group> groups_;
   std::vector<int> group_of_;  // by node: the group it joined (find() gives the group now)
+  // By node: the matmul whose epilogue it is, or -1.
+  std::vector<ValueId> epilogue_of_;
 };
 
 // Whether any of the groups in `stack`, or any group they read from, transitively, is in `set`.
@@ -225,17 +236,53 @@ bool Grouping::can_join(ValueId id, const absl::flat_hash_set<int>& merged) {
          static_cast<int>(inputs.size()) <= options_.max_inputs;
 }
 
+void Grouping::mark_matmul_epilogues() {
+  if (!options_.enabled) return;
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    const Node& matmul = graph_.nodes[i];
+    const ValueId id = static_cast<ValueId>(i);
+    if (matmul.op != Op::Matmul || matmul.shape.size() != 2 || !is_floating(matmul.dtype) ||
+        is_output_[i] || users_[i].size() != 1)
+      continue;
+    const ValueId add_id = users_[i][0];
+    const Node& add = graph_.nodes[add_id];
+    if (add.op != Op::Add || add.shape != matmul.shape || add.dtype != matmul.dtype ||
+        add.device != matmul.device || add.inputs[0] == add.inputs[1])
+      continue;
+    const ValueId bias_id = add.inputs[0] == id ? add.inputs[1] : add.inputs[0];
+    const Node& bias = graph_.nodes[bias_id];
+    const int64_t columns = matmul.shape[1];
+    const bool is_bias_vector = bias.dtype == matmul.dtype &&
+                                (bias.shape == Shape{columns} || bias.shape == Shape{1, columns});
+    if (!is_bias_vector) continue;
+    epilogue_of_[add_id] = id;
+    if (is_output_[add_id] || users_[add_id].size() != 1) continue;
+    const Node& relu = graph_.nodes[users_[add_id][0]];
+    if (relu.op == Op::Relu && relu.dtype == add.dtype) epilogue_of_[users_[add_id][0]] = id;
+  }
+}
+
 void Grouping::group_elementwise() {
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     const Node& node = graph_.nodes[i];
     const ValueId id = static_cast<ValueId>(i);
     if (node.op == Op::Param || is_scalar_const(node)) continue;
+    if (epilogue_of_[i] >= 0) {
+      // The matmul's step takes it; what it reads besides the step is an outside operand.
+      const int target = find(group_of_[epilogue_of_[i]]);
+      groups_[target].members.push_back(id);
+      group_of_[i] = target;
+      for (ValueId in : node.inputs)
+        if (group_of_[in] < 0 || find(group_of_[in]) != target)
+          groups_[target].ext_inputs.insert(in);
+      continue;
+    }
 
     absl::flat_hash_set<int> candidates;
     if (options_.enabled && is_fusable_elementwise(node.op)) {
       for (ValueId in : node.inputs) {
         const Node& operand = graph_.nodes[in];
-        if (group_of_[in] >= 0 && is_fusable_elementwise(operand.op) &&
+        if (group_of_[in] >= 0 && is_fusable_elementwise(operand.op) && epilogue_of_[in] < 0 &&
             operand.shape == node.shape && operand.device == node.device)
           candidates.insert(find(group_of_[in]));
       }
@@ -303,7 +350,7 @@ void Grouping::absorb_prologues() {
     const ValueId operand = node.inputs[0];
     const Node& producer = graph_.nodes[operand];
     if (group_of_[operand] < 0 || !is_fusable_elementwise(producer.op) ||
-        producer.device != node.device)
+        epilogue_of_[operand] >= 0 || producer.device != node.device)
       continue;
     const int prologue = find(group_of_[operand]);
     bool private_values = reduces_trailing_dims(graph_, static_cast<ValueId>(i));
@@ -416,7 +463,8 @@ std::vector<Step> Grouping::build_steps() const {
     // group is of its one kind.
     const Node* last = &graph_.nodes[members.back()];
     for (ValueId m : members)
-      if (is_reduction(graph_.nodes[m].op)) last = &graph_.nodes[m];
+      if (is_reduction(graph_.nodes[m].op) || graph_.nodes[m].op == Op::Matmul)
+        last = &graph_.nodes[m];
     step.kind = step_kind(last->op);
     // A reduction iterates over its operand's elements.
     step.shape =
@@ -457,6 +505,7 @@ std::vector<Step> Grouping::build_steps() const {
 
 Schedule run_fusion(Graph graph, const FusionOptions& options) {
   Grouping grouping(graph, options);
+  grouping.mark_matmul_epilogues();
   grouping.group_elementwise();
   grouping.group_stored_scalars();
   grouping.absorb_prologues();
