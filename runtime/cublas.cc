@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <type_traits>
 
@@ -28,6 +29,15 @@ constexpr int kCudaR32F = 0, kCudaR64F = 1, kCudaR16F = 2, kCudaR16BF = 14;
 constexpr int kComputeF32 = 68, kComputeF64 = 70;
 constexpr int kGemmDefault = -1;
 
+// `stem` ("libcublas") from the loader's path, CUDA 13's or 12's soname first, then the
+// toolkit's own copy; null when none loads.
+void* open_library(const std::string& stem) {
+  for (const std::string& name :
+       {stem + ".so.13", stem + ".so.12", stem + ".so", "/usr/local/cuda/lib64/" + stem + ".so.13"})
+    if (void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
+  return nullptr;
+}
+
 struct Cublas {
   bool ok = false;
   cublasStatus_t (*create)(cublasHandle_t*);
@@ -39,11 +49,7 @@ struct Cublas {
 const Cublas& cublas() {
   static const Cublas c = [] {
     Cublas c;
-    void* lib = nullptr;
-    for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so",
-                             "/usr/local/cuda/lib64/libcublas.so.13"}) {
-      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
-    }
+    void* lib = open_library("libcublas");
     if (lib == nullptr) return c;
     c.create = reinterpret_cast<decltype(c.create)>(dlsym(lib, "cublasCreate_v2"));
     c.gemm_ex = reinterpret_cast<decltype(c.gemm_ex)>(dlsym(lib, "cublasGemmStridedBatchedEx"));
@@ -110,11 +116,7 @@ struct CublasLt {
 const CublasLt& cublas_lt() {
   static const CublasLt c = [] {
     CublasLt c;
-    void* lib = nullptr;
-    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so",
-                             "/usr/local/cuda/lib64/libcublasLt.so.13"}) {
-      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
-    }
+    void* lib = open_library("libcublasLt");
     if (lib == nullptr) return c;
     auto load = [&](auto& fn, const char* symbol) {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
