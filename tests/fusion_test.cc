@@ -3,6 +3,7 @@
 // pipeline. Every schedule is also checked for validity: steps in an order where each step
 // reads only params and outputs of earlier steps, and every node computed exactly once.
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -1010,6 +1011,60 @@ TEST(Fusion, BiasAndReluAfterAMatmulAreItsEpilogue) {
       want[i * 5 + j] = std::max(acc, 0.0);
     }
   expect_near_all(y.to_vector<float>(), want);
+}
+
+}  // namespace
+}  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+// Twelve results of the same two tensors evaluated together: the ten elementwise ones are one
+// kernel reading each tensor once (siblings), and the two reductions share its launch.
+TEST(HorizontalFusion, TwelveResultsOfTwoTensorsAreOneLaunch) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  const std::vector<double> a_values = sines(64 * 32, 0.37), b_values = sines(64 * 32, 0.91);
+  Tensor a = from_vector(a_values, {64, 32}), b = from_vector(b_values, {64, 32});
+  const std::vector<Tensor> results = {a + b,     a - b,    a * b,          a / b,
+                                       a.exp(),   b.sin(),  (a * b).relu(), a.abs().sqrt(),
+                                       b * 2 + 1, a.tanh(), a.sum({1}),     b.amax({0})};
+  Schedule schedule = schedule_of(results);
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  ASSERT_EQ(schedule.steps[0].kind, StepKind::Group);
+  ASSERT_EQ(schedule.steps[0].members.size(), 3u);
+  const Step& elementwise = schedule.steps[0].members[0];
+  EXPECT_EQ(elementwise.kind, StepKind::Elementwise);
+  EXPECT_EQ(elementwise.inputs.size(), 2u);
+  EXPECT_EQ(elementwise.outputs.size(), 10u);
+  EXPECT_EQ(kernels_to_eval(results), 1);
+  // Each against float64 (the float32 inputs as float64).
+  std::vector<std::function<double(double, double)>> element = {
+      [](double x, double y) { return x + y; },
+      [](double x, double y) { return x - y; },
+      [](double x, double y) { return x * y; },
+      [](double x, double y) { return x / y; },
+      [](double x, double) { return std::exp(x); },
+      [](double, double y) { return std::sin(y); },
+      [](double x, double y) { return std::max(x * y, 0.0); },
+      [](double x, double) { return std::sqrt(std::abs(x)); },
+      [](double, double y) { return y * 2 + 1; },
+      [](double x, double) { return std::tanh(x); }};
+  for (size_t r = 0; r < element.size(); ++r) {
+    std::vector<double> want;
+    for (size_t i = 0; i < a_values.size(); ++i)
+      want.push_back(element[r](static_cast<float>(a_values[i]), static_cast<float>(b_values[i])));
+    SCOPED_TRACE(r);
+    expect_near_all(results[r].to_vector<float>(), want);
+  }
+  std::vector<double> row_sums(64, 0), column_max(32, -INFINITY);
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 32; ++j) {
+      row_sums[i] += static_cast<float>(a_values[i * 32 + j]);
+      column_max[j] =
+          std::max(column_max[j], static_cast<double>(static_cast<float>(b_values[i * 32 + j])));
+    }
+  expect_near_all(results[10].to_vector<float>(), row_sums);
+  expect_near_all(results[11].to_vector<float>(), column_max);
 }
 
 }  // namespace
