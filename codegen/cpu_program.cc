@@ -352,8 +352,7 @@ std::string cpu_step_listing(const Graph& graph, const Step& step) {
   if (step.kind == StepKind::Group) {
     std::string out;
     for (const Step& member : step.members)
-      absl::StrAppend(&out, "// ", member.kernel_name(), "\n",
-                      CpuProgram::compile(graph, member).listing());
+      absl::StrAppend(&out, "// ", member.kernel_name(), "\n", cpu_step_listing(graph, member));
     return out;
   }
   if (step.kind != StepKind::Reduction)

@@ -10,6 +10,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "codegen/cpu_program.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
@@ -1065,6 +1066,27 @@ TEST(HorizontalFusion, TwelveResultsOfTwoTensorsAreOneLaunch) {
     }
   expect_near_all(results[10].to_vector<float>(), row_sums);
   expect_near_all(results[11].to_vector<float>(), column_max);
+}
+
+}  // namespace
+}  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+// What `lazyfuse codegen --target cpu` prints for a group: each member's listing, a
+// reduction's as for a reduction step of its own.
+TEST(HorizontalFusion, CpuListingOfAGroupListsEveryMember) {
+  Schedule schedule = schedule_of_text(R"(graph @main(%0: f32[32,64] @cpu, %1: f32[7] @cpu) {
+  %2 = sum %0 {dims = [0], keepdim = false} : f32[64] @cpu
+  %3 = exp %1 : f32[7] @cpu
+  return %2, %3
+})");
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  ASSERT_EQ(schedule.steps[0].kind, StepKind::Group);
+  const std::string listing = cpu_step_listing(schedule.graph, schedule.steps[0]);
+  EXPECT_THAT(listing, HasSubstr("exp f32"));
+  EXPECT_THAT(listing, HasSubstr("// reduce: %2 = sum %0"));
 }
 
 }  // namespace
