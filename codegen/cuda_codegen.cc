@@ -364,7 +364,7 @@ CudaSource cuda_source_for_fresh_operands(const Graph& graph, const Step& step) 
   std::vector<CudaGroupMember> members;
   for (const Step& member : step.members) {
     CudaGroupMember m{&member, {}, false};
-    if (member.kind == StepKind::Elementwise) {
+    if (member.kind == StepKind::Elementwise || member.nodes.size() > 1) {
       m.spec = spec_for_fresh_operands(graph, member);
     } else {
       const Node& node = graph.nodes[member.nodes.back()];
@@ -490,7 +490,7 @@ std::string cuda_group_kernel_name(std::span<const std::string> member_keys) {
 std::string cuda_group_member_key(const Graph& graph, const CudaGroupMember& member,
                                   bool fast_math) {
   const Step& step = *member.step;
-  if (step.kind == StepKind::Elementwise)
+  if (step.kind == StepKind::Elementwise || step.nodes.size() > 1)
     return cuda_kernel_cache_key(step, member.spec, fast_math);
   const Node& node = graph.nodes[step.nodes.back()];
   const DType in = graph.nodes[node.inputs[0]].dtype;
@@ -516,15 +516,22 @@ CudaSource generate_cuda_group(const Graph& graph, std::span<const CudaGroupMemb
   for (size_t m = 0; m < members.size(); ++m) {
     const Step& step = *members[m].step;
     const bool elementwise = step.kind == StepKind::Elementwise;
+    // A reduction with fused work: generated over its space like an elementwise kernel.
+    const bool fused = !elementwise && step.nodes.size() > 1;
     const std::string name = absl::StrReplaceAll(
-        elementwise ? absl::StrCat(step.kernel_name(), "_", members[m].spec.code()) : keys[m],
+        elementwise || fused ? absl::StrCat(step.kernel_name(), "_", members[m].spec.code())
+                             : keys[m],
         {{".", "_"}});
     function_of[m] = name;
-    args_of[m] = elementwise          ? absl::StrCat("Args_", name)
+    args_of[m] = elementwise || fused ? absl::StrCat("Args_", name)
                  : members[m].columns ? "ColumnReduceArgs"
                                       : "ReduceArgs";
     if (std::find(defined.begin(), defined.end(), name) != defined.end()) continue;
     defined.push_back(name);
+    if (fused) {
+      s += fused_reduction_member_function(graph, step, members[m].spec, name);
+      continue;
+    }
     if (!elementwise) {
       const Node& node = graph.nodes[step.nodes.back()];
       absl::StrAppend(&s, "\n",

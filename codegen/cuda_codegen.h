@@ -68,13 +68,14 @@ struct CudaSource {
 CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
                                      const CudaElementwiseSpec& spec, bool fast_math = false);
 
-// A member of a Group step as its kernel takes it: an elementwise step with its variant, or a
-// reduction of a stored operand (a step of one node) by rows (the plain reduction) or by columns
-// (the column reduction). Each is a kernel of kCudaReduceThreads threads a block.
+// A member of a Group step as its kernel takes it: an elementwise step with its variant, a
+// reduction with a fused prologue with its (never vectorized) variant, or a reduction of a stored
+// operand (a step of one node) by rows (the plain reduction) or by columns (the column
+// reduction). Each is a kernel of kCudaReduceThreads threads a block.
 struct CudaGroupMember {
   const Step* step = nullptr;
-  CudaElementwiseSpec spec;  // elementwise members
-  bool columns = false;      // reduction members
+  CudaElementwiseSpec spec;  // elementwise and fused reduction members
+  bool columns = false;      // plain reduction members
 };
 // The name that keys a member's kernel: an elementwise member's cuda_kernel_cache_key, a
 // reduction's kernel name.
@@ -83,8 +84,9 @@ std::string cuda_group_member_key(const Graph& graph, const CudaGroupMember& mem
 // A Group step's kernel (Note [Horizontal fusion] in ir/passes/horizontal_fusion.cc) for the
 // members given: every member's body is a device function over a range of blocks, one per
 // distinct member kernel, and the kernel's blocks go to the members in order. Its parameter:
-// each member's arguments in member order (elementwise_arg_layout, plain_reduction_arg_layout or
-// column_reduction_arg_layout), then start[members + 1], the first block of each member and,
+// each member's arguments in member order (elementwise_arg_layout; a fused reduction's space
+// and reduction fields; plain_reduction_arg_layout; column_reduction_arg_layout), then
+// start[members + 1], the first block of each member and,
 // last, the grid's size. Named "g_<hash>" by the members' keys (cuda_group_kernel_name), which
 // key it in the kernel cache.
 CudaSource generate_cuda_group(const Graph& graph, std::span<const CudaGroupMember> members,

@@ -317,28 +317,61 @@ std::string cuda_emit::reduction_member_structs() {
                       column_reduction_arg_layout().declare("ColumnReduceArgs"));
 }
 
-CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
-                                         const CudaElementwiseSpec& spec, bool fast_math) {
+namespace {
+
+// A fused reduction's statements after its input pointers, for the block `block` of its grid,
+// and the closing brace.
+std::string fused_reduction_body(const Graph& graph, const Step& step,
+                                 const CudaElementwiseSpec& spec, const std::string& block) {
   const ReductionParts parts = reduction_parts(graph, step);
   const Node& node = graph.nodes[parts.reduction];
   const ValueId operand = node.inputs[0];
   const DType acc = reduction_accumulator(node.op, graph.nodes[operand].dtype);
-  const std::vector<ValueId>& prologue = parts.prologue;
-  const int rank = spec.rank;
-  CudaSource source =
-      begin_row_kernel(graph, step, spec, fast_math, reduction_preamble(node.op, acc),
-                       absl::StrCat(op_name(node.op), " of ", prologue.size(), " fused nodes"),
-                       add_reduction_fields);
-  std::string& s = source.source;
-  s += reduction_head(node.op, acc);
+  std::string s = reduction_head(node.op, acc, block);
   s += "  for (long long j = begin + threadIdx.x; j < end; j += blockDim.x) {\n"
        "    const IDX i = (IDX)(row * args.columns + j);\n";
-  s += cuda_emit::emit_coordinates(rank, "    ");
-  s +=
-      cuda_emit::emit_members(graph, step.inputs, prologue, cuda_emit::strided_loads(spec), "    ");
+  s += cuda_emit::emit_coordinates(spec.rank, "    ");
+  s += cuda_emit::emit_members(graph, step.inputs, parts.prologue, cuda_emit::strided_loads(spec),
+                               "    ");
   absl::StrAppend(&s, "    acc = lf_combine(acc, (", type_name(acc), ")v", operand, ");\n  }\n");
   s += reduction_tail(node.op, acc, node.dtype);
+  return s;
+}
+
+}  // namespace
+
+CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
+                                         const CudaElementwiseSpec& spec, bool fast_math) {
+  const ReductionParts parts = reduction_parts(graph, step);
+  const Node& node = graph.nodes[parts.reduction];
+  const DType acc = reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
+  CudaSource source = begin_row_kernel(
+      graph, step, spec, fast_math, reduction_preamble(node.op, acc),
+      absl::StrCat(op_name(node.op), " of ", parts.prologue.size(), " fused nodes"),
+      add_reduction_fields);
+  source.source += fused_reduction_body(graph, step, spec, "blockIdx.x");
   return source;
+}
+
+std::string cuda_emit::fused_reduction_member_function(const Graph& graph, const Step& step,
+                                                       const CudaElementwiseSpec& spec,
+                                                       const std::string& name) {
+  const ReductionParts parts = reduction_parts(graph, step);
+  const Node& node = graph.nodes[parts.reduction];
+  const DType acc = reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
+  const char* a = type_name(acc);
+  ArgLayout layout;
+  add_space_fields(layout, spec, static_cast<int>(step.inputs.size()));
+  add_reduction_fields(layout);
+  return absl::StrCat("\n// ", op_name(node.op), " of ", parts.prologue.size(), " fused nodes\n",
+                      layout.declare(absl::StrCat("Args_", name)),
+                      "static __device__ __forceinline__ void ", name, "(const Args_", name,
+                      "& args, unsigned int block, unsigned int blocks) {\n  (void)blocks;\n",
+                      "  const auto lf_combine = [](", a, " x, ", a, " y) -> ", a, " { return ",
+                      combiner(node.op, acc).combine, "; };\n", "  typedef ",
+                      spec.index64 ? "long long" : "unsigned int", " IDX;\n",
+                      cuda_emit::emit_input_pointers(graph, step.inputs),
+                      fused_reduction_body(graph, step, spec, "block"));
 }
 
 CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,

@@ -38,8 +38,8 @@ struct Step {
   // A hash of the kernel's structure that leaves sizes out (ops, dtypes, ranks, attributes,
   // operand wiring): the name of the kernel and the key of compiled-code caches.
   uint64_t kernel_key = 0;
-  // A group's kernels, each an Elementwise step or a Reduction step of one node, none reading
-  // what another computes. The group's nodes, inputs and outputs are theirs, concatenated in
+  // A group's kernels, each an Elementwise step or a Reduction step of one reduction (the last
+  // node, after its fused prologue), none reading what another computes. The group's nodes, inputs and outputs are theirs, concatenated in
   // member order.
   std::vector<Step> members;
 

@@ -517,7 +517,7 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
         outputs_aligned &=
             outputs[m][k] % (kVectorAlignment * dtype_size(graph.nodes[member.outputs[k]].dtype)) ==
             0;
-    } else {
+    } else if (member.nodes.size() == 1) {
       const Node& node = graph.nodes[member.nodes[0]];
       reductions[m] = plan_plain_reduction(node, *values[node.inputs[0]]);
     }
@@ -547,15 +547,41 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
     const Operands operands = operands_of(member, values);
     std::vector<int64_t> output_sizes;
     for (ValueId v : member.outputs) output_sizes.push_back(dtype_size(graph.nodes[v].dtype));
+    // A reduction with fused work reads its space element by element: never the vector variant.
+    const bool fused = member.kind == StepKind::Reduction;
     CudaElementwiseLaunch launch_plan =
-        plan_cuda_elementwise(member, operands.layouts, outputs[m], output_sizes);
+        fused ? plan_cuda_elementwise(member, operands.layouts, {}, {})
+              : plan_cuda_elementwise(member, operands.layouts, outputs[m], output_sizes);
+    if (fused) launch_plan.spec.vectorized = false;
     const std::string key = cuda_kernel_cache_key(member, launch_plan.spec, fast_math);
     remember_launch(plan.elementwise, operands.layouts, std::move(launch_plan), nullptr, key,
                     fast_math);
     replanned = true;
   }
+  // A reduction with fused work: its rows, and the chunks of each (from the sizes alone).
+  auto fused_reduction = [&](size_t m) {
+    const Step& member = step.members[m];
+    const int64_t rows = numel(graph.nodes[member.nodes.back()].shape);
+    const int64_t columns = rows == 0 ? 0 : kept.members[m].elementwise.plan.numel / rows;
+    const int64_t chunk = env_config().reduce_chunk > 0 ? env_config().reduce_chunk
+                                                        : cuda_reduce_chunk(rows, columns);
+    ReductionWords words;
+    words.rows = rows;
+    words.columns = columns;
+    words.chunks = std::max<int64_t>(1, (columns + chunk - 1) / chunk);
+    words.chunk = words.chunks == 1 ? std::max<int64_t>(columns, 1) : chunk;
+    words.divisor = static_cast<double>(columns);
+    return words;
+  };
+  auto is_fused = [&](size_t m) {
+    return step.members[m].kind == StepKind::Reduction && !reductions[m];
+  };
   auto member_blocks = [&](size_t m) -> int64_t {
     if (reductions[m]) return reductions[m]->kept == 0 ? 0 : reductions[m]->blocks();
+    if (is_fused(m)) {
+      const ReductionWords words = fused_reduction(m);
+      return words.rows * words.chunks;
+    }
     return kept.members[m].elementwise.plan.numel == 0
                ? 0
                : elementwise_blocks(kept.members[m].elementwise.plan, device);
@@ -566,14 +592,23 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
     for (size_t m = 0; m < count; ++m) {
       if (member_blocks(m) == 0 || (reductions[m] && reductions[m]->needs_copy)) continue;
       const Step& member = step.members[m];
-      const int member_words = reductions[m]
-                                   ? (reductions[m]->columns ? column_reduction_arg_layout()
-                                                             : plain_reduction_arg_layout())
-                                         .words()
-                                   : elementwise_arg_layout(kept.members[m].elementwise.plan.spec,
-                                                            static_cast<int>(member.inputs.size()),
-                                                            static_cast<int>(member.outputs.size()))
-                                         .words();
+      int member_words = 0;
+      if (reductions[m]) {
+        member_words =
+            (reductions[m]->columns ? column_reduction_arg_layout() : plain_reduction_arg_layout())
+                .words();
+      } else if (is_fused(m)) {
+        ArgLayout layout;
+        add_space_fields(layout, kept.members[m].elementwise.plan.spec,
+                         static_cast<int>(member.inputs.size()));
+        add_reduction_fields(layout);
+        member_words = layout.words();
+      } else {
+        member_words = elementwise_arg_layout(kept.members[m].elementwise.plan.spec,
+                                              static_cast<int>(member.inputs.size()),
+                                              static_cast<int>(member.outputs.size()))
+                           .words();
+      }
       // Each launch's words: its members', and one start per member and one more.
       if (kept.launches.empty() ||
           words + member_words + static_cast<int>(kept.launches.back().members.size()) + 2 >
@@ -598,6 +633,8 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
         call.function = cuda::get_kernel(device, call.name, [&] {
           if (alone.kind == StepKind::Elementwise)
             return generate_cuda_elementwise(graph, alone, only.spec, fast_math);
+          if (alone.nodes.size() > 1)
+            return generate_cuda_fused_reduction(graph, alone, only.spec, fast_math);
           const Node& node = graph.nodes[alone.nodes[0]];
           const DType in = graph.nodes[node.inputs[0]].dtype;
           return only.columns ? generate_cuda_column_reduction(node.op, in, node.dtype)
@@ -624,8 +661,13 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
   }
   // One buffer of counters for the device: each reduction of several chunks takes its own part.
   int64_t counters_needed = 0;
-  for (size_t m = 0; m < count; ++m)
+  for (size_t m = 0; m < count; ++m) {
     if (reductions[m] && !reductions[m]->needs_copy) counters_needed += reductions[m]->counters();
+    if (is_fused(m)) {
+      const ReductionWords words = fused_reduction(m);
+      counters_needed += words.chunks > 1 ? words.rows : 0;
+    }
+  }
   const uint64_t counters =
       counters_needed > 0 ? reduction_counters(step.device, counters_needed) : 0;
   int64_t counters_used = 0;
@@ -642,6 +684,20 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
             plain_reduction_args(node, *reductions[m], outputs[m][0],
                                  counters + static_cast<uint64_t>(counters_used) * 4, partials[m]);
         counters_used += reductions[m]->counters();
+      } else if (is_fused(m)) {
+        const Node& node = graph.nodes[member.nodes.back()];
+        ReductionWords reduction = fused_reduction(m);
+        if (reduction.chunks > 1) {
+          partials[m] = allocate_buffer(
+              node.device, reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype),
+              {reduction.rows, reduction.chunks});
+          reduction.partial = address(*partials[m]);
+          reduction.counters = counters + static_cast<uint64_t>(counters_used) * 4;
+          counters_used += reduction.rows;
+        }
+        reduction.out = outputs[m][0];
+        append_space_args(kept.members[m].elementwise.plan, input_addresses(member, values), words);
+        append_reduction_args(reduction, words);
       } else {
         words = pack_elementwise_args(kept.members[m].elementwise.plan,
                                       input_addresses(member, values), outputs[m]);

@@ -453,6 +453,42 @@ TEST(CudaCodegen, GroupKernelTakesReductionsByRowsAndByColumns) {
   EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
 }
 
+// Reductions with fused work join groups too: each its own function over its space, with its
+// own argument struct, beside an elementwise member.
+TEST(CudaCodegen, GroupKernelTakesReductionsWithFusedWork) {
+  Schedule schedule =
+      lower(R"(graph @norms(%0: f32[64,32] @cuda:0, %1: bf16[300] @cuda:0, %2: f32[7] @cuda:0) {
+  %3 = mul %0, %0 : f32[64,32] @cuda:0
+  %4 = sum %3 : f32[] @cuda:0
+  %5 = abs %1 : bf16[300] @cuda:0
+  %6 = max %5 : bf16[] @cuda:0
+  %7 = exp %2 : f32[7] @cuda:0
+  return %4, %6, %7
+})");
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  const Step& group = schedule.steps[0];
+  ASSERT_EQ(group.kind, StepKind::Group);
+  ASSERT_EQ(group.members.size(), 3u);
+  std::vector<CudaGroupMember> members;
+  for (bool strided : {false, true}) {
+    members.clear();
+    for (const Step& member : group.members) {
+      CudaGroupMember m{&member, plan_step(schedule, member, strided).spec, false};
+      if (member.kind == StepKind::Reduction) m.spec.vectorized = false;
+      members.push_back(m);
+    }
+    const CudaSource source = generate_cuda_group(schedule.graph, members);
+    size_t fused = 0;
+    for (size_t at = source.source.find("fused nodes\nstruct Args_"); at != std::string::npos;
+         at = source.source.find("fused nodes\nstruct Args_", at + 1))
+      ++fused;
+    EXPECT_EQ(fused, 3u) << source.source;  // two reductions and the elementwise kernel
+    if (!nvrtc_available()) continue;
+    SCOPED_TRACE(source.source);
+    EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+  }
+}
+
 TEST(CudaCodegen, CompileErrorCarriesTheLogAndTheSource) {
   if (!nvrtc_available()) GTEST_SKIP() << nvrtc_unavailable_reason();
   try {

@@ -249,7 +249,7 @@ TEST_F(Cuda, GroupOfManyUpdatesMatchesTheReference) {
         parameters.push_back({{64, 8}, kBFloat16, false});
         break;
       case 3:
-        parameters.push_back({{}, kFloat32, false});
+        parameters.push_back({Shape(), kFloat32, false});
         break;
       default:
         parameters.push_back({i == 4 ? Shape{0, 3} : Shape{7}, kFloat32, false});
@@ -369,6 +369,44 @@ TEST_F(Cuda, MatmulBiasAndReluAreOneLaunch) {
                        tolerance);
         }
       }
+    }
+  }
+}
+
+// Reductions with fused work in one launch: norms of tensors of every size, one of several
+// chunks per row (its counters must not collide with the others'), against the CPU, the same
+// bits every launch.
+TEST_F(Cuda, GroupOfFusedReductionsMatchesTheCpu) {
+  const std::vector<Shape> shapes = {{3000, 1000}, {1024}, {37, 70001}, {7}};
+  std::vector<Tensor> cpu, gpu;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    Tensor t = from_vector(random_values(numel(shapes[k]), -1, 1, 71 + k), shapes[k]);
+    cpu.push_back(t);
+    gpu.push_back(t.to("cuda"));
+  }
+  eval(gpu);
+  auto norms = [](const std::vector<Tensor>& ts) {
+    std::vector<Tensor> out;
+    for (size_t k = 0; k < ts.size(); ++k)
+      out.push_back(k == 2 ? (ts[k] * ts[k]).sum({1}) : (ts[k] * ts[k]).sum());
+    return out;
+  };
+  const std::vector<Tensor> want = norms(cpu);
+  std::vector<std::vector<double>> first;
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<Tensor> got = norms(gpu);
+    reset_eval_stats();
+    eval(got);
+    EXPECT_EQ(eval_stats().kernels, 1);
+    EXPECT_EQ(eval_stats().launches, 1);
+    for (size_t k = 0; k < got.size(); ++k) {
+      SCOPED_TRACE(testing::Message() << "norm " << k << " round " << round);
+      const std::vector<double> values = got[k].to_vector<double>();
+      expect_close(values, want[k].to_vector<double>(), 1e-5, 1e-4);
+      if (round == 0)
+        first.push_back(values);
+      else
+        EXPECT_EQ(values, first[k]);
     }
   }
 }

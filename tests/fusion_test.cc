@@ -77,7 +77,9 @@ void expect_valid_schedule(const Schedule& schedule) {
       ASSERT_LE(step.nodes.size(), 3u) << "step " << s;
       EXPECT_EQ(graph.nodes[step.nodes[0]].op, Op::Matmul) << "step " << s;
       EXPECT_EQ(graph.nodes[step.nodes[1]].op, Op::Add) << "step " << s;
-      if (step.nodes.size() == 3) EXPECT_EQ(graph.nodes[step.nodes[2]].op, Op::Relu);
+      if (step.nodes.size() == 3) {
+        EXPECT_EQ(graph.nodes[step.nodes[2]].op, Op::Relu);
+      }
       EXPECT_EQ(step.outputs.size(), 1u) << "step " << s;
     } else if (step.kind != StepKind::Elementwise) {
       EXPECT_EQ(step.nodes.size(), 1u) << "step " << s;
@@ -89,7 +91,8 @@ void expect_valid_schedule(const Schedule& schedule) {
       EXPECT_GE(step.members.size(), 2u) << "step " << s;
       for (const Step& member : step.members) {
         EXPECT_TRUE(member.kind == StepKind::Elementwise ||
-                    (member.kind == StepKind::Reduction && member.nodes.size() == 1))
+                    (member.kind == StepKind::Reduction &&
+                     is_reduction(graph.nodes[member.nodes.back()].op)))
             << "step " << s;
         check_kernel(member, s);
       }
@@ -1087,6 +1090,41 @@ TEST(HorizontalFusion, CpuListingOfAGroupListsEveryMember) {
   const std::string listing = cpu_step_listing(schedule.graph, schedule.steps[0]);
   EXPECT_THAT(listing, HasSubstr("exp f32"));
   EXPECT_THAT(listing, HasSubstr("// reduce: %2 = sum %0"));
+}
+
+}  // namespace
+}  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+// A norm of every gradient (what clipping by the global norm starts from): each a reduction with
+// its square fused in, all independent, so one launch (PyTorch's foreach norm).
+TEST(HorizontalFusion, ReductionsWithFusedWorkShareALaunch) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  const std::vector<Shape> shapes = {{64, 32}, {32}, {10, 64}, {7}};
+  std::vector<std::vector<double>> values;
+  std::vector<Tensor> squares;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    values.push_back(sines(static_cast<size_t>(numel(shapes[k])), 0.3 + 0.2 * k));
+    Tensor g = from_vector(values.back(), shapes[k]);
+    squares.push_back((g * g).sum());
+  }
+  Schedule schedule = schedule_of(squares);
+  ASSERT_EQ(schedule.steps.size(), 1u);
+  ASSERT_EQ(schedule.steps[0].kind, StepKind::Group);
+  ASSERT_EQ(schedule.steps[0].members.size(), 4u);
+  for (const Step& member : schedule.steps[0].members) {
+    EXPECT_EQ(member.kind, StepKind::Reduction);
+    EXPECT_EQ(member.nodes.size(), 2u);  // the square, then its sum
+  }
+  EXPECT_EQ(kernels_to_eval(squares), 1);
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    double want = 0;
+    for (double v : values[k])
+      want += static_cast<double>(static_cast<float>(v)) * static_cast<float>(v);
+    expect_near_all(squares[k].to_vector<float>(), {want});
+  }
 }
 
 }  // namespace

@@ -16,14 +16,15 @@
 //  1. Sibling fusion: elementwise steps of the same iteration space that read a common input
 //     become one kernel, which reads that input once (XLA's multi-output sibling fusion), as
 //     long as fusion's caps hold for the union.
-//  2. Horizontal fusion: two or more steps left, elementwise or reductions of a stored value,
-//     become one Group step: one launch whose blocks are split among its members, each running
-//     its own body over its own space (PyTorch's multi-tensor `foreach` kernels, for any
-//     elementwise body; a bias's gradient beside the updates' corrections). The CPU runs the
-//     members one after another.
-// Reductions with fused work, matmuls, index steps, views and transfers are left as they are. A
-// step moved later keeps its operands alive until then (an optimizer's update reads parameters,
-// gradients and state, which live on anyway) and holds its own results for less time.
+//  2. Horizontal fusion: two or more steps left, elementwise or single reductions (of a stored
+//     value, or of elementwise work fused before them), become one Group step: one launch whose
+//     blocks are split among its members, each running its own body over its own space
+//     (PyTorch's multi-tensor `foreach` kernels, for any elementwise body; a bias's gradient
+//     beside the updates' corrections; a norm of every gradient). The CPU runs the members one
+//     after another.
+// Row steps, matmuls, index steps, views and transfers are left as they are. A step moved later
+// keeps its operands alive until then (an optimizer's update reads parameters, gradients and
+// state, which live on anyway) and holds its own results for less time.
 //
 // Before: a schedule from run_fusion (with fusion enabled). After: the same values computed by
 // as many or fewer steps, in an order where every step comes after those computing its inputs.
@@ -125,11 +126,16 @@ std::vector<Step> fuse_siblings(const Graph& graph, std::vector<Step> steps,
   return fused;
 }
 
-// Steps a group may take: elementwise kernels, and reductions of a stored value (one node),
-// whose kernels the code generators can give a range of blocks.
-bool is_group_member(const Step& step) {
-  return step.kind == StepKind::Elementwise ||
-         (step.kind == StepKind::Reduction && step.nodes.size() == 1);
+// Steps a group may take, whose kernels the code generators can give a range of blocks:
+// elementwise kernels, and reductions of one reduction node, of a stored value or of the
+// elementwise work fused before it (a row step, with several reductions or work after its
+// reduction, stays alone).
+bool is_group_member(const Graph& graph, const Step& step) {
+  if (step.kind == StepKind::Elementwise) return true;
+  if (step.kind != StepKind::Reduction) return false;
+  int reductions = 0;
+  for (ValueId v : step.nodes) reductions += is_reduction(graph.nodes[v].op);
+  return reductions == 1 && is_reduction(graph.nodes[step.nodes.back()].op);
 }
 
 Step make_group(std::vector<Step> members) {
@@ -159,7 +165,7 @@ void run_horizontal_fusion(Schedule& schedule, const FusionOptions& options) {
   std::vector<Step> steps;
   for (size_t s = 0; s < schedule.steps.size(); ++s) {
     Step& step = schedule.steps[s];
-    if (is_group_member(step))
+    if (is_group_member(graph, step))
       together[{level[s], step.device.type(), step.device.index()}].push_back(std::move(step));
     else
       steps.push_back(std::move(step));
