@@ -39,8 +39,8 @@ struct Step {
   // operand wiring): the name of the kernel and the key of compiled-code caches.
   uint64_t kernel_key = 0;
   // A group's kernels, each an Elementwise step or a Reduction step of one reduction (the last
-  // node, after its fused prologue), none reading what another computes. The group's nodes, inputs and outputs are theirs, concatenated in
-  // member order.
+  // node, after its fused prologue), none reading what another computes. The group's nodes, inputs
+  // and outputs are theirs, concatenated in member order.
   std::vector<Step> members;
 
   std::string kernel_name() const;  // "k_3f9a1c0b", a group's "g_3f9a1c0b"

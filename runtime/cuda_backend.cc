@@ -558,30 +558,25 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
                     fast_math);
     replanned = true;
   }
-  // A reduction with fused work: its rows, and the chunks of each (from the sizes alone).
-  auto fused_reduction = [&](size_t m) {
+  // Each reduction with fused work: its rows, and the chunks of each (from the sizes alone).
+  std::vector<std::optional<ReductionWords>> fused(count);
+  for (size_t m = 0; m < count; ++m) {
     const Step& member = step.members[m];
+    if (member.kind != StepKind::Reduction || reductions[m]) continue;
     const int64_t rows = numel(graph.nodes[member.nodes.back()].shape);
     const int64_t columns = rows == 0 ? 0 : kept.members[m].elementwise.plan.numel / rows;
     const int64_t chunk = env_config().reduce_chunk > 0 ? env_config().reduce_chunk
                                                         : cuda_reduce_chunk(rows, columns);
-    ReductionWords words;
+    ReductionWords& words = fused[m].emplace();
     words.rows = rows;
     words.columns = columns;
     words.chunks = std::max<int64_t>(1, (columns + chunk - 1) / chunk);
     words.chunk = words.chunks == 1 ? std::max<int64_t>(columns, 1) : chunk;
     words.divisor = static_cast<double>(columns);
-    return words;
-  };
-  auto is_fused = [&](size_t m) {
-    return step.members[m].kind == StepKind::Reduction && !reductions[m];
-  };
+  }
   auto member_blocks = [&](size_t m) -> int64_t {
     if (reductions[m]) return reductions[m]->kept == 0 ? 0 : reductions[m]->blocks();
-    if (is_fused(m)) {
-      const ReductionWords words = fused_reduction(m);
-      return words.rows * words.chunks;
-    }
+    if (fused[m]) return fused[m]->rows * fused[m]->chunks;
     return kept.members[m].elementwise.plan.numel == 0
                ? 0
                : elementwise_blocks(kept.members[m].elementwise.plan, device);
@@ -597,7 +592,7 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
         member_words =
             (reductions[m]->columns ? column_reduction_arg_layout() : plain_reduction_arg_layout())
                 .words();
-      } else if (is_fused(m)) {
+      } else if (fused[m]) {
         ArgLayout layout;
         add_space_fields(layout, kept.members[m].elementwise.plan.spec,
                          static_cast<int>(member.inputs.size()));
@@ -663,10 +658,7 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
   int64_t counters_needed = 0;
   for (size_t m = 0; m < count; ++m) {
     if (reductions[m] && !reductions[m]->needs_copy) counters_needed += reductions[m]->counters();
-    if (is_fused(m)) {
-      const ReductionWords words = fused_reduction(m);
-      counters_needed += words.chunks > 1 ? words.rows : 0;
-    }
+    if (fused[m] && fused[m]->chunks > 1) counters_needed += fused[m]->rows;
   }
   const uint64_t counters =
       counters_needed > 0 ? reduction_counters(step.device, counters_needed) : 0;
@@ -684,9 +676,9 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
             plain_reduction_args(node, *reductions[m], outputs[m][0],
                                  counters + static_cast<uint64_t>(counters_used) * 4, partials[m]);
         counters_used += reductions[m]->counters();
-      } else if (is_fused(m)) {
+      } else if (fused[m]) {
         const Node& node = graph.nodes[member.nodes.back()];
-        ReductionWords reduction = fused_reduction(m);
+        ReductionWords reduction = *fused[m];
         if (reduction.chunks > 1) {
           partials[m] = allocate_buffer(
               node.device, reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype),

@@ -291,6 +291,30 @@ TEST_F(Cuda, GroupOfManyUpdatesMatchesTheReference) {
   }
 }
 
+// Evaluates the results `make` returns, three times: each time one schedule step run in
+// `launches` launches, every result within float32 rounding of `want` (the CPU's) and with the
+// bits of the first time (a group's counters are back at zero after every launch).
+void expect_one_group_each_round(const std::function<std::vector<Tensor>()>& make,
+                                 const std::vector<Tensor>& want, int64_t launches) {
+  std::vector<std::vector<double>> first;
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<Tensor> got = make();
+    reset_eval_stats();
+    eval(got);
+    EXPECT_EQ(eval_stats().kernels, 1);
+    EXPECT_EQ(eval_stats().launches, launches);
+    for (size_t k = 0; k < got.size(); ++k) {
+      SCOPED_TRACE(testing::Message() << "result " << k << " round " << round);
+      const std::vector<double> values = got[k].to_vector<double>();
+      expect_close(values, want[k].to_vector<double>(), 1e-5, 1e-4);
+      if (round == 0)
+        first.push_back(values);
+      else
+        EXPECT_EQ(values, first[k]);
+    }
+  }
+}
+
 // Reductions of stored values share a group's launch with elementwise kernels: by columns with
 // many chunks (the counters of several such reductions in one launch must not collide), by rows,
 // a max, and one whose operand needs a dense copy first (it runs on its own). Every launch gives
@@ -310,24 +334,8 @@ TEST_F(Cuda, GroupOfReductionsAndUpdatesMatchesTheCpu) {
                                d.amax({0}), e * 0.5 + 1, d.sum({0})};
   };
   const std::vector<Tensor> want = outputs(a, b, c, d, e);
-  std::vector<std::vector<double>> first;
-  for (int round = 0; round < 3; ++round) {
-    const std::vector<Tensor> got = outputs(ga, gb, gc, gd, ge);
-    reset_eval_stats();
-    eval(got);
-    EXPECT_EQ(eval_stats().kernels, 1);
-    // The group's launch, and the copy and reduction of the one that reads a dense copy.
-    EXPECT_EQ(eval_stats().launches, 3);
-    for (size_t k = 0; k < got.size(); ++k) {
-      SCOPED_TRACE(testing::Message() << "output " << k << " round " << round);
-      const std::vector<double> values = got[k].to_vector<double>();
-      expect_close(values, want[k].to_vector<double>(), 1e-5, 1e-4);
-      if (round == 0)
-        first.push_back(values);
-      else
-        EXPECT_EQ(values, first[k]);
-    }
-  }
+  // The group's launch, and the copy and reduction of the one that reads a dense copy.
+  expect_one_group_each_round([&] { return outputs(ga, gb, gc, gd, ge); }, want, 3);
 }
 
 // A matmul's bias and relu (fusion's epilogue) are one cuBLASLt call in bfloat16 and float16,
@@ -392,23 +400,7 @@ TEST_F(Cuda, GroupOfFusedReductionsMatchesTheCpu) {
     return out;
   };
   const std::vector<Tensor> want = norms(cpu);
-  std::vector<std::vector<double>> first;
-  for (int round = 0; round < 3; ++round) {
-    const std::vector<Tensor> got = norms(gpu);
-    reset_eval_stats();
-    eval(got);
-    EXPECT_EQ(eval_stats().kernels, 1);
-    EXPECT_EQ(eval_stats().launches, 1);
-    for (size_t k = 0; k < got.size(); ++k) {
-      SCOPED_TRACE(testing::Message() << "norm " << k << " round " << round);
-      const std::vector<double> values = got[k].to_vector<double>();
-      expect_close(values, want[k].to_vector<double>(), 1e-5, 1e-4);
-      if (round == 0)
-        first.push_back(values);
-      else
-        EXPECT_EQ(values, first[k]);
-    }
-  }
+  expect_one_group_each_round([&] { return norms(gpu); }, want, 1);
 }
 
 TEST_F(Cuda, OutOfMemoryIsTypedAndRecoverable) {
