@@ -131,6 +131,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
         } else if (node.op == Op::Arange) {
           instr.value = node.attrs.get_float("start");
           instr.step = node.attrs.get_float("step");
+          if (node.attrs.has("period")) instr.period = node.attrs.get_int("period");
         } else {
           instr.seed = static_cast<uint64_t>(node.attrs.get_int("seed"));
           instr.bits = uniform_bits(node.dtype);
@@ -278,8 +279,10 @@ void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuRe
           break;
         case Kind::Arange:
           dispatch_compute(instr.dtype, [&]<typename R>() {
-            generate(start, n, reinterpret_cast<R*>(reg(instr.dst)),
-                     [&](int64_t i) { return instr.value + static_cast<double>(i) * instr.step; });
+            generate(start, n, reinterpret_cast<R*>(reg(instr.dst)), [&](int64_t i) {
+              const int64_t count = instr.period > 0 ? i % instr.period : i;
+              return instr.value + static_cast<double>(count) * instr.step;
+            });
           });
           wrote(instr.dst);
           break;

@@ -77,6 +77,7 @@ class CpuProgram {
     CpuApplyFn apply = nullptr;
     CpuConvertFn convert = nullptr;
     double value = 0, step = 0;  // Const value; Arange start and step
+    int64_t period = 0;          // Arange: counts the index modulo this (0: no period)
     int64_t int_value = 0;       // Const value of integer dtypes
     uint64_t seed = 0, offset = 0;
     int bits = 24;     // Rand: random bits per draw

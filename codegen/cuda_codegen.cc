@@ -133,8 +133,11 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
         break;
       case Op::Arange:
         absl::StrAppend(&b, indent, type, " ", v(id), " = (", type, ")(",
-                        hex_double(node.attrs.get_float("start")), " + (double)i * ",
-                        hex_double(node.attrs.get_float("step")), ");\n");
+                        hex_double(node.attrs.get_float("start")), " + (double)",
+                        node.attrs.has("period")
+                            ? absl::StrCat("((long long)i % ", node.attrs.get_int("period"), "LL)")
+                            : "i",
+                        " * ", hex_double(node.attrs.get_float("step")), ");\n");
         break;
       case Op::Rand:
       case Op::Randn:

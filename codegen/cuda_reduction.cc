@@ -464,8 +464,14 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
   // With the row in registers, the values the last pass reads from the last reduction's pass
   // (softmax's exponentials) are kept there too rather than computed again, while the operands
   // and kept values together fit the register budget.
+  // Stored over the row (in the last pass), rather than once per row.
+  std::vector<bool> stored_over_row(step.outputs.size(), false);
   bool stores = false;
-  for (ValueId v : step.outputs) stores |= !is_reduction(graph.nodes[v].op);
+  for (size_t o = 0; o < step.outputs.size(); ++o) {
+    const ValueId v = step.outputs[o];
+    stored_over_row[o] = !is_reduction(graph.nodes[v].op) && !is_row_value(graph, step, v);
+    stores |= stored_over_row[o];
+  }
   const ValueId last_reduction = parts.reductions.back();
   std::vector<ValueId> carried;
   if (spec.row_in_registers && stores) {
@@ -483,6 +489,37 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
       absl::StrAppend(&s, "  ", type_name(compute_dtype(graph.nodes[m].dtype)), " kept", m, "[",
                       kCudaRowRegisters, "];\n");
   }
+  // Row values, once per row, as soon as the reductions they read are known (with the scalar
+  // constants they read, each declared once); a stored one is stored by lane 0.
+  std::vector<bool> known(graph.nodes.size(), false);
+  size_t next_row_value = 0;
+  auto emit_ready_row_values = [&] {
+    std::vector<ValueId> ready;
+    for (; next_row_value < parts.row_values.size(); ++next_row_value) {
+      const ValueId v = parts.row_values[next_row_value];
+      bool operands_known = true;
+      for (ValueId in : graph.nodes[v].inputs)
+        operands_known &= known[in] || is_scalar_constant(graph.nodes[in]);
+      if (!operands_known) break;  // topological order: the rest read later reductions
+      for (ValueId in : graph.nodes[v].inputs)
+        if (is_scalar_constant(graph.nodes[in]) && !known[in]) {
+          ready.push_back(in);
+          known[in] = true;
+        }
+      ready.push_back(v);
+      known[v] = true;
+    }
+    s += cuda_emit::emit_members(graph, {}, ready, {}, "  ");
+    for (size_t o = 0; o < step.outputs.size(); ++o) {
+      const ValueId v = step.outputs[o];
+      if (!is_row_value(graph, step, v) || std::find(ready.begin(), ready.end(), v) == ready.end())
+        continue;
+      const char* type = type_name(graph.nodes[v].dtype);
+      absl::StrAppend(&s, "  if (lane == 0) ((", type, "*)args.out[", o, "])[row] = lf_store<",
+                      type, ">(v", v, ");\n");
+    }
+  };
+  emit_ready_row_values();
   for (size_t k = 0; k < parts.reductions.size(); ++k) {
     const ValueId r = parts.reductions[k];
     const Node& node = graph.nodes[r];
@@ -513,7 +550,12 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
       if (step.outputs[o] == r)
         absl::StrAppend(&s, "  if (lane == 0) ((", result_type, "*)args.out[", o, "])[row] = total",
                         k, ";\n");
+    known[r] = true;
+    emit_ready_row_values();
   }
+  if (next_row_value < parts.row_values.size())
+    throw VerifierError(absl::StrCat("row value %", parts.row_values[next_row_value],
+                                     " reads a value the row kernel has per element only"));
   // The last pass stores what is stored besides the reductions, reading the kept values.
   if (stores) {
     std::vector<ValueId> inputs = step.inputs, members;
@@ -525,12 +567,12 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
       if (std::find(carried.begin(), carried.end(), m) == carried.end()) members.push_back(m);
     // Vectorized, each output's four elements of a group are stored at once.
     for (size_t k = 0; vector_rows && k < step.outputs.size(); ++k)
-      if (!is_reduction(graph.nodes[step.outputs[k]].op))
+      if (stored_over_row[k])
         absl::StrAppend(&s, "  lf_vec4<", type_name(graph.nodes[step.outputs[k]].dtype), "> y", k,
                         ";\n");
     s += pass_head(members, inputs);
     for (size_t k = 0; k < step.outputs.size(); ++k) {
-      if (is_reduction(graph.nodes[step.outputs[k]].op)) continue;
+      if (!stored_over_row[k]) continue;
       const char* type = type_name(graph.nodes[step.outputs[k]].dtype);
       if (vector_rows) {
         absl::StrAppend(&s, "    y", k, ".v[t % 4] = lf_store<", type, ">(v", step.outputs[k],

@@ -68,6 +68,11 @@ std::vector<ValueId> members_needed_by(const Graph& graph, const Step& step, Val
 
 }  // namespace
 
+bool is_row_value(const Graph& graph, const Step& step, ValueId id) {
+  const Node& node = graph.nodes[id];
+  return !is_reduction(node.op) && !is_scalar_constant(node) && node.shape != step.shape;
+}
+
 ReductionParts reduction_parts(const Graph& graph, const Step& step) {
   ReductionParts parts;
   for (ValueId v : step.nodes)
@@ -78,7 +83,10 @@ ReductionParts reduction_parts(const Graph& graph, const Step& step) {
     for (ValueId m : members_needed_by(graph, step, r)) in_prologue[m] = true;
   for (ValueId v : step.nodes) {
     if (is_reduction(graph.nodes[v].op)) continue;
-    (in_prologue[v] ? parts.prologue : parts.epilogue).push_back(v);
+    if (is_row_value(graph, step, v))
+      parts.row_values.push_back(v);
+    else
+      (in_prologue[v] ? parts.prologue : parts.epilogue).push_back(v);
   }
   return parts;
 }
@@ -125,7 +133,41 @@ std::vector<Step> split_reduction_step(const Graph& graph, const Step& step) {
     return members;
   };
   std::vector<Step> steps;
+  // The row values whose operands are all computed, as steps over their own shapes.
+  auto compute_ready_row_values = [&] {
+    std::vector<ValueId> ready;
+    for (ValueId v : parts.row_values) {
+      if (available[v]) continue;
+      bool operands_ready = true;
+      for (ValueId in : graph.nodes[v].inputs)
+        operands_ready &= !is_member[in] || available[in] || is_scalar_constant(graph.nodes[in]);
+      if (!operands_ready) continue;
+      ready.push_back(v);
+      available[v] = true;  // a later row value may read it: it is computed before that one
+    }
+    while (!ready.empty()) {
+      const Shape shape = graph.nodes[ready[0]].shape;
+      std::vector<ValueId> nodes, outputs, rest;
+      for (ValueId v : ready) {
+        if (graph.nodes[v].shape != shape) {
+          rest.push_back(v);
+          continue;
+        }
+        for (ValueId in : graph.nodes[v].inputs)
+          if (is_member[in] && is_scalar_constant(graph.nodes[in])) nodes.push_back(in);
+        nodes.push_back(v);
+        outputs.push_back(v);
+      }
+      std::sort(nodes.begin(), nodes.end());
+      nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+      Step sub = make(StepKind::Elementwise, std::move(nodes), std::move(outputs));
+      sub.shape = shape;
+      steps.push_back(std::move(sub));
+      ready = std::move(rest);
+    }
+  };
   for (ValueId r : parts.reductions) {
+    compute_ready_row_values();
     std::vector<ValueId> nodes = needed_for(r);
     std::vector<bool> in_part(graph.nodes.size(), false);
     for (ValueId m : nodes) in_part[m] = true;
@@ -135,7 +177,7 @@ std::vector<Step> split_reduction_step(const Graph& graph, const Step& step) {
     std::vector<ValueId> carried;
     for (ValueId m : nodes) {
       const Node& node = graph.nodes[m];
-      if (m == r || (node.op == Op::Const && numel(node.shape) == 1)) continue;
+      if (m == r || is_scalar_constant(node)) continue;
       bool read_later = is_output[m];
       for (ValueId u : step.nodes)
         if (!in_part[u])
@@ -157,6 +199,7 @@ std::vector<Step> split_reduction_step(const Graph& graph, const Step& step) {
     }
     available[r] = true;
   }
+  compute_ready_row_values();
   // The last part: what the step stores and no earlier part did.
   std::vector<bool> needed(graph.nodes.size(), false);
   std::vector<ValueId> stored;

@@ -83,27 +83,37 @@ class StridedCursor {
   int64_t offset_ = 0;
 };
 
-// A reduction step's members by role. A step holds one reduction or, as a row step, a chain of
-// keepdim reductions over the same rows, each reading values computed from the step's inputs
-// and the results of those before it (softmax's max, then its sum). The prologue is what the
-// reductions read; the epilogue the members that read a result and that no reduction needs
-// (softmax's normalisation), computed in a last pass over each row. Lists in topological order.
+// A reduction step's members by role. A step holds one reduction or, as a row step, reductions
+// over the same rows, each reading values computed from the step's inputs and the results of
+// those before it (softmax's max, then its sum). Row values are members with one value per row
+// (a LayerNorm's rsqrt(var + eps)), computed from the reductions before them and from constants
+// alone. The prologue is what the reductions read over the step's space; the epilogue the
+// members over that space that no reduction needs (softmax's normalisation), computed in a last
+// pass over each row. Lists in topological order.
 struct ReductionParts {
   ValueId reduction = -1;           // the last of `reductions`
   std::vector<ValueId> reductions;  // in order
+  std::vector<ValueId> row_values;
   std::vector<ValueId> prologue;
   std::vector<ValueId> epilogue;
   // One block program per row (a pass per reduction, then the epilogue), rather than a
   // reduction of a computed operand.
-  bool is_row_program() const { return reductions.size() > 1 || !epilogue.empty(); }
+  bool is_row_program() const {
+    return reductions.size() > 1 || !epilogue.empty() || !row_values.empty();
+  }
 };
+// Whether member `id` of reduction step `step` is a row value: not a reduction, not a scalar
+// constant, and of another shape than the step's space.
+bool is_row_value(const Graph& graph, const Step& step, ValueId id);
 ReductionParts reduction_parts(const Graph& graph, const Step& step);
 
 // A reduction step as steps of one reduction each, in order, every one with the members it
 // needs (what earlier parts computed becomes an input); members that a later part reads or
 // the step stores are stored by an elementwise step before their reduction instead of computed
 // twice; last, an elementwise step for what the step stores and no part did (absent when
-// nothing is left). Backends without a row program run these.
+// nothing is left). Row values are computed as steps over their own shape as soon as the
+// reductions they read are (a row value is never computed in a part over the step's space, so
+// one that is stored is stored once per row). Backends without a row program run these.
 std::vector<Step> split_reduction_step(const Graph& graph, const Step& step);
 
 // A matmul step with an epilogue (ir/passes/fusion.cc, phase 0): the product, the bias added to

@@ -58,7 +58,7 @@ class Attrs {
 // The attribute keys the ops use: const {value}; arange {start, step}; rand/randn {seed,
 // offset}; reductions {dims, keepdim}; permute {dims}; narrow {dim, start}; gather, scatter_add
 // and cat {dim}.
-inline constexpr std::string_view kAttrKeys[] = {"dim",  "dims",  "keepdim", "offset",
+inline constexpr std::string_view kAttrKeys[] = {"dim",  "dims",  "keepdim", "offset", "period",
                                                  "seed", "start", "step",    "value"};
 
 struct Node {
@@ -72,6 +72,11 @@ struct Node {
 
   std::string type_str() const;  // "f32[2,3] @cpu"
 };
+
+// A constant of one element: fused kernels compute it in place rather than read it.
+inline bool is_scalar_constant(const Node& node) {
+  return node.op == Op::Const && numel(node.shape) == 1;
+}
 
 struct Graph {
   std::string name = "main";

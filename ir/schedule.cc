@@ -46,6 +46,11 @@ uint64_t step_kernel_key(const Graph& graph, const Step& step) {
     std::vector<int> operands;
     for (ValueId in : n.inputs) operands.push_back(local.at(in));
     h.add(n.op).add(n.dtype).add(n.shape.size()).add(operands).add(hash_attrs(n.attrs));
+    // A row step's member with one value per row is computed (and stored) once per row: a
+    // kernel of its own, even where a step of rows of one element has the same structure.
+    if (step.kind == StepKind::Reduction && !is_reduction(n.op) && !is_scalar_constant(n) &&
+        n.shape != step.shape)
+      h.add(std::string_view("row value"));
   }
   for (ValueId v : step.outputs) h.add(local.at(v));
   return h.value();

@@ -652,3 +652,54 @@ TEST(CudaKernelArgs, DeclaredStructFollowsTheLayout) {
 
 }  // namespace
 }  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+// A row step's row values (a LayerNorm's rsqrt(var + eps)) are computed once per row between the
+// passes, and one that is stored is stored by lane 0; the kernel compiles with the row in
+// registers or not, vectorized or not, in float32 and bfloat16.
+TEST(CudaCodegen, RowValuesAreComputedOncePerRowBetweenThePasses) {
+  for (const char* type : {"f32", "bf16"}) {
+    SCOPED_TRACE(type);
+    const std::string text = absl::StrCat(
+        "graph @layer_norm(%0: ", type, "[8,1024] @cuda:0, %1: ", type,
+        "[1024] @cuda:0) {\n  %2 = mean %0 {dims = [1], keepdim = true} : ", type,
+        "[8,1] @cuda:0\n  %3 = sub %0, %2 : ", type, "[8,1024] @cuda:0\n  %4 = mul %3, %3 : ", type,
+        "[8,1024] @cuda:0\n  %5 = mean %4 {dims = [1], keepdim = true} : ", type,
+        "[8,1] @cuda:0\n  %6 = const {value = 1e-05} : ", type,
+        "[] @cuda:0\n  %7 = add %5, %6 : ", type, "[8,1] @cuda:0\n  %8 = rsqrt %7 : ", type,
+        "[8,1] @cuda:0\n  %9 = mul %3, %8 : ", type,
+        "[8,1024] @cuda:0\n  %10 = mul %9, %1 : ", type, "[8,1024] @cuda:0\n  return %10, %8\n}");
+    Schedule schedule = lower(text);
+    ASSERT_EQ(schedule.steps.size(), 1u) << print_schedule(schedule);
+    const Step& step = schedule.steps[0];
+    EXPECT_EQ(reduction_parts(schedule.graph, step).row_values, (std::vector<ValueId>{7, 8}));
+    CudaElementwiseLaunch plan =
+        plan_cuda_elementwise(step, contiguous_layouts(schedule, step), {}, {});
+    for (bool in_registers : {false, true}) {
+      for (bool vectorized : {false, true}) {
+        if (vectorized && !in_registers) continue;
+        plan.spec.row_in_registers = in_registers;
+        plan.spec.vectorized = vectorized;
+        const CudaSource source = generate_cuda_step(schedule.graph, step, plan.spec);
+        const std::string body = source.source.substr(cuda_prologue().size());
+        // Outside every pass's loop: declared at the kernel's own indentation, once.
+        EXPECT_NE(body.find("\n  float v8;"), std::string::npos) << body;
+        EXPECT_EQ(body.find("float v8;"), body.rfind("float v8;")) << body;
+        const size_t output =
+            std::find(step.outputs.begin(), step.outputs.end(), 8) - step.outputs.begin();
+        EXPECT_NE(body.find(absl::StrCat("if (lane == 0) ((",
+                                         std::string(type) == "f32" ? "float" : "lf_bf16",
+                                         "*)args.out[", output, "])[row] = ")),
+                  std::string::npos)
+            << body;
+        if (!nvrtc_available()) continue;
+        EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lazyfuse

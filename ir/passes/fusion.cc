@@ -29,7 +29,15 @@
 //     group reading its result over the operand's shape (softmax's normalisation).
 //  5. join_row_steps: a row reduction whose operand such a row step computes joins it when both
 //     reduce the same rows (softmax's sum joins its max's step).
-//  6. build_steps, 7. order_steps: a step per group, producers first.
+//  6. grow_row_steps: a row step takes, until nothing more joins, every neighbouring group (one
+//     it reads or one that reads it) that is a row step of the same rows (with or without
+//     keepdim), elementwise over the rows' space, or row values: elementwise over one value
+//     per row, computed from the step's values and constants alone (a norm's rsqrt(var + eps),
+//     log-softmax's log of the sum). Each join must make no cycle and keep the caps. Row values
+//     are computed once per row between the passes; a full-size member may read them, and
+//     stored ones are stored once per row. So LayerNorm, RMSNorm, log-softmax and
+//     cross-entropy with its gradient are one kernel each.
+//  7. build_steps, 8. order_steps: a step per group, producers first.
 // ReductionParts (codegen/kernel_plan.h) tells a reduction step's roles apart.
 //
 // Softmax over rows of 1024, x[8, 1024]:
@@ -57,6 +65,7 @@
 // unchanged.
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -66,8 +75,6 @@
 
 namespace lazyfuse {
 namespace {
-
-bool is_scalar_const(const Node& node) { return node.op == Op::Const && numel(node.shape) == 1; }
 
 StepKind step_kind(Op op) {
   switch (op_kind(op)) {
@@ -99,6 +106,32 @@ bool reduces_trailing_dims(const Graph& graph, ValueId id) {
 
 // A keepdim reduction over trailing dims whose rows have at most `max_row` elements: one block
 // (one thread on the CPU) can walk each row several times while it is in cache.
+// The rows a reduction over trailing dims walks, with or without keepdim, when they have at most
+// `max_row` elements: its operand's shape and how many trailing dims it reduces.
+struct RowSpace {
+  Shape space;
+  size_t reduced = 0;
+  Device device;
+  bool operator==(const RowSpace&) const = default;
+  // One value per row, as keepdim leaves it: the space with the reduced dims of size 1.
+  Shape row_shape() const {
+    Shape shape = space;
+    std::fill(shape.end() - static_cast<std::ptrdiff_t>(reduced), shape.end(), 1);
+    return shape;
+  }
+};
+std::optional<RowSpace> row_space_of(const Graph& graph, ValueId id, int64_t max_row) {
+  const Node& node = graph.nodes[id];
+  if (!is_reduction(node.op) || !reduces_trailing_dims(graph, id)) return std::nullopt;
+  const Shape& space = graph.nodes[node.inputs[0]].shape;
+  const int64_t rows = numel(node.shape);
+  if (rows == 0 || numel(space) / rows > max_row) return std::nullopt;
+  const size_t reduced = reduction_dims(node.attrs, static_cast<int64_t>(space.size())).size();
+  // A reduction of every dim is one row: it runs best over many blocks, not in a row kernel.
+  if (reduced == 0 || reduced == space.size()) return std::nullopt;
+  return RowSpace{space, reduced, node.device};
+}
+
 bool is_row_reduction(const Graph& graph, ValueId id, int64_t max_row) {
   const Node& node = graph.nodes[id];
   if (!is_reduction(node.op) || !node.attrs.has("keepdim") || !node.attrs.get_bool("keepdim") ||
@@ -159,7 +192,9 @@ class Grouping {
   void absorb_epilogues();
   // Phase 5: a row reduction of the same rows as the row step computing its operand joins it.
   void join_row_steps();
-  // Phase 6: one step per group, in no particular order.
+  // Phase 6: a row step takes its neighbours that fit in its kernel.
+  void grow_row_steps();
+  // Phase 7: one step per group, in no particular order.
   std::vector<Step> build_steps() const;
 
  private:
@@ -169,6 +204,10 @@ class Grouping {
   bool depends_on(std::vector<int> stack, const absl::flat_hash_set<int>& set);
   void merge(int target, int from);
   bool can_join(ValueId id, const absl::flat_hash_set<int>& merged);
+  // Whether one group made of groups `a` and `b` would read a value that depends on itself.
+  bool merge_makes_cycle(int a, int b);
+  // Whether group `g` may join row step `step` over `rows`, by what its members are.
+  bool fits_row_step(int step, int g, const RowSpace& rows);
 
   const Graph& graph_;
   const FusionOptions& options_;
@@ -223,7 +262,7 @@ bool Grouping::can_join(ValueId id, const absl::flat_hash_set<int>& merged) {
   for (ValueId in : node.inputs) {
     if (group_of_[in] >= 0 && merged.contains(find(group_of_[in]))) continue;
     if (group_of_[in] >= 0) read_groups.push_back(group_of_[in]);
-    if (!is_scalar_const(graph_.nodes[in])) inputs.insert(in);
+    if (!is_scalar_constant(graph_.nodes[in])) inputs.insert(in);
   }
   if (depends_on(std::move(read_groups), merged)) return false;
   // Operands that become members stop being inputs.
@@ -266,7 +305,7 @@ void Grouping::group_elementwise() {
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     const Node& node = graph_.nodes[i];
     const ValueId id = static_cast<ValueId>(i);
-    if (node.op == Op::Param || is_scalar_const(node)) continue;
+    if (node.op == Op::Param || is_scalar_constant(node)) continue;
     if (epilogue_of_[i] >= 0) {
       // The matmul's step takes it; what it reads besides the step is an outside operand.
       const int target = find(group_of_[epilogue_of_[i]]);
@@ -313,7 +352,7 @@ void Grouping::group_elementwise() {
     group_of_[i] = target;
     for (ValueId in : node.inputs) {
       if (group_of_[in] >= 0 && find(group_of_[in]) == target) continue;
-      if (is_scalar_const(graph_.nodes[in])) continue;
+      if (is_scalar_constant(graph_.nodes[in])) continue;
       joined.ext_inputs.insert(in);
     }
     // Members that joined may have been outside operands of the group before.
@@ -329,7 +368,7 @@ void Grouping::group_elementwise() {
 // node reads it; otherwise every step that uses it computes it in place.
 void Grouping::group_stored_scalars() {
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
-    if (!is_scalar_const(graph_.nodes[i])) continue;
+    if (!is_scalar_constant(graph_.nodes[i])) continue;
     bool stored = is_output_[i];
     for (ValueId user : users_[i]) stored |= !is_fusable_elementwise(graph_.nodes[user].op);
     if (!stored) continue;
@@ -450,6 +489,96 @@ void Grouping::join_row_steps() {
   }
 }
 
+bool Grouping::merge_makes_cycle(int a, int b) {
+  auto reads_outside = [&](int from, int other) {
+    std::vector<int> groups;
+    for (ValueId in : groups_[from].ext_inputs) {
+      const int g = group(in);
+      if (g >= 0 && g != a && g != b) groups.push_back(g);
+    }
+    return groups;
+  };
+  return depends_on(reads_outside(a, b), {b}) || depends_on(reads_outside(b, a), {a});
+}
+
+bool Grouping::fits_row_step(int step, int g, const RowSpace& rows) {
+  const Shape row_shape = rows.row_shape();
+  auto in_union = [&](ValueId v) {
+    const int owner = group(v);
+    return owner == step || owner == g;
+  };
+  // The shape a member of the union has: the space, one value per row, or (for a reduction
+  // without keepdim) neither, which no elementwise member of the kernel may read.
+  auto readable = [&](ValueId v, bool by_row_value) {
+    const Node& node = graph_.nodes[v];
+    if (!in_union(v) || is_scalar_constant(node)) return true;
+    return node.shape == row_shape || (!by_row_value && node.shape == rows.space);
+  };
+  size_t members = groups_[step].members.size();
+  for (ValueId m : groups_[g].members) {
+    const Node& node = graph_.nodes[m];
+    ++members;
+    if (node.device != rows.device) return false;
+    if (is_reduction(node.op)) {
+      if (row_space_of(graph_, m, options_.max_row) != rows) return false;
+      continue;
+    }
+    if (!is_fusable_elementwise(node.op) || epilogue_of_[m] >= 0) return false;
+    const bool row_value = node.shape == row_shape && node.shape != rows.space;
+    if (!row_value && node.shape != rows.space) return false;
+    // A row value is computed between the passes, from what the row kernel has once per row.
+    if (row_value && node.op != Op::Const && is_generator(node.op)) return false;
+    for (ValueId in : node.inputs) {
+      if (!readable(in, row_value)) return false;
+      if (row_value && !in_union(in) && !is_scalar_constant(graph_.nodes[in])) return false;
+    }
+  }
+  // The step's members may read g's values too.
+  for (ValueId m : groups_[step].members) {
+    const Node& node = graph_.nodes[m];
+    if (is_reduction(node.op)) continue;
+    const bool row_value = node.shape != rows.space;
+    for (ValueId in : node.inputs)
+      if (group(in) == g && !readable(in, row_value)) return false;
+  }
+  // The caps, on the union.
+  absl::flat_hash_set<ValueId> inputs;
+  for (int part : {step, g})
+    for (ValueId in : groups_[part].ext_inputs)
+      if (!in_union(in) && !is_scalar_constant(graph_.nodes[in])) inputs.insert(in);
+  return static_cast<int>(members) <= options_.max_nodes &&
+         static_cast<int>(inputs.size()) <= options_.max_inputs;
+}
+
+void Grouping::grow_row_steps() {
+  if (!options_.enabled) return;
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+      const std::optional<RowSpace> rows =
+          row_space_of(graph_, static_cast<ValueId>(i), options_.max_row);
+      if (!rows) continue;
+      int step = group(static_cast<ValueId>(i));
+      // Neighbours: the groups the step reads, and those that read it.
+      std::vector<int> neighbours;
+      for (ValueId in : groups_[step].ext_inputs)
+        if (group(in) >= 0) neighbours.push_back(group(in));
+      for (ValueId m : groups_[step].members)
+        for (ValueId user : users_[m])
+          if (group(user) >= 0) neighbours.push_back(group(user));
+      for (int g : neighbours) {
+        g = find(g);
+        step = find(step);
+        if (g == step || groups_[g].members.empty() || !fits_row_step(step, g, *rows) ||
+            merge_makes_cycle(step, g))
+          continue;
+        merge(step, g);
+        grew = true;
+      }
+    }
+  }
+}
+
 std::vector<Step> Grouping::build_steps() const {
   std::vector<Step> steps;
   // find() compresses paths; build_steps reads the final groups through a copy.
@@ -476,7 +605,7 @@ std::vector<Step> Grouping::build_steps() const {
     for (ValueId m : members) {
       for (ValueId in : graph_.nodes[m].inputs) {
         const bool computes_in_place = step.kind == StepKind::Elementwise || members.size() > 1;
-        if (computes_in_place && is_scalar_const(graph_.nodes[in]) && !member_set.contains(in)) {
+        if (computes_in_place && is_scalar_constant(graph_.nodes[in]) && !member_set.contains(in)) {
           member_set.insert(in);
           with_consts.push_back(in);
         }
@@ -491,7 +620,7 @@ std::vector<Step> Grouping::build_steps() const {
         if (!member_set.contains(in) && inputs_seen.insert(in).second) step.inputs.push_back(in);
       }
       // An inlined constant is recomputed wherever it is used, never stored.
-      if (is_scalar_const(graph_.nodes[m]) && group_of_[m] != static_cast<int>(g)) continue;
+      if (is_scalar_constant(graph_.nodes[m]) && group_of_[m] != static_cast<int>(g)) continue;
       bool needed = is_output_[m];
       for (ValueId user : users_[m]) needed |= !member_set.contains(user);
       if (needed) step.outputs.push_back(m);
@@ -511,8 +640,9 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
   grouping.absorb_prologues();
   grouping.absorb_epilogues();
   grouping.join_row_steps();
+  grouping.grow_row_steps();
   Schedule schedule;
-  // Phase 7: producers first.
+  // Phase 8: producers first.
   schedule.steps = order_steps(graph, grouping.build_steps());
   for (Step& step : schedule.steps) step.kernel_key = step_kernel_key(graph, step);
   schedule.graph = std::move(graph);

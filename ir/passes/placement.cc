@@ -15,8 +15,6 @@
 namespace lazyfuse {
 namespace {
 
-bool is_scalar_const(const Node& node) { return node.op == Op::Const && numel(node.shape) == 1; }
-
 std::string describe_operand(const Graph& graph, int position, ValueId id) {
   const Node& operand = graph.nodes[id];
   std::string origin = operand.op == Op::Param
@@ -38,11 +36,11 @@ void run_placement(Graph& graph) {
   // Constants are emitted next to their first user so the SSA order holds.
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& node = graph.nodes[i];
-    if (is_scalar_const(node) && !users[i].empty()) continue;
+    if (is_scalar_constant(node) && !users[i].empty()) continue;
     Node copy = node;
     for (size_t k = 0; k < copy.inputs.size(); ++k) {
       ValueId input = node.inputs[k];
-      if (is_scalar_const(graph.nodes[input]) && remap[input] < 0) {
+      if (is_scalar_constant(graph.nodes[input]) && remap[input] < 0) {
         Device device = node.op == Op::To ? graph.nodes[input].device : node.device;
         auto key = std::make_pair(static_cast<int>(device.type()), device.index());
         auto [it, inserted] = copies[input].try_emplace(key, -1);

@@ -21,10 +21,25 @@
 // broadcasts it to the same values. Fusion then sees the op read a reduction's result directly,
 // and a row reduction can take the op into its kernel.
 //
-// Before: a placed graph. After: no view reads a constant, no permute, narrow or expand reads an
-// elementwise node that has no other use and is not returned, and no elementwise op reads an
-// expand that its own broadcasting makes unneeded; values are unchanged (and, as after cse and
-// dce, no two nodes are equal and none is dead).
+// Two kinds of elementwise node stay where they are. One whose operands are keepdim reductions
+// over trailing dims (and scalar constants), or such nodes, has one value per row (the gradient
+// of a row's log-sum: its sum over the row divided by the sum): an expand of it stays, so that
+// the row kernel that computes those reductions computes it once per row, and an op reading the
+// expand reads the node itself where its own broadcasting allows. And any view, a reshape too,
+// of an op of constants alone (the ones a gradient starts from, divided by a count) moves onto
+// the constants, which then fold.
+//
+// An arange read by one elementwise op that broadcasts it over the trailing dims of the op's
+// shape (one-hot's classes against [rows, 1] labels) becomes an arange of the op's shape that
+// counts modulo its own length: a generator of the op's shape fuses into its kernel.
+//
+// Before: a placed graph. After: no view reads a constant or an op of constants alone; no
+// permute, narrow or expand reads an elementwise node that has no other use and is not returned,
+// except an expand of a row value; no elementwise op reads an expand that its own broadcasting
+// makes unneeded; no arange is read broadcast over trailing dims by its one reader; values are
+// unchanged (and, as after cse and dce, no two nodes are equal and none is dead).
+#include <algorithm>
+
 #include "ir/infer.h"
 #include "ir/passes/passes.h"
 
@@ -32,6 +47,48 @@ namespace lazyfuse {
 namespace {
 
 bool movable_view(Op op) { return op == Op::Permute || op == Op::Narrow || op == Op::Expand; }
+
+bool is_computing_elementwise(Op op) { return is_elementwise(op) && !is_generator(op); }
+
+// What each node is, for the rules above, in one forward walk.
+struct NodeRoles {
+  std::vector<bool> per_row;   // one value per row, computed from row reductions
+  std::vector<bool> constant;  // a constant, or an op of constants alone
+};
+NodeRoles node_roles(const Graph& graph) {
+  NodeRoles roles{std::vector<bool>(graph.nodes.size(), false),
+                  std::vector<bool>(graph.nodes.size(), false)};
+  auto is_row_reduction = [&](const Node& node) {
+    if (!is_reduction(node.op) || !node.attrs.has("keepdim") || !node.attrs.get_bool("keepdim"))
+      return false;
+    const int64_t rank = static_cast<int64_t>(graph.nodes[node.inputs[0]].shape.size());
+    const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
+    for (size_t k = 0; k < dims.size(); ++k)
+      if (dims[k] != rank - static_cast<int64_t>(dims.size() - k)) return false;
+    return true;
+  };
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& node = graph.nodes[i];
+    if (node.op == Op::Const) {
+      roles.constant[i] = true;
+      continue;
+    }
+    if (!is_computing_elementwise(node.op)) continue;
+    bool constant = true, per_row = false, row_operands = true;
+    for (ValueId in : node.inputs) {
+      const Node& operand = graph.nodes[in];
+      constant &= roles.constant[in];
+      if (is_scalar_constant(operand)) continue;
+      const bool row_value =
+          operand.shape == node.shape && (roles.per_row[in] || is_row_reduction(operand));
+      row_operands &= row_value;
+      per_row |= row_value;
+    }
+    roles.constant[i] = constant;
+    roles.per_row[i] = per_row && row_operands;
+  }
+  return roles;
+}
 
 // Turns every view of a constant into a constant of the view's shape (in one forward walk, so
 // a chain of views folds whole). Returns whether anything changed.
@@ -50,14 +107,17 @@ bool fold_views_of_constants(Graph& graph) {
 // Each elementwise op reads, in place of an expand, the expand's operand wherever the op's own
 // broadcasting gives it the same shape. Returns whether anything changed.
 bool drop_broadcast_expands(Graph& graph) {
+  const NodeRoles roles = node_roles(graph);
   bool any = false;
   for (Node& node : graph.nodes) {
     if (!is_elementwise(node.op) || node.inputs.size() < 2) continue;
     for (size_t k = 0; k < node.inputs.size(); ++k) {
       const Node& expand = graph.nodes[node.inputs[k]];
       // An expand of an elementwise result sinks onto its operands instead (sink_once), so the
-      // work moves into the kernel of the op's shape.
-      if (expand.op != Op::Expand || is_elementwise(graph.nodes[expand.inputs[0]].op)) continue;
+      // work moves into the kernel of the op's shape; one of a row value stays and is dropped.
+      if (expand.op != Op::Expand) continue;
+      const ValueId operand = expand.inputs[0];
+      if (is_elementwise(graph.nodes[operand].op) && !roles.per_row[operand]) continue;
       std::vector<const Shape*> shapes;
       for (size_t j = 0; j < node.inputs.size(); ++j)
         shapes.push_back(j == k ? &graph.nodes[expand.inputs[0]].shape
@@ -70,25 +130,57 @@ bool drop_broadcast_expands(Graph& graph) {
   return any;
 }
 
+// Each arange that one elementwise op reads, broadcast over the op's trailing dims, takes the
+// op's shape and counts modulo its own length. Returns whether anything changed.
+bool widen_broadcast_aranges(Graph& graph) {
+  const std::vector<std::vector<ValueId>> users = users_of(graph);
+  bool any = false;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    Node& arange = graph.nodes[i];
+    if (arange.op != Op::Arange || users[i].size() != 1) continue;
+    const Node& reader = graph.nodes[users[i][0]];
+    if (!is_computing_elementwise(reader.op) || reader.shape == arange.shape ||
+        reader.device != arange.device)
+      continue;
+    // Its dims after leading ones must be the reader's trailing dims, so that the reader's
+    // element i reads the arange's element i mod its length.
+    auto first =
+        std::find_if(arange.shape.begin(), arange.shape.end(), [](int64_t d) { return d != 1; });
+    const size_t kept = static_cast<size_t>(arange.shape.end() - first);
+    if (kept == 0 || kept > reader.shape.size() ||
+        !std::equal(first, arange.shape.end(), reader.shape.end() - static_cast<ptrdiff_t>(kept)))
+      continue;
+    const int64_t length = numel(arange.shape);
+    if (!arange.attrs.has("period")) arange.attrs.set("period", length);
+    arange.shape = reader.shape;
+    any = true;
+  }
+  return any;
+}
+
 // One sweep; returns whether anything moved.
 bool sink_once(Graph& graph) {
   std::vector<std::vector<ValueId>> users = users_of(graph);
   std::vector<bool> is_output(graph.nodes.size(), false);
   for (ValueId v : graph.outputs) is_output[v] = true;
+  const NodeRoles roles = node_roles(graph);
   // The elementwise nodes that move below their one view.
   std::vector<bool> moves(graph.nodes.size(), false);
   bool any = false;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& node = graph.nodes[i];
-    if (!movable_view(node.op)) continue;
+    if (!is_view(node.op)) continue;
     ValueId operand = node.inputs[0];
+    // A reshape may need a copy of a strided operand; an op of constants has none.
+    const bool moves_here = movable_view(node.op)
+                                ? !(node.op == Op::Expand && roles.per_row[operand])
+                                : roles.constant[operand];
     // An op of scalar constants alone gets no view on any operand, so it would not take the
     // view's shape: it stays (it is as cheap as a constant).
     bool viewable = false;
-    for (ValueId in : graph.nodes[operand].inputs)
-      viewable |= !(graph.nodes[in].op == Op::Const && numel(graph.nodes[in].shape) == 1);
-    if (is_elementwise(graph.nodes[operand].op) && viewable && users[operand].size() == 1 &&
-        !is_output[operand]) {
+    for (ValueId in : graph.nodes[operand].inputs) viewable |= !is_scalar_constant(graph.nodes[in]);
+    if (moves_here && is_elementwise(graph.nodes[operand].op) && viewable &&
+        users[operand].size() == 1 && !is_output[operand]) {
       moves[operand] = true;
       any = true;
     }
@@ -101,7 +193,7 @@ bool sink_once(Graph& graph) {
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& node = graph.nodes[i];
     if (moves[i]) continue;  // rebuilt under its view
-    if (!movable_view(node.op) || !moves[node.inputs[0]]) {
+    if (!is_view(node.op) || !moves[node.inputs[0]]) {
       Node copy = node;
       for (ValueId& in : copy.inputs) in = remap[in];
       remap[i] = sunk.add(std::move(copy));
@@ -115,7 +207,7 @@ bool sink_once(Graph& graph) {
     for (ValueId& in : moved.inputs) {
       const Node& operand = graph.nodes[in];
       ValueId value = remap[in];
-      if (operand.op == Op::Const && numel(operand.shape) == 1) {
+      if (is_scalar_constant(operand)) {
         in = value;
         continue;
       }
@@ -149,9 +241,10 @@ void run_sink_views(Graph& graph) {
   for (size_t sweep = 0; sweep <= graph.nodes.size(); ++sweep) {
     const bool folded = fold_views_of_constants(graph);
     const bool dropped = drop_broadcast_expands(graph);
+    const bool widened = widen_broadcast_aranges(graph);
     run_cse(graph);
     run_dce(graph);
-    if (!sink_once(graph) && !folded && !dropped) break;
+    if (!sink_once(graph) && !folded && !dropped && !widened) break;
   }
 }
 
