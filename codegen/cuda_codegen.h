@@ -145,6 +145,16 @@ std::string cuda_column_reduction_kernel_name(Op op, DType in, DType out);
 // does.
 CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
                                          const CudaElementwiseSpec& spec, bool fast_math = false);
+// A reduction over leading dims with fused work (ReductionParts::columns, fusion's phase 7):
+// blocks of kCudaReduceThreads threads take tiles of kCudaColumnTile kept columns (a lane each)
+// over chunks of cuda_column_chunk reduced elements; each thread computes the work for its
+// elements, stores what the step stores, and reduces; chunks combine as a column reduction's.
+// Parameters: sizes and strides over step.shape, inputs, out[outputs] (in step order, the
+// reduction's result among them), rows (kept), columns (reduced), chunk, chunks, divisor,
+// partial, counters (one per tile).
+CudaSource generate_cuda_fused_column_reduction(const Graph& graph, const Step& step,
+                                                const CudaElementwiseSpec& spec,
+                                                bool fast_math = false);
 // A row step (ReductionParts::is_row_program: reductions of the same rows, an epilogue): one
 // warp per row makes a pass over the row per reduction, its lanes combining through shuffles in
 // a fixed order, then a last pass computing and storing the rest with the rows' results. Rows

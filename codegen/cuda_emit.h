@@ -31,6 +31,10 @@ std::string reduction_member_structs();
 std::string fused_reduction_member_function(const Graph& graph, const Step& step,
                                             const CudaElementwiseSpec& spec,
                                             const std::string& name);
+// A reduction over leading dims with fused work (generate_cuda_fused_column_reduction) as a
+// device function `name`, likewise.
+std::string fused_column_member_function(const Graph& graph, const Step& step,
+                                         const CudaElementwiseSpec& spec, const std::string& name);
 // in0, in1, ...: typed pointers to the inputs in args.in.
 std::string emit_input_pointers(const Graph& graph, const std::vector<ValueId>& inputs);
 

@@ -145,6 +145,25 @@ KernelArgs pack_column_reduction_args(uint64_t in, int64_t stride,
   return words;
 }
 
+void add_column_step_fields(ArgLayout& layout, int outputs) {
+  layout.add_array("out", ArgType::Pointer, outputs)
+      .add("rows", ArgType::Int64)
+      .add("columns", ArgType::Int64)
+      .add("chunk", ArgType::Int64)
+      .add("chunks", ArgType::Int64)
+      .add("divisor", ArgType::Double)
+      .add("partial", ArgType::Pointer)
+      .add("counters", ArgType::Counters);
+}
+
+void append_column_step_args(std::span<const uint64_t> output_addresses,
+                             const ReductionWords& reduction, KernelArgs& words) {
+  words.insert(words.end(), output_addresses.begin(), output_addresses.end());
+  KernelArgs rest;
+  append_reduction_args(reduction, rest);
+  words.insert(words.end(), rest.begin() + 1, rest.end());  // all but the one `out`
+}
+
 void add_row_fields(ArgLayout& layout, int outputs) {
   layout.add_array("out", ArgType::Pointer, outputs)
       .add("rows", ArgType::Int64)

@@ -79,6 +79,12 @@ ArgLayout plain_reduction_arg_layout();
 ArgLayout column_reduction_arg_layout();
 KernelArgs pack_column_reduction_args(uint64_t in, int64_t stride, const ReductionWords& reduction);
 
+// A reduction over leading dims with fused work, after its space: out[outputs] (what it stores,
+// the reduction's result among them), then the reduction's fields as a column reduction's.
+void add_column_step_fields(ArgLayout& layout, int outputs);
+void append_column_step_args(std::span<const uint64_t> output_addresses,
+                             const ReductionWords& reduction, KernelArgs& words);
+
 // A row kernel after its space: out[outputs], rows, columns, divisor.
 void add_row_fields(ArgLayout& layout, int outputs);
 void append_row_args(std::span<const uint64_t> output_addresses, int64_t rows, int64_t columns,

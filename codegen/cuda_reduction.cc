@@ -222,32 +222,31 @@ std::string cuda_column_reduction_kernel_name(Op op, DType in, DType out) {
 
 namespace {
 
-// A column reduction's statements, for the block `block` of its grid, and the closing brace.
-std::string column_reduction_body(Op op, DType in, DType out, const std::string& block) {
+// A column reduction's statements, for the block `block` of its grid, and the closing brace: each
+// block takes a tile of 32 kept columns (a lane each) over a chunk of the reduced elements, its
+// warps (slices) walking the chunk's elements `walk` into `acc` (for element j of `column`);
+// the result goes to `result` (a typed pointer expression) at `column`.
+std::string column_reduction_body(Op op, DType in, DType out, const std::string& block,
+                                  const std::string& walk, const std::string& result) {
   const DType acc = reduction_accumulator(op, in);
   const char* a = type_name(acc);
   const std::string identity = absl::StrCat("(", a, ")(", combiner(op, acc).identity, ")");
   const std::string store =
-      absl::StrCat(divides_by_count(op) ? "acc = acc / args.divisor;\n      " : "", "((",
-                   type_name(out), "*)args.out)[column] = lf_store<", type_name(out), ">(acc);\n");
+      absl::StrCat(divides_by_count(op) ? "acc = acc / args.divisor;\n      " : "", result,
+                   "[column] = lf_store<", type_name(out), ">(acc);\n");
   std::string s;
-  absl::StrAppend(
-      &s, "  constexpr int kSlices = ", kCudaReduceThreads / kCudaColumnTile, ";\n",
-      "  const long long tile = ", block, " / args.chunks, chunk = ", block, R"( % args.chunks;
+  absl::StrAppend(&s, "  constexpr int kSlices = ", kCudaReduceThreads / kCudaColumnTile, ";\n",
+                  "  const long long tile = ", block, " / args.chunks, chunk = ", block,
+                  R"( % args.chunks;
   const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
   const long long column = tile * 32 + lane;
   const long long begin = chunk * args.chunk;
   const long long end = min(args.columns, begin + args.chunk);
   )",
-      a, " acc = ", identity, ";\n", "  if (column < args.rows) {\n    const ", type_name(in),
-      "* __restrict__ base = (const ", type_name(in), R"(*)args.in + column;
-    for (long long j = begin + slice; j < end; j += kSlices)
-      acc = lf_combine(acc, ()",
-      a, R"()lf_load(base[j * args.stride]));
-  }
+                  a, " acc = ", identity, ";\n", "  if (column < args.rows) {\n", walk, R"(  }
   // The slices of each column combined in slice order by the first warp.
   __shared__ )",
-      a, R"( slices[kSlices][32];
+                  a, R"( slices[kSlices][32];
   __shared__ bool last_block;
   slices[slice][lane] = acc;
   __syncthreads();
@@ -256,13 +255,13 @@ std::string column_reduction_body(Op op, DType in, DType out, const std::string&
   if (args.chunks == 1) {
     if (column < args.rows) {
       )",
-      store, R"(    }
+                  store, R"(    }
     return;
   }
   // Several chunks: each block stores its partials; the tile's last block combines them in
   // chunk order and sets the tile's counter back to zero.
   if (column < args.rows) (()",
-      a, R"(*)args.partial)[column * args.chunks + chunk] = acc;
+                  a, R"(*)args.partial)[column * args.chunks + chunk] = acc;
   __threadfence();
   __syncwarp();
   if (lane == 0) last_block = atomicAdd(&args.counters[tile], 1u) == (unsigned)(args.chunks - 1);
@@ -271,16 +270,59 @@ std::string column_reduction_body(Op op, DType in, DType out, const std::string&
   __threadfence();
   if (column < args.rows) {
     acc = )",
-      identity, R"(;
+                  identity, R"(;
     for (long long c = 0; c < args.chunks; ++c)
       acc = lf_combine(acc, __ldcg(()",
-      a, R"(*)args.partial + column * args.chunks + c));
+                  a, R"(*)args.partial + column * args.chunks + c));
       )",
-      store, R"(  }
+                  store, R"(  }
   if (lane == 0) args.counters[tile] = 0;
 }
 )");
   return s;
+}
+
+// A stored operand's column walk: its elements `args.stride` apart along a column.
+std::string column_reduction_body(Op op, DType in, DType out, const std::string& block) {
+  const char* a = type_name(reduction_accumulator(op, in));
+  const std::string walk =
+      absl::StrCat("    const ", type_name(in), "* __restrict__ base = (const ", type_name(in),
+                   "*)args.in + column;\n    for (long long j = begin + slice; j < end; j += "
+                   "kSlices)\n      acc = lf_combine(acc, (",
+                   a, ")lf_load(base[j * args.stride]));\n");
+  return column_reduction_body(op, in, out, block, walk,
+                               absl::StrCat("((", type_name(out), "*)args.out)"));
+}
+
+// A reduction over leading dims with the elementwise work before it fused: the walk computes
+// each element of the space (row j of the kept columns), stores what the step stores, and
+// reduces the operand.
+std::string fused_column_body(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,
+                              const std::string& block) {
+  const ReductionParts parts = reduction_parts(graph, step);
+  const Node& node = graph.nodes[parts.reduction];
+  const ValueId operand = node.inputs[0];
+  const DType acc = reduction_accumulator(node.op, graph.nodes[operand].dtype);
+  std::string walk =
+      "    for (long long j = begin + slice; j < end; j += kSlices) {\n"
+      "      const IDX i = (IDX)(j * args.rows + column);\n";
+  walk += cuda_emit::emit_coordinates(spec.rank, "      ");
+  walk += cuda_emit::emit_members(graph, step.inputs, parts.prologue,
+                                  cuda_emit::strided_loads(spec), "      ");
+  std::string result;
+  for (size_t o = 0; o < step.outputs.size(); ++o) {
+    const char* type = type_name(graph.nodes[step.outputs[o]].dtype);
+    if (step.outputs[o] == parts.reduction) {
+      result = absl::StrCat("((", type, "*)args.out[", o, "])");
+      continue;
+    }
+    absl::StrAppend(&walk, "      ((", type, "*)args.out[", o, "])[i] = lf_store<", type, ">(v",
+                    step.outputs[o], ");\n");
+  }
+  absl::StrAppend(&walk, "      acc = lf_combine(acc, (", type_name(acc), ")v", operand,
+                  ");\n    }\n");
+  return column_reduction_body(node.op, graph.nodes[operand].dtype, node.dtype, block, walk,
+                               result);
 }
 
 }  // namespace
@@ -372,6 +414,42 @@ std::string cuda_emit::fused_reduction_member_function(const Graph& graph, const
                       spec.index64 ? "long long" : "unsigned int", " IDX;\n",
                       cuda_emit::emit_input_pointers(graph, step.inputs),
                       fused_reduction_body(graph, step, spec, "block"));
+}
+
+CudaSource generate_cuda_fused_column_reduction(const Graph& graph, const Step& step,
+                                                const CudaElementwiseSpec& spec, bool fast_math) {
+  const ReductionParts parts = reduction_parts(graph, step);
+  const Node& node = graph.nodes[parts.reduction];
+  const DType acc = reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
+  CudaSource source = begin_row_kernel(
+      graph, step, spec, fast_math, reduction_preamble(node.op, acc),
+      absl::StrCat(op_name(node.op), " over columns of ", parts.prologue.size(), " fused nodes"),
+      [&](ArgLayout& layout) {
+        add_column_step_fields(layout, static_cast<int>(step.outputs.size()));
+      });
+  source.source += fused_column_body(graph, step, spec, "blockIdx.x");
+  return source;
+}
+
+std::string cuda_emit::fused_column_member_function(const Graph& graph, const Step& step,
+                                                    const CudaElementwiseSpec& spec,
+                                                    const std::string& name) {
+  const ReductionParts parts = reduction_parts(graph, step);
+  const Node& node = graph.nodes[parts.reduction];
+  const DType acc = reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
+  const char* a = type_name(acc);
+  ArgLayout layout;
+  add_space_fields(layout, spec, static_cast<int>(step.inputs.size()));
+  add_column_step_fields(layout, static_cast<int>(step.outputs.size()));
+  return absl::StrCat("\n// ", op_name(node.op), " over columns of ", parts.prologue.size(),
+                      " fused nodes\n", layout.declare(absl::StrCat("Args_", name)),
+                      "static __device__ __forceinline__ void ", name, "(const Args_", name,
+                      "& args, unsigned int block, unsigned int blocks) {\n  (void)blocks;\n",
+                      "  const auto lf_combine = [](", a, " x, ", a, " y) -> ", a, " { return ",
+                      combiner(node.op, acc).combine, "; };\n", "  typedef ",
+                      spec.index64 ? "long long" : "unsigned int", " IDX;\n",
+                      cuda_emit::emit_input_pointers(graph, step.inputs),
+                      fused_column_body(graph, step, spec, "block"));
 }
 
 CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
@@ -597,6 +675,8 @@ CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaEl
     throw VerifierError("only elementwise and reduction steps have generated kernels");
   const ReductionParts parts = reduction_parts(graph, step);
   if (parts.is_row_program()) return generate_cuda_row_kernel(graph, step, spec, fast_math);
+  if (parts.columns && !parts.prologue.empty())
+    return generate_cuda_fused_column_reduction(graph, step, spec, fast_math);
   if (!parts.prologue.empty()) return generate_cuda_fused_reduction(graph, step, spec, fast_math);
   const Node& node = graph.nodes[parts.reduction];
   return generate_cuda_reduction(node.op, graph.nodes[node.inputs[0]].dtype, node.dtype);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "ir/infer.h"
+
 namespace lazyfuse {
 
 IterationSpace merge_dims(const Shape& space, const OperandStrides& full) {
@@ -78,6 +80,16 @@ ReductionParts reduction_parts(const Graph& graph, const Step& step) {
   for (ValueId v : step.nodes)
     if (is_reduction(graph.nodes[v].op)) parts.reductions.push_back(v);
   if (!parts.reductions.empty()) parts.reduction = parts.reductions.back();
+  if (parts.reductions.size() == 1) {
+    const Node& node = graph.nodes[parts.reduction];
+    const int64_t rank = static_cast<int64_t>(graph.nodes[node.inputs[0]].shape.size());
+    parts.columns = reduces_leading_dims(reduction_dims(node.attrs, rank), rank);
+  }
+  if (parts.columns) {
+    for (ValueId v : step.nodes)
+      if (v != parts.reduction) parts.prologue.push_back(v);
+    return parts;
+  }
   std::vector<bool> in_prologue(graph.nodes.size(), false);
   for (ValueId r : parts.reductions)
     for (ValueId m : members_needed_by(graph, step, r)) in_prologue[m] = true;
@@ -184,12 +196,16 @@ std::vector<Step> split_reduction_step(const Graph& graph, const Step& step) {
           for (ValueId in : graph.nodes[u].inputs) read_later |= in == m;
       if (read_later) carried.push_back(m);
     }
+    // Over leading dims the CPU reduces a stored operand (its fused reductions walk rows).
+    const ValueId operand = graph.nodes[r].inputs[0];
+    if (parts.columns && nodes.size() > 1 &&
+        std::find(carried.begin(), carried.end(), operand) == carried.end())
+      carried.push_back(operand);
     if (carried.empty()) {
       steps.push_back(make(StepKind::Reduction, std::move(nodes), {r}));
     } else {
       // The elementwise members as a step of their own that also stores the operand, then the
       // reduction of the stored operand.
-      const ValueId operand = graph.nodes[r].inputs[0];
       if (in_part[operand] && std::find(carried.begin(), carried.end(), operand) == carried.end())
         carried.push_back(operand);
       std::erase(nodes, r);

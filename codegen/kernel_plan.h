@@ -96,6 +96,9 @@ struct ReductionParts {
   std::vector<ValueId> row_values;
   std::vector<ValueId> prologue;
   std::vector<ValueId> epilogue;
+  // One reduction over leading dims (fusion's phase 7): every other member is prologue,
+  // computed as the columns are walked, and stored where the step stores it.
+  bool columns = false;
   // One block program per row (a pass per reduction, then the epilogue), rather than a
   // reduction of a computed operand.
   bool is_row_program() const {

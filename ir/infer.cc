@@ -139,6 +139,19 @@ std::vector<int64_t> reduction_dims(const Attrs& attrs, int64_t rank) {
   return dims;
 }
 
+bool reduces_trailing_dims(const std::vector<int64_t>& dims, int64_t rank) {
+  const int64_t first = rank - static_cast<int64_t>(dims.size());
+  for (size_t k = 0; k < dims.size(); ++k)
+    if (dims[k] != first + static_cast<int64_t>(k)) return false;
+  return true;
+}
+
+bool reduces_leading_dims(const std::vector<int64_t>& dims, int64_t rank) {
+  for (size_t k = 0; k < dims.size(); ++k)
+    if (dims[k] != static_cast<int64_t>(k)) return false;
+  return !dims.empty() && static_cast<int64_t>(dims.size()) < rank;
+}
+
 Shape infer_shape(Op op, std::span<const Shape* const> inputs, const Attrs& attrs,
                   const Shape& given) {
   // A shape given from outside (a factory's, a reshape's, an expand's) is counted before any

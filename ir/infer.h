@@ -16,5 +16,10 @@ Shape infer_shape(Op op, std::span<const Shape* const> inputs, const Attrs& attr
 
 // The dims a reduction reduces, normalized and sorted; all dims when the attribute is empty.
 std::vector<int64_t> reduction_dims(const Attrs& attrs, int64_t rank);
+// Whether sorted reduced `dims` of a rank-`rank` operand are its last ones (each result element
+// then reduces a contiguous run of the operand's elements), or its first ones and not all (a
+// column reduction: each result element reduces elements one row of kept dims apart).
+bool reduces_trailing_dims(const std::vector<int64_t>& dims, int64_t rank);
+bool reduces_leading_dims(const std::vector<int64_t>& dims, int64_t rank);
 
 }  // namespace lazyfuse

@@ -27,8 +27,10 @@ void gemm_strided_batched(int device, DType dtype, const GemmOperand& a, const G
 
 // Row-major D (n x m) = A (n x k) * B (k x m) + bias, with bias[j] added to every row's
 // column j and then max(0, .) when `relu`, as one cuBLASLt call with a bias epilogue; one matrix,
-// float16 or bfloat16 (accumulating in float32; the bias in `dtype`, at least 16-byte aligned),
-// D dense. Returns false, having done nothing, where cuBLASLt or an algorithm for the
+// float32, float16 or bfloat16 (the half types accumulating in float32; the bias in `dtype`, at
+// least 16-byte aligned), D dense. In float32 the product has cublasGemmEx's bits: the
+// algorithm is the first of cuBLASLt's candidates that gives them, found once per problem by
+// running both. Returns false, having done nothing, where cuBLASLt or an algorithm for the
 // problem is missing; throws CudaError when a call fails.
 bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
                         const void* bias, bool relu, void* d, int64_t n, int64_t k, int64_t m);

@@ -300,6 +300,56 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step, const Node&
   return out;
 }
 
+// A reduction over leading dims with fused work (codegen's generate_cuda_fused_column_reduction):
+// its kept columns, reduced length and chunking, from the sizes alone.
+ReductionWords fused_column_words(int64_t kept, int64_t reduced) {
+  ReductionWords words;
+  words.rows = kept;
+  words.columns = reduced;
+  words.chunk = cuda_column_chunk(kept, reduced);
+  words.chunks = std::max<int64_t>(1, (reduced + words.chunk - 1) / words.chunk);
+  words.divisor = static_cast<double>(reduced);
+  return words;
+}
+int64_t column_tiles(const ReductionWords& words) {
+  return (words.rows + kCudaColumnTile - 1) / kCudaColumnTile;
+}
+
+// One kernel computes the work over the space column by column, stores what the step stores
+// and reduces the columns, the last block of each tile combining the chunks' partials.
+void run_fused_column_reduction(const Graph& graph, const Step& step, const Node& node,
+                                ValueBuffers& values, LaunchMemo* memo) {
+  cuda::activate(node.device.index());
+  const absl::InlinedVector<uint64_t, 4> outputs = allocate_outputs(graph, step, values);
+  const int64_t kept = numel(node.shape);
+  if (kept == 0) return;
+  LaunchMemo scratch;
+  const LaunchMemo& kernel = planned_kernel(
+      step, values, memo, scratch,
+      [&](const std::vector<OperandLayout>& layouts) {
+        CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
+        plan.spec.vectorized = false;
+        return plan;
+      },
+      [&](const CudaElementwiseSpec& spec, bool fast_math) {
+        return generate_cuda_fused_column_reduction(graph, step, spec, fast_math);
+      });
+  ReductionWords words = fused_column_words(kept, kernel.plan.numel / kept);
+  std::optional<BufferView> partial;
+  if (words.chunks > 1) {
+    partial = allocate_buffer(node.device,
+                              reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype),
+                              {kept, words.chunks});
+    words.partial = address(*partial);
+    words.counters = reduction_counters(node.device, column_tiles(words));
+  }
+  KernelArgs args;
+  append_space_args(kernel.plan, input_addresses(step, values), args);
+  append_column_step_args(outputs, words, args);
+  launch(static_cast<cuda::CUfunction>(kernel.function), column_tiles(words) * words.chunks,
+         kCudaReduceThreads, args, kernel.name);
+}
+
 // A row step (reductions of the same rows, an epilogue): one warp per row.
 void run_row_kernel(const Graph& graph, const Step& step, const Node& node, ValueBuffers& values,
                     LaunchMemo* memo) {
@@ -558,13 +608,20 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
                     fast_math);
     replanned = true;
   }
-  // Each reduction with fused work: its rows, and the chunks of each (from the sizes alone).
+  // Each reduction with fused work: its rows (or tiles of kept columns, over leading dims), and
+  // the chunks of each (from the sizes alone).
   std::vector<std::optional<ReductionWords>> fused(count);
+  std::vector<bool> over_columns(count, false);
   for (size_t m = 0; m < count; ++m) {
     const Step& member = step.members[m];
     if (member.kind != StepKind::Reduction || reductions[m]) continue;
     const int64_t rows = numel(graph.nodes[member.nodes.back()].shape);
     const int64_t columns = rows == 0 ? 0 : kept.members[m].elementwise.plan.numel / rows;
+    if (reduction_parts(graph, member).columns) {
+      over_columns[m] = true;
+      fused[m] = fused_column_words(rows, columns);
+      continue;
+    }
     const int64_t chunk = env_config().reduce_chunk > 0 ? env_config().reduce_chunk
                                                         : cuda_reduce_chunk(rows, columns);
     ReductionWords& words = fused[m].emplace();
@@ -576,7 +633,8 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
   }
   auto member_blocks = [&](size_t m) -> int64_t {
     if (reductions[m]) return reductions[m]->kept == 0 ? 0 : reductions[m]->blocks();
-    if (fused[m]) return fused[m]->rows * fused[m]->chunks;
+    if (fused[m])
+      return (over_columns[m] ? column_tiles(*fused[m]) : fused[m]->rows) * fused[m]->chunks;
     return kept.members[m].elementwise.plan.numel == 0
                ? 0
                : elementwise_blocks(kept.members[m].elementwise.plan, device);
@@ -596,7 +654,10 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
         ArgLayout layout;
         add_space_fields(layout, kept.members[m].elementwise.plan.spec,
                          static_cast<int>(member.inputs.size()));
-        add_reduction_fields(layout);
+        if (over_columns[m])
+          add_column_step_fields(layout, static_cast<int>(member.outputs.size()));
+        else
+          add_reduction_fields(layout);
         member_words = layout.words();
       } else {
         member_words = elementwise_arg_layout(kept.members[m].elementwise.plan.spec,
@@ -628,8 +689,7 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
         call.function = cuda::get_kernel(device, call.name, [&] {
           if (alone.kind == StepKind::Elementwise)
             return generate_cuda_elementwise(graph, alone, only.spec, fast_math);
-          if (alone.nodes.size() > 1)
-            return generate_cuda_fused_reduction(graph, alone, only.spec, fast_math);
+          if (alone.nodes.size() > 1) return generate_cuda_step(graph, alone, only.spec, fast_math);
           const Node& node = graph.nodes[alone.nodes[0]];
           const DType in = graph.nodes[node.inputs[0]].dtype;
           return only.columns ? generate_cuda_column_reduction(node.op, in, node.dtype)
@@ -658,7 +718,8 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
   int64_t counters_needed = 0;
   for (size_t m = 0; m < count; ++m) {
     if (reductions[m] && !reductions[m]->needs_copy) counters_needed += reductions[m]->counters();
-    if (fused[m] && fused[m]->chunks > 1) counters_needed += fused[m]->rows;
+    if (fused[m] && fused[m]->chunks > 1)
+      counters_needed += over_columns[m] ? column_tiles(*fused[m]) : fused[m]->rows;
   }
   const uint64_t counters =
       counters_needed > 0 ? reduction_counters(step.device, counters_needed) : 0;
@@ -685,11 +746,15 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
               {reduction.rows, reduction.chunks});
           reduction.partial = address(*partials[m]);
           reduction.counters = counters + static_cast<uint64_t>(counters_used) * 4;
-          counters_used += reduction.rows;
+          counters_used += over_columns[m] ? column_tiles(reduction) : reduction.rows;
         }
-        reduction.out = outputs[m][0];
         append_space_args(kept.members[m].elementwise.plan, input_addresses(member, values), words);
-        append_reduction_args(reduction, words);
+        if (over_columns[m]) {
+          append_column_step_args(outputs[m], reduction, words);
+        } else {
+          reduction.out = outputs[m][0];
+          append_reduction_args(reduction, words);
+        }
       } else {
         words = pack_elementwise_args(kept.members[m].elementwise.plan,
                                       input_addresses(member, values), outputs[m]);
@@ -975,6 +1040,8 @@ void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, S
       const Node& reduction = graph.nodes[parts.reduction];
       if (parts.is_row_program()) {
         run_row_kernel(graph, step, reduction, values, memo);
+      } else if (parts.columns && !parts.prologue.empty()) {
+        run_fused_column_reduction(graph, step, reduction, values, memo);
       } else {
         values[parts.reduction] = parts.prologue.empty()
                                       ? run_reduction(reduction, *values[reduction.inputs[0]])

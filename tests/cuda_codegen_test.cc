@@ -703,3 +703,45 @@ TEST(CudaCodegen, RowValuesAreComputedOncePerRowBetweenThePasses) {
 
 }  // namespace
 }  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+// A sum over the batch with the work before it fused (a ReLU's mask of a gradient, stored, and
+// its bias's gradient): one kernel, alone or as a group's member, in float32 and bfloat16.
+TEST(CudaCodegen, ColumnSumWithFusedWorkCompilesAloneAndInAGroup) {
+  for (const char* type : {"f32", "bf16"}) {
+    SCOPED_TRACE(type);
+    const std::string text = absl::StrCat(
+        "graph @bias_gradient(%0: ", type, "[64,1024] @cuda:0, %1: ", type,
+        "[64,1024] @cuda:0, %2: ", type, "[300] @cuda:0) {\n  %3 = const {value = 0.0} : ", type,
+        "[] @cuda:0\n  %4 = gt %0, %3 : bool[64,1024] @cuda:0\n  %5 = where %4, %1, %3 : ", type,
+        "[64,1024] @cuda:0\n  %6 = sum %5 {dims = [0], keepdim = false} : ", type,
+        "[1024] @cuda:0\n  %7 = exp %2 : ", type, "[300] @cuda:0\n  return %5, %6, %7\n}");
+    Schedule schedule = lower(text);
+    ASSERT_EQ(schedule.steps.size(), 1u) << print_schedule(schedule);
+    const Step& group = schedule.steps[0];
+    ASSERT_EQ(group.kind, StepKind::Group) << print_schedule(schedule);
+    std::vector<CudaGroupMember> members;
+    for (const Step& member : group.members) {
+      CudaElementwiseLaunch plan =
+          plan_cuda_elementwise(member, contiguous_layouts(schedule, member), {}, {});
+      plan.spec.vectorized = false;
+      members.push_back({&member, plan.spec, false});
+      if (member.kind != StepKind::Reduction) continue;
+      EXPECT_TRUE(reduction_parts(schedule.graph, member).columns);
+      const CudaSource alone = generate_cuda_step(schedule.graph, member, plan.spec);
+      EXPECT_NE(alone.source.find("const IDX i = (IDX)(j * args.rows + column);"),
+                std::string::npos)
+          << alone.source;
+      if (nvrtc_available())
+        EXPECT_TRUE(nvrtc_compile(alone.source, alone.kernel_name, 9, 0).is_cubin);
+    }
+    const CudaSource source = generate_cuda_group(schedule.graph, members);
+    if (!nvrtc_available()) continue;
+    EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+  }
+}
+
+}  // namespace
+}  // namespace lazyfuse

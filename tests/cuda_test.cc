@@ -339,9 +339,9 @@ TEST_F(Cuda, GroupOfReductionsAndUpdatesMatchesTheCpu) {
 }
 
 // A matmul's bias and relu (fusion's epilogue) are one cuBLASLt call in bfloat16 and float16,
-// whatever the weight's layout (nn::Linear's transposed view, or a plain matrix); a float32 or
-// float64 product (cublasGemmEx's bits), or a bias that is not 16-byte aligned, takes the product
-// and one elementwise kernel. Every result against the CPU.
+// whatever the weight's layout (nn::Linear's transposed view, or a plain matrix), and in float32
+// with cublasGemmEx's bits; a float64 product, or a bias that is not 16-byte aligned, takes the
+// product and one elementwise kernel. Every result against the CPU.
 TEST_F(Cuda, MatmulBiasAndReluAreOneLaunch) {
   for (DType dtype : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
     for (bool transposed : {true, false}) {
@@ -370,8 +370,16 @@ TEST_F(Cuda, MatmulBiasAndReluAreOneLaunch) {
           reset_eval_stats();
           Tensor got = layer(gx, gw, gb);
           eval(got);
-          const bool one_call = (dtype == kBFloat16 || dtype == kFloat16) && aligned;
-          EXPECT_EQ(eval_stats().launches, one_call ? 1 : 2);
+          const bool half = dtype == kBFloat16 || dtype == kFloat16;
+          if (half || !aligned || dtype == kFloat64)
+            EXPECT_EQ(eval_stats().launches, half && aligned ? 1 : 2);
+          if (dtype == kFloat32) {
+            // One call where a cuBLASLt algorithm gives cublasGemmEx's bits, two where none
+            // does: the same bits either way, those of the product and the epilogue apart.
+            Tensor apart = layer(gx, gw, gb);
+            eval({apart}, EvalOptions{.fusion = false});
+            EXPECT_EQ(got.to_vector<float>(), apart.to_vector<float>());
+          }
           const double tolerance = dtype == kFloat32 || dtype == kFloat64 ? 1e-5 : 3e-2;
           expect_close(got.to_vector<double>(), layer(x, w, b).to_vector<double>(), tolerance,
                        tolerance);
@@ -803,6 +811,61 @@ TEST_F(Cuda, MoreThanTwoToTheThirtyOneElements) {
   // A fused reduction over all of it.
   EXPECT_EQ((x * 0 + 2).sum().item<int64_t>(), 2 * n);
   EXPECT_EQ((x - x + 1).sum().item<int64_t>(), n);
+}
+
+}  // namespace
+}  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+// Row steps with row values (LayerNorm's and RMSNorm's rsqrt, log-softmax's log of the sum,
+// cross-entropy with its gradient: one row kernel each) and a sum over the batch with the work
+// before it (a ReLU's mask of a gradient, stored, of several chunks per column), against the
+// CPU; rows of 1024 take the row kernel's vectorized path, rows of 1000 the plain one.
+TEST_F(Cuda, RowAndColumnStepsWithFusedWorkMatchTheCpu) {
+  std::vector<double> classes = random_values(64, 0, 9.99, 84);
+  for (double& c : classes) c = std::floor(c);
+  const Tensor labels_values = from_vector(classes, {64});
+  for (int64_t columns : {1000, 1024}) {
+    SCOPED_TRACE(columns);
+    Tensor x = from_vector(random_values(37 * columns, -2, 2, 81), {37, columns});
+    Tensor w = from_vector(random_values(columns, -1, 1, 82), {columns});
+    Tensor b = from_vector(random_values(columns, -1, 1, 85), {columns});
+    Tensor logits = from_vector(random_values(64 * 10, -3, 3, 83), {64, 10});
+    Tensor labels = labels_values.to(kInt64);
+    Tensor h = from_vector(random_values(3000 * 100, -1, 1, 86), {3000, 100});
+    Tensor g = from_vector(random_values(3000 * 100, -1, 1, 87), {3000, 100});
+    auto outputs = [&](Tensor x, Tensor w, Tensor b, Tensor logits, Tensor labels, Tensor h,
+                       Tensor g) {
+      logits = logits.detach().requires_grad_();
+      Tensor loss = nn::functional::cross_entropy(logits, labels);
+      Tensor masked = where(h > 0, g, 0.0);
+      return std::vector<Tensor>{nn::functional::layer_norm(x, {columns}, w, b, 1e-5),
+                                 x * ((x * x).mean({1}, true) + 1e-6).rsqrt() * w,
+                                 log_softmax(x, 1),
+                                 loss,
+                                 grad({loss}, {logits})[0],
+                                 masked,
+                                 masked.sum({0})};
+    };
+    const std::vector<Tensor> want = outputs(x, w, b, logits, labels, h, g);
+    const std::vector<Tensor> got =
+        outputs(x.to("cuda"), w.to("cuda"), b.to("cuda"), logits.to("cuda"), labels.to("cuda"),
+                h.to("cuda"), g.to("cuda"));
+    eval(got);
+    for (size_t k = 0; k < got.size(); ++k) {
+      SCOPED_TRACE(k);
+      expect_close(got[k].to_vector<double>(), want[k].to_vector<double>(), 1e-5, 1e-4);
+    }
+    // A norm alone is one kernel on the GPU too.
+    Tensor gx = x.to("cuda"), gw = w.to("cuda"), gb = b.to("cuda");
+    eval({gx, gw, gb});
+    Tensor norm = nn::functional::layer_norm(gx, {columns}, gw, gb, 1e-5);
+    reset_eval_stats();
+    eval({norm});
+    EXPECT_EQ(eval_stats().kernels, 1);
+  }
 }
 
 }  // namespace

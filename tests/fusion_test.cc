@@ -1301,3 +1301,82 @@ TEST(Fusion, OneHotClassesAndGradientSeedsTakeTheirReadersShape) {
 
 }  // namespace
 }  // namespace lazyfuse
+
+// Note [The fusion algorithm], phase 7: a sum over the batch takes the work computing its
+// operand, stored or not (a ReLU's mask of a gradient and its bias's gradient).
+namespace lazyfuse {
+namespace {
+
+TEST(Fusion, ColumnSumTakesTheWorkComputingItsOperand) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  constexpr int64_t kRows = 5, kColumns = 40;
+  const std::vector<double> h = as_float(sines(kRows * kColumns, 0.61)),
+                            g = as_float(sines(kRows * kColumns, 1.9));
+  Tensor th = from_vector(h, {kRows, kColumns}), tg = from_vector(g, {kRows, kColumns});
+  auto masked_and_sum = [&] {
+    Tensor masked = where(th > 0, tg, 0.0);
+    return std::vector<Tensor>{masked, masked.sum({0}), (th * tg).sum({0}, true)};
+  };
+  std::vector<Tensor> fused = masked_and_sum();
+  // The stored mask with its sum, and the private product's sum: one kernel each, independent,
+  // so one launch.
+  const Schedule schedule = schedule_of(fused);
+  ASSERT_EQ(schedule.steps.size(), 1u) << print_schedule(schedule);
+  ASSERT_EQ(schedule.steps[0].members.size(), 2u) << print_schedule(schedule);
+  for (const Step& member : schedule.steps[0].members)
+    EXPECT_EQ(member.kind, StepKind::Reduction) << print_schedule(schedule);
+  EXPECT_EQ(kernels_to_eval(fused), 1);
+  std::vector<double> want_masked(h.size()), want_sum(kColumns, 0), want_products(kColumns, 0);
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t c = 0; c < kColumns; ++c) {
+      const size_t i = static_cast<size_t>(r * kColumns + c);
+      want_masked[i] = h[i] > 0 ? g[i] : 0;
+      want_sum[c] += want_masked[i];
+      want_products[c] += h[i] * g[i];
+    }
+  EXPECT_EQ(fused[0].to_vector<double>(), want_masked);
+  const std::vector<float> sums = fused[1].to_vector<float>(),
+                           products = fused[2].to_vector<float>();
+  for (int64_t c = 0; c < kColumns; ++c) {
+    EXPECT_NEAR(sums[c], want_sum[c], 1e-5) << "column " << c;
+    EXPECT_NEAR(products[c], want_products[c], 1e-5) << "column " << c;
+  }
+  std::vector<Tensor> unfused = masked_and_sum();
+  eval(unfused, EvalOptions{.fusion = false});
+  for (size_t k = 0; k < fused.size(); ++k)
+    EXPECT_EQ(unfused[k].to_vector<float>(), fused[k].to_vector<float>()) << "result " << k;
+  // Fewer kept columns than a warp has lanes: the work stays a kernel of its own.
+  Tensor narrow = from_vector(g, {kRows * 5, 8});
+  EXPECT_EQ(schedule_of({(narrow * 2).sum({0})}).num_kernels(), 2);
+}
+
+// Note [Horizontal fusion]: a level whose only launch would be work that can run earlier (a
+// scalar computed from params alone) moves it into an earlier level's launch.
+TEST(HorizontalFusion, WorkThatCanRunEarlierJoinsAnEarlierLaunch) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  constexpr char kText[] = R"(graph @main(%0: f32[40,40] @cpu, %1: f32[] @cpu) {
+  %2 = exp %0 : f32[40,40] @cpu
+  %3 = matmul %2, %0 : f32[40,40] @cpu
+  %4 = mul %1, %1 : f32[] @cpu
+  %5 = matmul %3, %0 : f32[40,40] @cpu
+  %6 = mul %5, %4 : f32[40,40] @cpu
+  return %6
+})";
+  Schedule schedule = schedule_of_text(kText);
+  ASSERT_EQ(schedule.steps.size(), 4u) << print_schedule(schedule);
+  EXPECT_EQ(schedule.steps[0].kind, StepKind::Group) << print_schedule(schedule);
+  EXPECT_EQ(schedule.steps[0].members.size(), 2u);
+  // The same through the frontend: the values are those of the unfused program.
+  Tensor x = from_vector(as_float(sines(1600, 0.013)), {40, 40});
+  Tensor count = from_vector({1.5}, {});
+  auto make = [&] { return x.exp().matmul(x).matmul(x) * (count * count); };
+  Tensor fused = make();
+  const Schedule frontend = schedule_of({fused});
+  EXPECT_EQ(frontend.steps.size(), 4u) << print_schedule(frontend);
+  Tensor unfused = make();
+  eval({unfused}, EvalOptions{.fusion = false});
+  EXPECT_EQ(fused.to_vector<float>(), unfused.to_vector<float>());
+}
+
+}  // namespace
+}  // namespace lazyfuse

@@ -37,7 +37,12 @@
 //     are computed once per row between the passes; a full-size member may read them, and
 //     stored ones are stored once per row. So LayerNorm, RMSNorm, log-softmax and
 //     cross-entropy with its gradient are one kernel each.
-//  7. build_steps, 8. order_steps: a step per group, producers first.
+//  7. absorb_column_prologues: a reduction over leading dims (a bias gradient's sum over the
+//     batch, a batch norm's column statistics) of at least 32 kept elements takes the
+//     elementwise group computing its operand, whatever else reads that group's values (they
+//     are stored by the same kernel): one kernel walks columns of the space, computes and
+//     stores the work, and reduces it (the ReLU mask of a gradient and its bias's gradient).
+//  8. build_steps, 9. order_steps: a step per group, producers first.
 // ReductionParts (codegen/kernel_plan.h) tells a reduction step's roles apart.
 //
 // Softmax over rows of 1024, x[8, 1024]:
@@ -98,14 +103,9 @@ StepKind step_kind(Op op) {
 bool reduces_trailing_dims(const Graph& graph, ValueId id) {
   const Node& node = graph.nodes[id];
   const int64_t rank = static_cast<int64_t>(graph.nodes[node.inputs[0]].shape.size());
-  const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
-  for (size_t k = 0; k < dims.size(); ++k)
-    if (dims[k] != rank - static_cast<int64_t>(dims.size()) + static_cast<int64_t>(k)) return false;
-  return true;
+  return lazyfuse::reduces_trailing_dims(reduction_dims(node.attrs, rank), rank);
 }
 
-// A keepdim reduction over trailing dims whose rows have at most `max_row` elements: one block
-// (one thread on the CPU) can walk each row several times while it is in cache.
 // The rows a reduction over trailing dims walks, with or without keepdim, when they have at most
 // `max_row` elements: its operand's shape and how many trailing dims it reduces.
 struct RowSpace {
@@ -194,7 +194,9 @@ class Grouping {
   void join_row_steps();
   // Phase 6: a row step takes its neighbours that fit in its kernel.
   void grow_row_steps();
-  // Phase 7: one step per group, in no particular order.
+  // Phase 7: a reduction over leading dims takes the elementwise group computing its operand.
+  void absorb_column_prologues();
+  // Phase 8: one step per group, in no particular order.
   std::vector<Step> build_steps() const;
 
  private:
@@ -579,6 +581,31 @@ void Grouping::grow_row_steps() {
   }
 }
 
+void Grouping::absorb_column_prologues() {
+  if (!options_.enabled) return;
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+    const Node& node = graph_.nodes[i];
+    if (!is_reduction(node.op)) continue;
+    const ValueId operand = node.inputs[0];
+    const Shape& space = graph_.nodes[operand].shape;
+    const int64_t rank = static_cast<int64_t>(space.size());
+    // Fewer kept elements than a warp's lanes would leave most of each column walk idle.
+    if (!reduces_leading_dims(reduction_dims(node.attrs, rank), rank) || numel(node.shape) < 32)
+      continue;
+    const int step = group(static_cast<ValueId>(i));
+    const int producer = group(operand);
+    if (producer < 0 || producer == step || groups_[step].members.size() != 1) continue;
+    bool elementwise = true;
+    for (ValueId m : groups_[producer].members) {
+      const Node& member = graph_.nodes[m];
+      elementwise &= is_fusable_elementwise(member.op) && epilogue_of_[m] < 0 &&
+                     member.shape == space && member.device == node.device;
+    }
+    if (!elementwise || merge_makes_cycle(step, producer)) continue;
+    merge(step, producer);
+  }
+}
+
 std::vector<Step> Grouping::build_steps() const {
   std::vector<Step> steps;
   // find() compresses paths; build_steps reads the final groups through a copy.
@@ -641,8 +668,9 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
   grouping.absorb_epilogues();
   grouping.join_row_steps();
   grouping.grow_row_steps();
+  grouping.absorb_column_prologues();
   Schedule schedule;
-  // Phase 8: producers first.
+  // Phase 9: producers first.
   schedule.steps = order_steps(graph, grouping.build_steps());
   for (Step& step : schedule.steps) step.kernel_key = step_kernel_key(graph, step);
   schedule.graph = std::move(graph);

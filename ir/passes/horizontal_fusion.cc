@@ -22,6 +22,10 @@
 //     (PyTorch's multi-tensor `foreach` kernels, for any elementwise body; a bias's gradient
 //     beside the updates' corrections; a norm of every gradient). The CPU runs the members one
 //     after another.
+// Before that, a level whose group-able steps could all run at some earlier level that has
+// group-able steps of its own on the device (each after every step it reads: the bias
+// corrections, which read only the step count; the bias gradient of the loss) moves them to the
+// latest such level, where they join that launch instead of making one.
 // Row steps, matmuls, index steps, views and transfers are left as they are. A step moved later
 // keeps its operands alive until then (an optimizer's update reads parameters, gradients and
 // state, which live on anyway) and holds its own results for less time.
@@ -67,6 +71,22 @@ std::vector<int> step_levels(const Graph& graph, const std::vector<Step>& steps)
       if (producer[in] >= 0) level[producer[in]] = std::min(level[producer[in]], slot);
   }
   return level;
+}
+
+// For each step, the highest level among the compute steps it reads from (through views and
+// transfers), or -1: a step may run at any level above it.
+std::vector<int> producer_levels(const Graph& graph, const std::vector<Step>& steps,
+                                 const std::vector<int>& level) {
+  std::vector<int> producer(graph.nodes.size(), -1);
+  for (size_t s = 0; s < steps.size(); ++s)
+    for (ValueId v : steps[s].outputs) producer[v] = static_cast<int>(s);
+  std::vector<int> floor(steps.size(), -1);
+  for (size_t s = 0; s < steps.size(); ++s)
+    for (ValueId in : steps[s].inputs) {
+      const int p = producer[in];
+      if (p >= 0) floor[s] = std::max(floor[s], is_compute(steps[p]) ? level[p] : floor[p]);
+    }
+  return floor;
 }
 
 // The inputs of `step` (whose nodes are set, in topological order): what its members read and
@@ -159,9 +179,43 @@ Step make_group(std::vector<Step> members) {
 void run_horizontal_fusion(Schedule& schedule, const FusionOptions& options) {
   if (!options.enabled) return;
   const Graph& graph = schedule.graph;
-  const std::vector<int> level = step_levels(graph, schedule.steps);
-  // The elementwise steps by level and device, in schedule order; the rest stay as they are.
-  std::map<std::tuple<int, DeviceType, int>, std::vector<Step>> together;
+  std::vector<int> level = step_levels(graph, schedule.steps);
+  const std::vector<int> floor = producer_levels(graph, schedule.steps, level);
+  // The levels holding group-able steps, per device; then, from the last level down, a level
+  // whose steps all fit at an earlier one of them moves there.
+  using Where = std::tuple<int, DeviceType, int>;
+  std::map<Where, std::vector<size_t>> at;
+  for (size_t s = 0; s < schedule.steps.size(); ++s) {
+    const Step& step = schedule.steps[s];
+    if (is_group_member(graph, step))
+      at[{level[s], step.device.type(), step.device.index()}].push_back(s);
+  }
+  for (auto it = at.rbegin(); it != at.rend(); ++it) {
+    auto& [where, members] = *it;
+    const auto& [here, type, index] = where;
+    std::vector<int> target(members.size(), -1);
+    bool all_move = !members.empty();
+    for (size_t k = 0; k < members.size() && all_move; ++k) {
+      for (auto earlier = at.lower_bound({here, type, index}); earlier != at.begin();) {
+        --earlier;
+        const auto& [other, other_type, other_index] = earlier->first;
+        if (other <= floor[members[k]]) break;
+        if (other_type == type && other_index == index && !earlier->second.empty()) {
+          target[k] = other;
+          break;
+        }
+      }
+      all_move = target[k] >= 0;
+    }
+    if (!all_move) continue;
+    for (size_t k = 0; k < members.size(); ++k) {
+      level[members[k]] = target[k];
+      at[{target[k], type, index}].push_back(members[k]);
+    }
+    members.clear();
+  }
+  // The group-able steps by level and device, in schedule order; the rest stay as they are.
+  std::map<Where, std::vector<Step>> together;
   std::vector<Step> steps;
   for (size_t s = 0; s < schedule.steps.size(); ++s) {
     Step& step = schedule.steps[s];

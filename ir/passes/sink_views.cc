@@ -62,10 +62,7 @@ NodeRoles node_roles(const Graph& graph) {
     if (!is_reduction(node.op) || !node.attrs.has("keepdim") || !node.attrs.get_bool("keepdim"))
       return false;
     const int64_t rank = static_cast<int64_t>(graph.nodes[node.inputs[0]].shape.size());
-    const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
-    for (size_t k = 0; k < dims.size(); ++k)
-      if (dims[k] != rank - static_cast<int64_t>(dims.size() - k)) return false;
-    return true;
+    return reduces_trailing_dims(reduction_dims(node.attrs, rank), rank);
   };
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& node = graph.nodes[i];
