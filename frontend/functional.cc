@@ -136,25 +136,70 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc whe
   return bias.defined() ? operator+({out, where}, bias) : out;
 }
 
-Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
-                  const Tensor& weight, const Tensor& bias, double eps, Loc where) {
+namespace {
+
+// The trailing dims of `x` that `normalized_shape` names, or a ShapeError naming `what`.
+std::vector<int64_t> normalized_dims(const Tensor& x, const std::vector<int64_t>& normalized_shape,
+                                     const char* what, const Loc& where) {
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   bool matches = k <= x.dim();
   for (int64_t i = 0; matches && i < k; ++i)
     matches = x.size(x.dim() - k + i) == normalized_shape[i];
   if (!matches)
-    fail(absl::StrCat("layer_norm: normalized_shape ",
+    fail(absl::StrCat(what, ": normalized_shape ",
                       shape_str(Shape(normalized_shape.begin(), normalized_shape.end())),
                       " is not the end of the input's shape ", shape_str(x.sizes())),
          where);
   std::vector<int64_t> dims;
   for (int64_t d = x.dim() - k; d < x.dim(); ++d) dims.push_back(d);
+  return dims;
+}
+
+// The difference between 1 and the next value of the dtype (torch.finfo(dtype).eps).
+double machine_epsilon(DType dtype) {
+  switch (dtype) {
+    case DType::Float64:
+      return std::numeric_limits<double>::epsilon();
+    case DType::Float16:
+      return 0x1p-10;
+    case DType::BFloat16:
+      return 0x1p-7;
+    default:
+      return std::numeric_limits<float>::epsilon();
+  }
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
+                  const Tensor& weight, const Tensor& bias, double eps, Loc where) {
+  const std::vector<int64_t> dims = normalized_dims(x, normalized_shape, "layer_norm", where);
   const Tensor centered = x - x.mean(dims, true, where);
   const Tensor variance = (centered * centered).mean(dims, true, where);  // biased, as PyTorch
   Tensor y = centered * (variance + eps).rsqrt(where);
   if (weight.defined()) y = y * weight;
   if (bias.defined()) y = y + bias;
   return y;
+}
+
+Tensor rms_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
+                std::optional<double> eps, Loc where) {
+  const std::vector<int64_t> dims = normalized_dims(x, normalized_shape, "rms_norm", where);
+  const double epsilon = eps.value_or(machine_epsilon(x.dtype()));
+  Tensor y = x * ((x * x).mean(dims, true, where) + epsilon).rsqrt(where);
+  if (weight.defined()) y = y * weight;
+  return y;
+}
+
+Tensor normalize(const Tensor& x, double p, int64_t dim, double eps, Loc where) {
+  if (!(p > 0) || !std::isfinite(p))
+    fail(absl::StrCat("normalize: p must be positive and finite, got ", p), where);
+  dim = dim_of(x, dim, "normalize", where);
+  const Tensor norm = p == 2 ? (x * x).sum({dim}, true, where).sqrt(where)
+                      : p == 1
+                          ? x.abs(where).sum({dim}, true, where)
+                          : x.abs(where).pow(p, where).sum({dim}, true, where).pow(1 / p, where);
+  return x / norm.clamp_min(eps, where);
 }
 
 Tensor embedding(const Tensor& input, const Tensor& weight, Loc where) {

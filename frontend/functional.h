@@ -3,6 +3,7 @@
 // its gradient from the ops' rules.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
 Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
                   const Tensor& weight = {}, const Tensor& bias = {}, double eps = 1e-5,
                   Loc where = Loc::current());
+// Divides by the root mean square over the trailing dims `normalized_shape` (after adding eps,
+// by default the dtype's machine epsilon, as PyTorch's), then scales by weight (optional).
+Tensor rms_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
+                const Tensor& weight = {}, std::optional<double> eps = std::nullopt,
+                Loc where = Loc::current());
+// x over its p-norm along dim, the norm at least eps (PyTorch's normalize). p > 0.
+Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 1e-12,
+                 Loc where = Loc::current());
 // The rows of `weight` ([num_embeddings, embedding_dim]) that `input` (int64 or int32 indices,
 // any shape) names, shaped as input with embedding_dim appended. An index outside the table is
 // an IndexError when the value is computed. Its gradient sums into the rows looked up.

@@ -157,16 +157,43 @@ LayerNorm::LayerNorm(std::vector<int64_t> normalized_shape, double eps, bool ele
 Tensor LayerNorm::forward(const Tensor& input) {
   return functional::layer_norm(input, normalized_shape_, weight_, bias_, eps_);
 }
+namespace {
+// A shape as a Python tuple prints: "(1024,)", "(4, 8)".
+std::string python_tuple(const std::vector<int64_t>& shape) {
+  std::string text;
+  for (size_t i = 0; i < shape.size(); ++i) absl::StrAppend(&text, i ? ", " : "", shape[i]);
+  if (shape.size() == 1) text += ",";
+  return absl::StrCat("(", text, ")");
+}
+}  // namespace
+
 std::string LayerNorm::repr() const {
-  std::string shape;
-  for (size_t i = 0; i < normalized_shape_.size(); ++i)
-    absl::StrAppend(&shape, i ? ", " : "", normalized_shape_[i]);
-  if (normalized_shape_.size() == 1) shape += ",";
-  return absl::StrCat("LayerNorm((", shape, "), eps=", eps_,
+  return absl::StrCat("LayerNorm(", python_tuple(normalized_shape_), ", eps=", eps_,
                       ", elementwise_affine=", weight_.defined() ? "True" : "False", ")");
 }
 std::vector<std::pair<std::string, Tensor*>> LayerNorm::own_parameters() {
   return {{"weight", &weight_}, {"bias", &bias_}};
+}
+
+RMSNorm::RMSNorm(std::vector<int64_t> normalized_shape, std::optional<double> eps,
+                 bool elementwise_affine)
+    : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
+  if (elementwise_affine) {
+    weight_ = ones(Shape(normalized_shape_.begin(), normalized_shape_.end()));
+    lazyfuse::eval({weight_});
+    weight_.requires_grad_();
+  }
+}
+Tensor RMSNorm::forward(const Tensor& input) {
+  return functional::rms_norm(input, normalized_shape_, weight_, eps_);
+}
+std::string RMSNorm::repr() const {
+  return absl::StrCat("RMSNorm(", python_tuple(normalized_shape_),
+                      ", eps=", eps_ ? absl::StrCat(*eps_) : "None",
+                      ", elementwise_affine=", weight_.defined() ? "True" : "False", ")");
+}
+std::vector<std::pair<std::string, Tensor*>> RMSNorm::own_parameters() {
+  return {{"weight", &weight_}};
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim)

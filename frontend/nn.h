@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -132,6 +133,25 @@ class LayerNorm : public Module {
   std::vector<int64_t> normalized_shape_;
   double eps_;
   Tensor weight_, bias_;
+};
+
+// Divides by the root mean square over the trailing dims `normalized_shape`; weight ones to
+// start. eps by default the input dtype's machine epsilon, as PyTorch's.
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(std::vector<int64_t> normalized_shape, std::optional<double> eps = std::nullopt,
+                   bool elementwise_affine = true);
+  Tensor forward(const Tensor& input) override;
+  std::string repr() const override;
+  Tensor& weight() { return weight_; }
+
+ protected:
+  std::vector<std::pair<std::string, Tensor*>> own_parameters() override;
+
+ private:
+  std::vector<int64_t> normalized_shape_;
+  std::optional<double> eps_;
+  Tensor weight_;
 };
 
 // A table of num_embeddings vectors of embedding_dim, looked up by int64 index: forward(idx)

@@ -1204,6 +1204,22 @@ TEST(Fusion, NormalizationsAreOneKernelEach) {
                    for (int64_t c = 0; c < kColumns; ++c)
                      out[c] = r[c] > -0.5 ? std::exp(v[c] * 0.125 - m) / total : 0;
                  })},
+      {"nn::functional::rms_norm",
+       [&] { return nn::functional::rms_norm(tx, {kColumns}, tw, 1e-6); },
+       reference(x,
+                 [&](const double* v, double* out) {
+                   double mean_square = 0;
+                   for (int64_t c = 0; c < kColumns; ++c) mean_square += v[c] * v[c] / kColumns;
+                   for (int64_t c = 0; c < kColumns; ++c)
+                     out[c] = v[c] / std::sqrt(mean_square + 1e-6) * w[c];
+                 })},
+      {"nn::functional::normalize", [&] { return nn::functional::normalize(tx); },
+       reference(x,
+                 [&](const double* v, double* out) {
+                   double squares = 0;
+                   for (int64_t c = 0; c < kColumns; ++c) squares += v[c] * v[c];
+                   for (int64_t c = 0; c < kColumns; ++c) out[c] = v[c] / std::sqrt(squares);
+                 })},
       {"rows over their L2 norm", [&] { return tx / (tx * tx).sum({1}, true).sqrt(); },
        reference(x, [&](const double* v, double* out) {
          double squares = 0;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "lazyfuse/lazyfuse.h"
@@ -208,6 +209,46 @@ TEST(RowOps, ArgmaxTakesTheFirstOfTiesAndNan) {
 }
 
 // ---- Modules ----
+
+// RMSNorm and normalize against float64 references (the default eps of RMSNorm is the dtype's
+// machine epsilon, as PyTorch's); the module prints as PyTorch's, and a bad p is a ShapeError.
+TEST(Modules, RmsNormAndNormalizeMatchFloat64) {
+  const Vec x = {0.5, -1.25, 2.0, 0.0, 3.0, -0.5, 1.0, 1.5, -2.5, 0.75, 0.25, -1.0};
+  const Vec w = {1.5, -0.5, 2.0, 1.0};
+  Tensor tx = from_vector(x, {3, 4}), tw = from_vector(w, {4});
+  nn::RMSNorm norm({4});
+  EXPECT_EQ(norm.repr(), "RMSNorm((4,), eps=None, elementwise_affine=True)");
+  EXPECT_EQ(nn::RMSNorm({4}, 1e-6, false).repr(),
+            "RMSNorm((4,), eps=1e-06, elementwise_affine=False)");
+  norm.weight() = tw.detach().requires_grad_();
+  const std::vector<float> scaled = norm(tx).to_vector<float>();
+  const std::vector<float> unit = nn::functional::normalize(tx, 2.0, 1).to_vector<float>();
+  const std::vector<float> l1 = nn::functional::normalize(tx, 1.0, 0).to_vector<float>();
+  const std::vector<float> l3 = nn::functional::normalize(tx, 3.0, 1).to_vector<float>();
+  for (int r = 0; r < 3; ++r) {
+    double squares = 0, cubes = 0;
+    for (int c = 0; c < 4; ++c) {
+      squares += x[r * 4 + c] * x[r * 4 + c];
+      cubes += std::pow(std::abs(x[r * 4 + c]), 3);
+    }
+    const double rms = std::sqrt(squares / 4 + std::numeric_limits<float>::epsilon());
+    for (int c = 0; c < 4; ++c) {
+      const int i = r * 4 + c;
+      EXPECT_NEAR(scaled[i], x[i] / rms * w[c], 1e-6) << i;
+      EXPECT_NEAR(unit[i], x[i] / std::sqrt(squares), 1e-6) << i;
+      EXPECT_NEAR(l3[i], x[i] / std::cbrt(cubes), 1e-6) << i;
+    }
+  }
+  for (int c = 0; c < 4; ++c) {
+    double total = 0;
+    for (int r = 0; r < 3; ++r) total += std::abs(x[r * 4 + c]);
+    for (int r = 0; r < 3; ++r) EXPECT_NEAR(l1[r * 4 + c], x[r * 4 + c] / total, 1e-6);
+  }
+  // A zero row's norm is eps: zeros, not NaN.
+  EXPECT_EQ(nn::functional::normalize(zeros({2, 3})).to_vector<float>(),
+            std::vector<float>(6, 0.0f));
+  EXPECT_THROW(nn::functional::normalize(tx, 0.0), ShapeError);
+}
 
 TEST(Modules, NamedParametersTrainEvalAndRepr) {
   nn::Sequential net(nn::Linear(2, 4), nn::GELU(), nn::LayerNorm({4}), nn::Dropout(0.25),
