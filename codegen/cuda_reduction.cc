@@ -452,6 +452,27 @@ std::string cuda_emit::fused_column_member_function(const Graph& graph, const St
                       fused_column_body(graph, step, spec, "block"));
 }
 
+namespace {
+
+// The members of `candidates` (in topological order) that `roots` need, through candidates
+// alone, in order.
+std::vector<ValueId> needed_members(const Graph& graph, const std::vector<ValueId>& candidates,
+                                    const std::vector<ValueId>& roots) {
+  std::vector<bool> needed(graph.nodes.size(), false), candidate(graph.nodes.size(), false);
+  for (ValueId v : candidates) candidate[v] = true;
+  for (ValueId v : roots) needed[v] = true;
+  std::vector<ValueId> members;
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+    if (!needed[*it]) continue;
+    members.push_back(*it);
+    for (ValueId in : graph.nodes[*it].inputs) needed[in] = needed[in] || candidate[in];
+  }
+  std::reverse(members.begin(), members.end());
+  return members;
+}
+
+}  // namespace
+
 CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
                                     const CudaElementwiseSpec& spec, bool fast_math) {
   const ReductionParts parts = reduction_parts(graph, step);
@@ -605,10 +626,13 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     const DType acc = reduction_accumulator(node.op, graph.nodes[operand].dtype);
     const char* a = type_name(acc);
     const std::string combine = absl::StrCat("lf_combine", k);
-    // Every member before the reduction; what it does not need the compiler drops.
-    std::vector<ValueId> before;
+    // The members before the reduction that it (and on the last pass, the kept values) needs:
+    // a pass emits nothing it does not use, which keeps big row kernels quick to compile.
+    std::vector<ValueId> earlier, roots = {operand};
     for (ValueId m : elementwise)
-      if (m < r) before.push_back(m);
+      if (m < r) earlier.push_back(m);
+    if (r == last_reduction) roots.insert(roots.end(), carried.begin(), carried.end());
+    const std::vector<ValueId> before = needed_members(graph, earlier, roots);
     absl::StrAppend(&s, "  ", a, " acc", k, " = (", a, ")(", combiner(node.op, acc).identity,
                     ");\n", pass_head(before, step.inputs), "    acc", k, " = ", combine, "(acc", k,
                     ", (", a, ")v", operand, ");\n");
@@ -641,8 +665,12 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
       inputs.push_back(m);
       pass_loads.push_back(absl::StrCat("kept", m, "[t]"));
     }
+    std::vector<ValueId> stored;
+    for (size_t o = 0; o < step.outputs.size(); ++o)
+      if (stored_over_row[o]) stored.push_back(step.outputs[o]);
     for (ValueId m : elementwise)
       if (std::find(carried.begin(), carried.end(), m) == carried.end()) members.push_back(m);
+    members = needed_members(graph, members, stored);
     // Vectorized, each output's four elements of a group are stored at once.
     for (size_t k = 0; vector_rows && k < step.outputs.size(); ++k)
       if (stored_over_row[k])

@@ -93,6 +93,8 @@ ReductionParts reduction_parts(const Graph& graph, const Step& step) {
   std::vector<bool> in_prologue(graph.nodes.size(), false);
   for (ValueId r : parts.reductions)
     for (ValueId m : members_needed_by(graph, step, r)) in_prologue[m] = true;
+  for (ValueId v : step.outputs)
+    parts.stores_work |= !is_reduction(graph.nodes[v].op) && !is_row_value(graph, step, v);
   for (ValueId v : step.nodes) {
     if (is_reduction(graph.nodes[v].op)) continue;
     if (is_row_value(graph, step, v))

@@ -99,10 +99,12 @@ struct ReductionParts {
   // One reduction over leading dims (fusion's phase 7): every other member is prologue,
   // computed as the columns are walked, and stored where the step stores it.
   bool columns = false;
-  // One block program per row (a pass per reduction, then the epilogue), rather than a
-  // reduction of a computed operand.
+  // Work over the step's space that the step stores besides reducing it (not for columns).
+  bool stores_work = false;
+  // One block program per row (a pass per reduction, then the epilogue, which stores the work),
+  // rather than a reduction of a computed operand.
   bool is_row_program() const {
-    return reductions.size() > 1 || !epilogue.empty() || !row_values.empty();
+    return reductions.size() > 1 || !epilogue.empty() || !row_values.empty() || stores_work;
   }
 };
 // Whether member `id` of reduction step `step` is a row value: not a reduction, not a scalar

@@ -159,37 +159,38 @@ struct LtDevice {
 };
 
 // Heuristic results asked for when the choice must match cublasGemmEx's bits (float32).
-constexpr int kLtCandidates = 8;
+constexpr int kLtCandidates = 32;
 
-// The first of `candidates` whose product, with a zero bias, is cublasGemmEx's bit for bit on
-// these operands (then the bias and relu follow in float32 exactly as our own epilogue would
-// add them, since the product is already float32), or nullopt. Run once per problem: two
-// buffers of the product, copied to the host and compared.
+// The first of `candidates` whose result is that of cublasGemmEx followed by the bias add (and
+// relu) in float32, bit for bit, on these operands (split-K or another summation order would
+// show), or nullopt. Run once per problem: the product by both, copied to the host, compared.
 std::optional<cublasLtMatmulAlgo_t> algorithm_with_gemm_ex_bits(
     int device, LtDevice& state, const LtPlan& plan,
     std::span<const cublasLtMatmulHeuristicResult_t> candidates, const GemmOperand& a,
-    const GemmOperand& b, bool relu, int64_t n, int64_t k, int64_t m) {
+    const GemmOperand& b, const void* bias, bool relu, int64_t n, int64_t k, int64_t m) {
   const int64_t elements = n * m;
   const int64_t bytes = elements * static_cast<int64_t>(sizeof(float));
   void* reference = allocate(device, bytes);
   void* trial = allocate(device, bytes);
-  void* zeros = allocate(device, m * static_cast<int64_t>(sizeof(float)));
   std::optional<cublasLtMatmulAlgo_t> chosen;
   try {
-    const std::vector<float> zero_bias(static_cast<size_t>(m), 0.0f);
     const DriverApi& api = *driver();
-    check(api.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(zeros), zero_bias.data(),
-                           zero_bias.size() * sizeof(float)),
-          "cuMemcpyHtoD");
     gemm_strided_batched(device, DType::Float32, a, b, reference, n, k, m, 1);
     std::vector<float> want(static_cast<size_t>(elements)), got(want.size());
+    std::vector<float> bias_values(static_cast<size_t>(m));
     check(api.cuMemcpyDtoH(want.data(), reinterpret_cast<CUdeviceptr>(reference),
                            static_cast<size_t>(bytes)),
           "cuMemcpyDtoH");
-    if (relu)
-      for (float& v : want) v = v > 0 ? v : 0.0f;
+    check(api.cuMemcpyDtoH(bias_values.data(), reinterpret_cast<CUdeviceptr>(bias),
+                           bias_values.size() * sizeof(float)),
+          "cuMemcpyDtoH");
+    // The epilogue as the elementwise kernel computes it: one float32 add, then max(0, .).
+    for (size_t i = 0; i < want.size(); ++i) {
+      const float sum = want[i] + bias_values[i % static_cast<size_t>(m)];
+      want[i] = relu ? (sum > 0 ? sum : 0.0f) : sum;
+    }
     const CublasLt& lt = cublas_lt();
-    check_lt(lt.desc_set(plan.desc, kLtDescBiasPointer, &zeros, sizeof(zeros)), "bias pointer");
+    check_lt(lt.desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)), "bias pointer");
     const float one = 1, zero = 0;
     for (const cublasLtMatmulHeuristicResult_t& candidate : candidates) {
       if (candidate.state != 0) continue;
@@ -211,12 +212,10 @@ std::optional<cublasLtMatmulAlgo_t> algorithm_with_gemm_ex_bits(
   } catch (...) {
     release(device, reference, bytes);
     release(device, trial, bytes);
-    release(device, zeros, m * static_cast<int64_t>(sizeof(float)));
     throw;
   }
   release(device, reference, bytes);
   release(device, trial, bytes);
-  release(device, zeros, m * static_cast<int64_t>(sizeof(float)));
   return chosen;
 }
 
@@ -279,8 +278,8 @@ bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const Gem
     if (status == 0 && found > 0) {
       if (float32) {
         const std::optional<cublasLtMatmulAlgo_t> algo = algorithm_with_gemm_ex_bits(
-            device, state, plan, std::span(results, static_cast<size_t>(found)), a, b, relu, n, k,
-            m);
+            device, state, plan, std::span(results, static_cast<size_t>(found)), a, b, bias, relu,
+            n, k, m);
         plan.ok = algo.has_value();
         if (algo) plan.algo = *algo;
       } else {

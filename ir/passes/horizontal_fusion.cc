@@ -38,6 +38,7 @@
 #include <tuple>
 
 #include "absl/container/flat_hash_set.h"
+#include "ir/infer.h"
 #include "ir/passes/passes.h"
 
 namespace lazyfuse {
@@ -155,7 +156,13 @@ bool is_group_member(const Graph& graph, const Step& step) {
   if (step.kind != StepKind::Reduction) return false;
   int reductions = 0;
   for (ValueId v : step.nodes) reductions += is_reduction(graph.nodes[v].op);
-  return reductions == 1 && is_reduction(graph.nodes[step.nodes.back()].op);
+  const Node& last = graph.nodes[step.nodes.back()];
+  if (reductions != 1 || !is_reduction(last.op)) return false;
+  // One that stores its work besides is a row step, unless it reduces columns.
+  bool stores_work = false;
+  for (ValueId v : step.outputs) stores_work |= !is_reduction(graph.nodes[v].op);
+  const int64_t rank = static_cast<int64_t>(graph.nodes[last.inputs[0]].shape.size());
+  return !stores_work || reduces_leading_dims(reduction_dims(last.attrs, rank), rank);
 }
 
 Step make_group(std::vector<Step> members) {
