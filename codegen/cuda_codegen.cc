@@ -532,9 +532,7 @@ CudaSource generate_cuda_group(const Graph& graph, std::span<const CudaGroupMemb
     if (std::find(defined.begin(), defined.end(), name) != defined.end()) continue;
     defined.push_back(name);
     if (fused) {
-      s += reduction_parts(graph, step).columns
-               ? fused_column_member_function(graph, step, members[m].spec, name)
-               : fused_reduction_member_function(graph, step, members[m].spec, name);
+      s += fused_reduction_member_function(graph, step, members[m].spec, name);
       continue;
     }
     if (!elementwise) {

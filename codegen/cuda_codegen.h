@@ -138,23 +138,18 @@ inline constexpr int64_t kCudaColumnMinChunk = 64;
 int64_t cuda_column_chunk(int64_t kept, int64_t reduced);
 CudaSource generate_cuda_column_reduction(Op op, DType in, DType out);
 std::string cuda_column_reduction_kernel_name(Op op, DType in, DType out);
-// A reduction step with a fused elementwise prologue (the fusion pass makes these only for
-// trailing reduced dims, so row r reduces prologue elements [r * columns, (r + 1) * columns)).
-// Parameters: sizes and strides as an elementwise kernel's (over step.shape), then out, rows,
-// columns, chunk, chunks, divisor, partial, counters, combining partials as the plain kernel
-// does.
+// A reduction step with a fused elementwise prologue. Over trailing dims, row r reduces prologue
+// elements [r * columns, (r + 1) * columns): parameters sizes and strides as an elementwise
+// kernel's (over step.shape), then out, rows, columns, chunk, chunks, divisor, partial,
+// counters, combining partials as the plain kernel does. Over leading dims
+// (ReductionParts::columns, fusion's phase 7), blocks of kCudaReduceThreads threads take tiles
+// of kCudaColumnTile kept columns (a lane each) over chunks of cuda_column_chunk reduced
+// elements; each thread computes the work for its elements, stores what the step stores, and
+// reduces; chunks combine as a column reduction's. Parameters: the space's, out[outputs] (in
+// step order, the result among them), rows (kept), columns (reduced), chunk, chunks, divisor,
+// partial, counters (one per tile).
 CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
                                          const CudaElementwiseSpec& spec, bool fast_math = false);
-// A reduction over leading dims with fused work (ReductionParts::columns, fusion's phase 7):
-// blocks of kCudaReduceThreads threads take tiles of kCudaColumnTile kept columns (a lane each)
-// over chunks of cuda_column_chunk reduced elements; each thread computes the work for its
-// elements, stores what the step stores, and reduces; chunks combine as a column reduction's.
-// Parameters: sizes and strides over step.shape, inputs, out[outputs] (in step order, the
-// reduction's result among them), rows (kept), columns (reduced), chunk, chunks, divisor,
-// partial, counters (one per tile).
-CudaSource generate_cuda_fused_column_reduction(const Graph& graph, const Step& step,
-                                                const CudaElementwiseSpec& spec,
-                                                bool fast_math = false);
 // A row step (ReductionParts::is_row_program: reductions of the same rows, an epilogue): one
 // warp per row makes a pass over the row per reduction, its lanes combining through shuffles in
 // a fixed order, then a last pass computing and storing the rest with the rows' results. Rows

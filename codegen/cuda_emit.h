@@ -26,15 +26,12 @@ std::string emit_coordinates(int rank, const std::string& indent);
 std::string reduction_member_function(Op op, DType in, DType out, bool columns,
                                       const std::string& name);
 std::string reduction_member_structs();
-// A reduction with a fused prologue (generate_cuda_fused_reduction) as a device function `name`
-// over the block `block` of `blocks`, after the declaration of its argument struct Args_<name>.
+// A reduction with a fused prologue, over rows or columns (generate_cuda_fused_reduction), as a
+// device function `name` over the block `block` of `blocks`, after the declaration of its
+// argument struct Args_<name>.
 std::string fused_reduction_member_function(const Graph& graph, const Step& step,
                                             const CudaElementwiseSpec& spec,
                                             const std::string& name);
-// A reduction over leading dims with fused work (generate_cuda_fused_column_reduction) as a
-// device function `name`, likewise.
-std::string fused_column_member_function(const Graph& graph, const Step& step,
-                                         const CudaElementwiseSpec& spec, const std::string& name);
 // in0, in1, ...: typed pointers to the inputs in args.in.
 std::string emit_input_pointers(const Graph& graph, const std::vector<ValueId>& inputs);
 

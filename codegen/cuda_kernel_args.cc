@@ -104,9 +104,11 @@ KernelArgs pack_elementwise_args(const CudaElementwiseLaunch& launch,
   return words;
 }
 
-void add_reduction_fields(ArgLayout& layout) {
-  layout.add("out", ArgType::Pointer)
-      .add("rows", ArgType::Int64)
+namespace {
+
+// A reduction's fields after its output pointers, and their words.
+void add_reduction_fields_after_out(ArgLayout& layout) {
+  layout.add("rows", ArgType::Int64)
       .add("columns", ArgType::Int64)
       .add("chunk", ArgType::Int64)
       .add("chunks", ArgType::Int64)
@@ -114,14 +116,24 @@ void add_reduction_fields(ArgLayout& layout) {
       .add("partial", ArgType::Pointer)
       .add("counters", ArgType::Counters);
 }
-
-void append_reduction_args(const ReductionWords& reduction, KernelArgs& words) {
-  words.push_back(reduction.out);
+void append_reduction_args_after_out(const ReductionWords& reduction, KernelArgs& words) {
   for (int64_t word : {reduction.rows, reduction.columns, reduction.chunk, reduction.chunks})
     words.push_back(static_cast<uint64_t>(word));
   words.push_back(std::bit_cast<uint64_t>(reduction.divisor));
   words.push_back(reduction.partial);
   words.push_back(reduction.counters);
+}
+
+}  // namespace
+
+void add_reduction_fields(ArgLayout& layout) {
+  layout.add("out", ArgType::Pointer);
+  add_reduction_fields_after_out(layout);
+}
+
+void append_reduction_args(const ReductionWords& reduction, KernelArgs& words) {
+  words.push_back(reduction.out);
+  append_reduction_args_after_out(reduction, words);
 }
 
 ArgLayout plain_reduction_arg_layout() {
@@ -146,22 +158,14 @@ KernelArgs pack_column_reduction_args(uint64_t in, int64_t stride,
 }
 
 void add_column_step_fields(ArgLayout& layout, int outputs) {
-  layout.add_array("out", ArgType::Pointer, outputs)
-      .add("rows", ArgType::Int64)
-      .add("columns", ArgType::Int64)
-      .add("chunk", ArgType::Int64)
-      .add("chunks", ArgType::Int64)
-      .add("divisor", ArgType::Double)
-      .add("partial", ArgType::Pointer)
-      .add("counters", ArgType::Counters);
+  layout.add_array("out", ArgType::Pointer, outputs);
+  add_reduction_fields_after_out(layout);
 }
 
 void append_column_step_args(std::span<const uint64_t> output_addresses,
                              const ReductionWords& reduction, KernelArgs& words) {
   words.insert(words.end(), output_addresses.begin(), output_addresses.end());
-  KernelArgs rest;
-  append_reduction_args(reduction, rest);
-  words.insert(words.end(), rest.begin() + 1, rest.end());  // all but the one `out`
+  append_reduction_args_after_out(reduction, words);
 }
 
 void add_row_fields(ArgLayout& layout, int outputs) {

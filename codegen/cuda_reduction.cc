@@ -2,6 +2,7 @@
 // tree over the block's warps in shared memory.
 #include <algorithm>
 #include <bit>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/cuda_codegen.h"
@@ -382,74 +383,64 @@ std::string fused_reduction_body(const Graph& graph, const Step& step,
 
 }  // namespace
 
-CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
-                                         const CudaElementwiseSpec& spec, bool fast_math) {
+namespace {
+
+// A reduction step with fused work, over rows (trailing dims) or over columns (leading dims):
+// its kernel's comment, the fields after its space, and its body for block `block`.
+struct FusedReductionKind {
+  std::string comment;
+  std::function<void(ArgLayout&)> add_fields;
+  std::string (*body)(const Graph&, const Step&, const CudaElementwiseSpec&, const std::string&);
+};
+FusedReductionKind fused_reduction_kind(const Graph& graph, const Step& step) {
   const ReductionParts parts = reduction_parts(graph, step);
   const Node& node = graph.nodes[parts.reduction];
-  const DType acc = reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
-  CudaSource source = begin_row_kernel(
-      graph, step, spec, fast_math, reduction_preamble(node.op, acc),
-      absl::StrCat(op_name(node.op), " of ", parts.prologue.size(), " fused nodes"),
-      add_reduction_fields);
-  source.source += fused_reduction_body(graph, step, spec, "blockIdx.x");
+  if (!parts.columns)
+    return {absl::StrCat(op_name(node.op), " of ", parts.prologue.size(), " fused nodes"),
+            add_reduction_fields, fused_reduction_body};
+  const int outputs = static_cast<int>(step.outputs.size());
+  return {
+      absl::StrCat(op_name(node.op), " over columns of ", parts.prologue.size(), " fused nodes"),
+      [outputs](ArgLayout& layout) { add_column_step_fields(layout, outputs); }, fused_column_body};
+}
+
+DType fused_reduction_accumulator(const Graph& graph, const Step& step) {
+  const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
+  return reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
+}
+
+}  // namespace
+
+CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
+                                         const CudaElementwiseSpec& spec, bool fast_math) {
+  const FusedReductionKind kind = fused_reduction_kind(graph, step);
+  const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
+  CudaSource source =
+      begin_row_kernel(graph, step, spec, fast_math,
+                       reduction_preamble(node.op, fused_reduction_accumulator(graph, step)),
+                       kind.comment, kind.add_fields);
+  source.source += kind.body(graph, step, spec, "blockIdx.x");
   return source;
 }
 
 std::string cuda_emit::fused_reduction_member_function(const Graph& graph, const Step& step,
                                                        const CudaElementwiseSpec& spec,
                                                        const std::string& name) {
-  const ReductionParts parts = reduction_parts(graph, step);
-  const Node& node = graph.nodes[parts.reduction];
-  const DType acc = reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
+  const FusedReductionKind kind = fused_reduction_kind(graph, step);
+  const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
+  const DType acc = fused_reduction_accumulator(graph, step);
   const char* a = type_name(acc);
   ArgLayout layout;
   add_space_fields(layout, spec, static_cast<int>(step.inputs.size()));
-  add_reduction_fields(layout);
-  return absl::StrCat("\n// ", op_name(node.op), " of ", parts.prologue.size(), " fused nodes\n",
-                      layout.declare(absl::StrCat("Args_", name)),
+  kind.add_fields(layout);
+  return absl::StrCat("\n// ", kind.comment, "\n", layout.declare(absl::StrCat("Args_", name)),
                       "static __device__ __forceinline__ void ", name, "(const Args_", name,
                       "& args, unsigned int block, unsigned int blocks) {\n  (void)blocks;\n",
                       "  const auto lf_combine = [](", a, " x, ", a, " y) -> ", a, " { return ",
                       combiner(node.op, acc).combine, "; };\n", "  typedef ",
                       spec.index64 ? "long long" : "unsigned int", " IDX;\n",
                       cuda_emit::emit_input_pointers(graph, step.inputs),
-                      fused_reduction_body(graph, step, spec, "block"));
-}
-
-CudaSource generate_cuda_fused_column_reduction(const Graph& graph, const Step& step,
-                                                const CudaElementwiseSpec& spec, bool fast_math) {
-  const ReductionParts parts = reduction_parts(graph, step);
-  const Node& node = graph.nodes[parts.reduction];
-  const DType acc = reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
-  CudaSource source = begin_row_kernel(
-      graph, step, spec, fast_math, reduction_preamble(node.op, acc),
-      absl::StrCat(op_name(node.op), " over columns of ", parts.prologue.size(), " fused nodes"),
-      [&](ArgLayout& layout) {
-        add_column_step_fields(layout, static_cast<int>(step.outputs.size()));
-      });
-  source.source += fused_column_body(graph, step, spec, "blockIdx.x");
-  return source;
-}
-
-std::string cuda_emit::fused_column_member_function(const Graph& graph, const Step& step,
-                                                    const CudaElementwiseSpec& spec,
-                                                    const std::string& name) {
-  const ReductionParts parts = reduction_parts(graph, step);
-  const Node& node = graph.nodes[parts.reduction];
-  const DType acc = reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
-  const char* a = type_name(acc);
-  ArgLayout layout;
-  add_space_fields(layout, spec, static_cast<int>(step.inputs.size()));
-  add_column_step_fields(layout, static_cast<int>(step.outputs.size()));
-  return absl::StrCat("\n// ", op_name(node.op), " over columns of ", parts.prologue.size(),
-                      " fused nodes\n", layout.declare(absl::StrCat("Args_", name)),
-                      "static __device__ __forceinline__ void ", name, "(const Args_", name,
-                      "& args, unsigned int block, unsigned int blocks) {\n  (void)blocks;\n",
-                      "  const auto lf_combine = [](", a, " x, ", a, " y) -> ", a, " { return ",
-                      combiner(node.op, acc).combine, "; };\n", "  typedef ",
-                      spec.index64 ? "long long" : "unsigned int", " IDX;\n",
-                      cuda_emit::emit_input_pointers(graph, step.inputs),
-                      fused_column_body(graph, step, spec, "block"));
+                      kind.body(graph, step, spec, "block"));
 }
 
 namespace {
@@ -703,8 +694,6 @@ CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaEl
     throw VerifierError("only elementwise and reduction steps have generated kernels");
   const ReductionParts parts = reduction_parts(graph, step);
   if (parts.is_row_program()) return generate_cuda_row_kernel(graph, step, spec, fast_math);
-  if (parts.columns && !parts.prologue.empty())
-    return generate_cuda_fused_column_reduction(graph, step, spec, fast_math);
   if (!parts.prologue.empty()) return generate_cuda_fused_reduction(graph, step, spec, fast_math);
   const Node& node = graph.nodes[parts.reduction];
   return generate_cuda_reduction(node.op, graph.nodes[node.inputs[0]].dtype, node.dtype);

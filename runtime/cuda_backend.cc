@@ -269,16 +269,12 @@ int64_t append_reduction_launch(const Device& device, DType acc, uint64_t out, i
   return chunks;
 }
 
-// A reduction with a fused prologue: one kernel computes the prologue's elements and reduces
-// them, its last block per row combining the chunks' partials.
-BufferView run_fused_reduction(const Graph& graph, const Step& step, const Node& node,
-                               const ValueBuffers& values, LaunchMemo* memo) {
-  cuda::activate(node.device.index());
-  BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
-  const int64_t rows = numel(node.shape);
-  if (rows == 0) return out;
-  LaunchMemo scratch;
-  const LaunchMemo& kernel = planned_kernel(
+// The kernel of a reduction with fused work (over rows or columns), planned for the operands'
+// layouts: its space is read element by element, never in vectors.
+const LaunchMemo& fused_reduction_kernel(const Graph& graph, const Step& step,
+                                         const ValueBuffers& values, LaunchMemo* memo,
+                                         LaunchMemo& scratch) {
+  return planned_kernel(
       step, values, memo, scratch,
       [&](const std::vector<OperandLayout>& layouts) {
         CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
@@ -288,6 +284,18 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step, const Node&
       [&](const CudaElementwiseSpec& spec, bool fast_math) {
         return generate_cuda_fused_reduction(graph, step, spec, fast_math);
       });
+}
+
+// A reduction with a fused prologue: one kernel computes the prologue's elements and reduces
+// them, its last block per row combining the chunks' partials.
+BufferView run_fused_reduction(const Graph& graph, const Step& step, const Node& node,
+                               const ValueBuffers& values, LaunchMemo* memo) {
+  cuda::activate(node.device.index());
+  BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
+  const int64_t rows = numel(node.shape);
+  if (rows == 0) return out;
+  LaunchMemo scratch;
+  const LaunchMemo& kernel = fused_reduction_kernel(graph, step, values, memo, scratch);
   KernelArgs args;
   append_space_args(kernel.plan, input_addresses(step, values), args);
   const int64_t columns = kernel.plan.numel / rows;
@@ -300,7 +308,7 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step, const Node&
   return out;
 }
 
-// A reduction over leading dims with fused work (codegen's generate_cuda_fused_column_reduction):
+// A reduction over leading dims with fused work (codegen's generate_cuda_fused_reduction):
 // its kept columns, reduced length and chunking, from the sizes alone.
 ReductionWords fused_column_words(int64_t kept, int64_t reduced) {
   ReductionWords words;
@@ -324,16 +332,7 @@ void run_fused_column_reduction(const Graph& graph, const Step& step, const Node
   const int64_t kept = numel(node.shape);
   if (kept == 0) return;
   LaunchMemo scratch;
-  const LaunchMemo& kernel = planned_kernel(
-      step, values, memo, scratch,
-      [&](const std::vector<OperandLayout>& layouts) {
-        CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
-        plan.spec.vectorized = false;
-        return plan;
-      },
-      [&](const CudaElementwiseSpec& spec, bool fast_math) {
-        return generate_cuda_fused_column_reduction(graph, step, spec, fast_math);
-      });
+  const LaunchMemo& kernel = fused_reduction_kernel(graph, step, values, memo, scratch);
   ReductionWords words = fused_column_words(kept, kernel.plan.numel / kept);
   std::optional<BufferView> partial;
   if (words.chunks > 1) {
