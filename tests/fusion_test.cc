@@ -1366,6 +1366,20 @@ TEST(Fusion, ColumnSumTakesTheWorkComputingItsOperand) {
   EXPECT_EQ(schedule_of({(narrow * 2).sum({0})}).num_kernels(), 2);
 }
 
+// A bias that is a constant of one element (a fresh zeros({1}), never evaluated) is computed in
+// place by the kernel after the matmul: no epilogue, which would need it stored (linear
+// regression's first step crashed on it).
+TEST(Fusion, AConstantBiasOfOneElementIsNoEpilogue) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  Tensor x = from_vector({1, 2, 3, 4, 5, 6}, {3, 2});
+  Tensor w = from_vector({0.5, -1}, {2, 1});
+  Tensor y = x.matmul(w) + zeros({1});
+  const Schedule schedule = schedule_of({y});
+  for (const Step& step : schedule.steps)
+    if (step.kind == StepKind::Matmul) EXPECT_EQ(step.nodes.size(), 1u) << print_schedule(schedule);
+  EXPECT_EQ(y.to_vector<float>(), std::vector<float>({-1.5, -2.5, -3.5}));
+}
+
 // Note [Horizontal fusion]: a level whose only launch would be work that can run earlier (a
 // scalar computed from params alone) moves it into an earlier level's launch.
 TEST(HorizontalFusion, WorkThatCanRunEarlierJoinsAnEarlierLaunch) {

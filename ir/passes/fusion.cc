@@ -293,7 +293,8 @@ void Grouping::mark_matmul_epilogues() {
     const ValueId bias_id = add.inputs[0] == id ? add.inputs[1] : add.inputs[0];
     const Node& bias = graph_.nodes[bias_id];
     const int64_t columns = matmul.shape[1];
-    const bool is_bias_vector = bias.dtype == matmul.dtype &&
+    // A scalar constant is computed in place, never stored: a library's epilogue cannot read it.
+    const bool is_bias_vector = bias.dtype == matmul.dtype && !is_scalar_constant(bias) &&
                                 (bias.shape == Shape{columns} || bias.shape == Shape{1, columns});
     if (!is_bias_vector) continue;
     epilogue_of_[add_id] = id;
