@@ -616,7 +616,11 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
     if (member.kind != StepKind::Reduction || reductions[m]) continue;
     const int64_t rows = numel(graph.nodes[member.nodes.back()].shape);
     const int64_t columns = rows == 0 ? 0 : kept.members[m].elementwise.plan.numel / rows;
-    if (reduction_parts(graph, member).columns) {
+    // Over leading dims (a column step): read from the attributes, not by splitting the step
+    // into parts on every evaluation.
+    const Node& reduction = graph.nodes[member.nodes.back()];
+    const int64_t rank = static_cast<int64_t>(graph.nodes[reduction.inputs[0]].shape.size());
+    if (reduces_leading_dims(reduction_dims(reduction.attrs, rank), rank)) {
       over_columns[m] = true;
       fused[m] = fused_column_words(rows, columns);
       continue;

@@ -755,52 +755,51 @@ namespace {
 // the CPU, moved to cuda:0: every step's kernel generates and compiles, with contiguous and
 // strided operands (row values, column steps and groups of them among them).
 TEST(CudaCodegen, NormalizationsAndLossesWithGradientsCompile) {
-  for (DType dtype : {kFloat32}) {
-    for (const Shape& shape : {Shape{3, 4}, Shape{37, 100}}) {
-      SCOPED_TRACE(testing::Message() << dtype_torch_name(dtype) << " " << shape_str(shape));
-      const int64_t rows = shape[0], columns = shape[1];
-      auto make = [&](int64_t n) {
-        std::vector<double> values(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) values[i] = std::sin(0.7 * static_cast<double>(i + 1));
-        return from_vector(values, n == columns ? Shape{columns} : shape, dtype).requires_grad_();
-      };
-      Tensor x = make(rows * columns), w = make(columns), b = make(columns);
-      Tensor labels = zeros({rows}, kInt64);
-      const std::vector<Tensor> outputs = {
-          nn::functional::layer_norm(x, {columns}, w, b), nn::functional::rms_norm(x, {columns}, w),
-          nn::functional::normalize(x), log_softmax(x, 1),
-          nn::functional::cross_entropy(x, labels).reshape({1, 1}).expand({rows, columns})};
-      for (const Tensor& out : outputs) {
-        std::vector<Tensor> pieces = {out.reshape({-1})};
-        for (const Tensor& g : grad({(out * out).sum()}, {x, w, b}, {}, std::nullopt, false, true))
-          if (g.defined()) pieces.push_back(g.reshape({-1}));
-        Tensor all = cat(pieces);
-        std::string text = all.ir();
-        for (size_t at = text.find("@cpu"); at != std::string::npos; at = text.find("@cpu", at))
-          text.replace(at, 4, "@cuda:0");
-        const Schedule schedule = lower(text);
-        // Every value a reduction step stores, its kernel stores (a step that stores its work
-        // besides reducing it once ran as a fused reduction, which stores the result alone).
-        std::vector<const Step*> steps;
-        for (const Step& step : schedule.steps) {
-          steps.push_back(&step);
-          for (const Step& member : step.members) steps.push_back(&member);
-        }
-        for (const Step* step : steps) {
-          if (step->kind != StepKind::Reduction || step->outputs.size() < 2) continue;
-          CudaElementwiseLaunch plan = plan_step(schedule, *step, false);
-          plan.spec.vectorized = false;
-          const std::string source = generate_cuda_step(schedule.graph, *step, plan.spec).source;
-          for (size_t o = 0; o < step->outputs.size(); ++o)
-            EXPECT_NE(source.find(absl::StrCat("args.out[", o, "]")), std::string::npos) << source;
-        }
-        for (bool strided : {false, true})
-          for (const CudaSource& source : generate_all(schedule, strided)) {
-            SCOPED_TRACE(source.kernel_name);
-            if (nvrtc_available())
-              EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
-          }
+  const DType dtype = kFloat32;
+  for (const Shape& shape : {Shape{3, 4}, Shape{37, 100}}) {
+    SCOPED_TRACE(testing::Message() << dtype_torch_name(dtype) << " " << shape_str(shape));
+    const int64_t rows = shape[0], columns = shape[1];
+    auto make = [&](int64_t n) {
+      std::vector<double> values(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) values[i] = std::sin(0.7 * static_cast<double>(i + 1));
+      return from_vector(values, n == columns ? Shape{columns} : shape, dtype).requires_grad_();
+    };
+    Tensor x = make(rows * columns), w = make(columns), b = make(columns);
+    Tensor labels = zeros({rows}, kInt64);
+    const std::vector<Tensor> outputs = {
+        nn::functional::layer_norm(x, {columns}, w, b), nn::functional::rms_norm(x, {columns}, w),
+        nn::functional::normalize(x), log_softmax(x, 1),
+        nn::functional::cross_entropy(x, labels).reshape({1, 1}).expand({rows, columns})};
+    for (const Tensor& out : outputs) {
+      std::vector<Tensor> pieces = {out.reshape({-1})};
+      for (const Tensor& g : grad({(out * out).sum()}, {x, w, b}, {}, std::nullopt, false, true))
+        if (g.defined()) pieces.push_back(g.reshape({-1}));
+      Tensor all = cat(pieces);
+      std::string text = all.ir();
+      for (size_t at = text.find("@cpu"); at != std::string::npos; at = text.find("@cpu", at))
+        text.replace(at, 4, "@cuda:0");
+      const Schedule schedule = lower(text);
+      // Every value a reduction step stores, its kernel stores (a step that stores its work
+      // besides reducing it once ran as a fused reduction, which stores the result alone).
+      std::vector<const Step*> steps;
+      for (const Step& step : schedule.steps) {
+        steps.push_back(&step);
+        for (const Step& member : step.members) steps.push_back(&member);
       }
+      for (const Step* step : steps) {
+        if (step->kind != StepKind::Reduction || step->outputs.size() < 2) continue;
+        CudaElementwiseLaunch plan = plan_step(schedule, *step, false);
+        plan.spec.vectorized = false;
+        const std::string source = generate_cuda_step(schedule.graph, *step, plan.spec).source;
+        for (size_t o = 0; o < step->outputs.size(); ++o)
+          EXPECT_NE(source.find(absl::StrCat("args.out[", o, "]")), std::string::npos) << source;
+      }
+      for (bool strided : {false, true})
+        for (const CudaSource& source : generate_all(schedule, strided)) {
+          SCOPED_TRACE(source.kernel_name);
+          if (nvrtc_available())
+            EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+        }
     }
   }
 }
