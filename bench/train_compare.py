@@ -8,7 +8,11 @@ Prints a Markdown summary and exits non-zero when a step's losses differ by more
 tolerance for the dtype. Runs wherever torch is installed (the GPU machine); torch is never a
 dependency of lazyfuse.
 
+--blas chooses PyTorch's GPU matmul library (torch.backends.cuda.preferred_blas_library), to
+compare with lazyfuse run with the same LAZYFUSE_BLAS.
+
 usage: bench/train_compare.py DIR [--device cuda:0] [--lr 0.001] [--tolerance 1e-4]
+                              [--blas cublas|cublaslt]
 """
 import argparse
 import json
@@ -62,7 +66,11 @@ def main():
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--tolerance", type=float, default=None,
                         help="largest relative difference of a step's loss (default by dtype)")
+    parser.add_argument("--blas", choices=["cublas", "cublaslt"], default=None,
+                        help="PyTorch's preferred BLAS library on the GPU (default: PyTorch's)")
     args = parser.parse_args()
+    if args.blas:
+        torch.backends.cuda.preferred_blas_library(args.blas)
 
     state = load_safetensors(f"{args.dir}/init.safetensors")
     data = load_safetensors(f"{args.dir}/data.safetensors")
@@ -83,6 +91,8 @@ def main():
     tolerance = args.tolerance or {torch.float64: 1e-10, torch.float32: 1e-4}.get(dtype, 2e-2)
     relative = [abs(a - b) / max(abs(b), 1e-30) for a, b in zip(theirs, ours)]
     worst = max(range(len(relative)), key=relative.__getitem__)
+    blas = torch.backends.cuda.preferred_blas_library() if "cuda" in args.device else "cpu"
+    print(f"PyTorch's BLAS: {blas}")
     print(f"| dtype | steps | first loss (lazyfuse / PyTorch) | last loss (lazyfuse / PyTorch) "
           f"| largest relative difference (step) | tolerance |")
     print("|---|---|---|---|---|---|")

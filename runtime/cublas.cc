@@ -6,7 +6,10 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -21,6 +24,7 @@
 #include "ir/errors.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_memory.h"
+#include "runtime/env.h"
 
 namespace lazyfuse::cuda {
 namespace {
@@ -93,7 +97,7 @@ struct cublasLtMatmulHeuristicResult_t {
 };
 constexpr int kLtDescTransA = 3, kLtDescTransB = 4, kLtDescEpilogue = 7, kLtDescBiasPointer = 8,
               kLtDescBiasDataType = 26;
-constexpr uint32_t kLtEpilogueBias = 4, kLtEpilogueReluBias = 2 | 4;
+constexpr uint32_t kLtEpilogueDefault = 1, kLtEpilogueBias = 4, kLtEpilogueReluBias = 2 | 4;
 constexpr int kLtPrefMaxWorkspaceBytes = 1;
 // The workspace each device's cuBLASLt calls may use: what the heuristics ask for the shapes
 // of a training step's layers, allocated once per device.
@@ -104,13 +108,19 @@ struct CublasLt {
   cublasStatus_t (*create)(cublasLtHandle_t*);
   cublasStatus_t (*desc_create)(cublasLtMatmulDesc_t*, int, int);
   cublasStatus_t (*desc_set)(cublasLtMatmulDesc_t, int, const void*, size_t);
+  cublasStatus_t (*desc_destroy)(cublasLtMatmulDesc_t);
   cublasStatus_t (*layout_create)(cublasLtMatrixLayout_t*, int, uint64_t, uint64_t, int64_t);
   cublasStatus_t (*preference_create)(cublasLtMatmulPreference_t*);
   cublasStatus_t (*preference_set)(cublasLtMatmulPreference_t, int, const void*, size_t);
+  cublasStatus_t (*preference_destroy)(cublasLtMatmulPreference_t);
   cublasStatus_t (*heuristic)(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                               cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int,
                               cublasLtMatmulHeuristicResult_t*, int*);
+  cublasStatus_t (*algo_check)(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                               cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t*,
+                               cublasLtMatmulHeuristicResult_t*);
   cublasStatus_t (*matmul)(cublasLtHandle_t, cublasLtMatmulDesc_t, const void*, const void*,
                            cublasLtMatrixLayout_t, const void*, cublasLtMatrixLayout_t, const void*,
                            const void*, cublasLtMatrixLayout_t, void*, cublasLtMatrixLayout_t,
@@ -128,10 +138,13 @@ const CublasLt& cublas_lt() {
     };
     c.ok = load(c.create, "cublasLtCreate") && load(c.desc_create, "cublasLtMatmulDescCreate") &&
            load(c.desc_set, "cublasLtMatmulDescSetAttribute") &&
+           load(c.desc_destroy, "cublasLtMatmulDescDestroy") &&
            load(c.layout_create, "cublasLtMatrixLayoutCreate") &&
            load(c.preference_create, "cublasLtMatmulPreferenceCreate") &&
            load(c.preference_set, "cublasLtMatmulPreferenceSetAttribute") &&
-           load(c.heuristic, "cublasLtMatmulAlgoGetHeuristic") && load(c.matmul, "cublasLtMatmul");
+           load(c.preference_destroy, "cublasLtMatmulPreferenceDestroy") &&
+           load(c.heuristic, "cublasLtMatmulAlgoGetHeuristic") &&
+           load(c.algo_check, "cublasLtMatmulAlgoCheck") && load(c.matmul, "cublasLtMatmul");
     return c;
   }();
   return c;
@@ -142,8 +155,8 @@ void check_lt(cublasStatus_t status, const char* what) {
     throw CudaError(absl::StrCat("cuBLASLt ", what, " failed (status ", status, ")"));
 }
 
-// A problem's descriptors and the algorithm the heuristics chose, kept for its next call: a
-// training step repeats the same few shapes, and the heuristics cost more than the call.
+// A problem's descriptors and the algorithm chosen for it, kept for its next call: a training
+// step repeats the same few shapes, and the heuristics cost more than the call.
 struct LtPlan {
   bool ok = false;  // an algorithm was found
   cublasLtMatmulDesc_t desc = nullptr;
@@ -151,24 +164,152 @@ struct LtPlan {
   cublasLtMatmulAlgo_t algo{};
 };
 
+// A problem: the cudaDataType, the ops of B^T and A^T, n, k, m, the leading dimensions of B and
+// A, the epilogue (kLtEpilogueDefault for the bare product), and whether the bare product is
+// cuBLASLt's (a float32 epilogue's algorithm reproduces the bare product's bits).
+using LtKey =
+    std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, bool>;
+
 struct LtDevice {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
-  std::map<std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, bool>, LtPlan>
-      plans;
+  std::map<LtKey, LtPlan> plans;
 };
 
-// Heuristic results asked for when the choice must match cublasGemmEx's bits (float32).
+// Every device's cuBLASLt state, behind one lock: the plans are built on first use.
+struct LtState {
+  std::mutex mutex;
+  std::map<int, LtDevice> devices;  // never destroyed: they go with the process
+};
+
+LtState& lt_state() {
+  static LtState* state = new LtState;
+  return *state;
+}
+
+// Candidates the heuristics are asked for per problem.
 constexpr int kLtCandidates = 32;
 
-// The first of `candidates` whose result is that of cublasGemmEx followed by the bias add (and
-// relu) in float32, bit for bit, on these operands (split-K or another summation order would
-// show), or nullopt. Run once per problem: the product by both, its first rows copied to the
-// host and compared.
-std::optional<cublasLtMatmulAlgo_t> algorithm_with_gemm_ex_bits(
-    int device, LtDevice& state, const LtPlan& plan,
-    std::span<const cublasLtMatmulHeuristicResult_t> candidates, const GemmOperand& a,
-    const GemmOperand& b, const void* bias, bool relu, int64_t n, int64_t k, int64_t m) {
+// The plan of problem `key` on `state`'s device, its descriptors made on first use (its
+// algorithm chosen by the caller). The column-major D^T (m x n) = B^T (m x k) A^T (k x n), as
+// gemm_strided_batched computes it.
+LtPlan& lt_plan(LtDevice& state, const LtKey& key, const GemmOperand& a, const GemmOperand& b) {
+  LtPlan& plan = state.plans[key];
+  if (plan.desc != nullptr) return plan;
+  const auto [type, op_b, op_a, n, k, m, b_ld, a_ld, epilogue, bare_through_lt] = key;
+  const CublasLt& lt = cublas_lt();
+  check_lt(lt.desc_create(&plan.desc, kComputeF32, kCudaR32F), "matmul descriptor");
+  check_lt(lt.desc_set(plan.desc, kLtDescTransA, &op_b, sizeof(op_b)), "transa");
+  check_lt(lt.desc_set(plan.desc, kLtDescTransB, &op_a, sizeof(op_a)), "transb");
+  check_lt(lt.desc_set(plan.desc, kLtDescEpilogue, &epilogue, sizeof(epilogue)), "epilogue");
+  if (epilogue != kLtEpilogueDefault)
+    check_lt(lt.desc_set(plan.desc, kLtDescBiasDataType, &type, sizeof(type)), "bias type");
+  // Stored as cuBLASLt reads them: B^T is m x k (k x m when stored transposed), A^T k x n.
+  check_lt(lt.layout_create(&plan.a, type, b.transposed ? k : m, b.transposed ? m : k, b_ld),
+           "layout");
+  check_lt(lt.layout_create(&plan.b, type, a.transposed ? n : k, a.transposed ? k : n, a_ld),
+           "layout");
+  check_lt(lt.layout_create(&plan.d, type, m, n, m), "layout");
+  return plan;
+}
+
+// The algorithms the heuristics offer for `plan` that fit the workspace, best first.
+std::vector<cublasLtMatmulAlgo_t> lt_candidates(LtDevice& state, const LtPlan& plan) {
+  const CublasLt& lt = cublas_lt();
+  cublasLtMatmulPreference_t preference = nullptr;
+  check_lt(lt.preference_create(&preference), "preference");
+  const uint64_t workspace = kLtWorkspaceBytes;
+  check_lt(lt.preference_set(preference, kLtPrefMaxWorkspaceBytes, &workspace, sizeof(workspace)),
+           "workspace preference");
+  cublasLtMatmulHeuristicResult_t results[kLtCandidates] = {};
+  int found = 0;
+  const cublasStatus_t status = lt.heuristic(state.handle, plan.desc, plan.a, plan.b, plan.d,
+                                             plan.d, preference, kLtCandidates, results, &found);
+  lt.preference_destroy(preference);
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  for (int i = 0; status == 0 && i < found; ++i)
+    if (results[i].state == 0 && results[i].workspaceSize <= kLtWorkspaceBytes)
+      candidates.push_back(results[i].algo);
+  return candidates;
+}
+
+// The device's cuBLASLt handle and workspace, made on first use; the caller holds the lock.
+LtDevice& lt_device(int device) {
+  LtDevice& state = lt_state().devices[device];
+  if (state.handle == nullptr) {
+    check_lt(cublas_lt().create(&state.handle), "create");
+    state.workspace = allocate(device, kLtWorkspaceBytes);
+  }
+  return state;
+}
+
+void lt_matmul(LtDevice& state, const LtPlan& plan, const cublasLtMatmulAlgo_t& algo,
+               const GemmOperand& a, const GemmOperand& b, void* d) {
+  const float one = 1, zero = 0;
+  check_lt(
+      cublas_lt().matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b, &zero, d,
+                         plan.d, d, plan.d, &algo, state.workspace, kLtWorkspaceBytes, nullptr),
+      "matmul");
+}
+
+int cuda_data_type(DType dtype) {
+  switch (dtype) {
+    case DType::Float32:
+      return kCudaR32F;
+    case DType::Float64:
+      return kCudaR64F;
+    case DType::Float16:
+      return kCudaR16F;
+    case DType::BFloat16:
+      return kCudaR16BF;
+    default:
+      throw UnsupportedError(absl::StrCat("cuBLAS gemm of ", dtype_torch_name(dtype)));
+  }
+}
+
+// The plan of a bare product through cuBLASLt, its algorithm the heuristics' first, chosen on
+// first use; the caller holds the lock.
+const LtPlan& lt_bare_plan(LtDevice& state, DType dtype, const GemmOperand& a, const GemmOperand& b,
+                           int64_t n, int64_t k, int64_t m) {
+  const int op_b = b.transposed ? kOpT : kOpN, op_a = a.transposed ? kOpT : kOpN;
+  const LtKey key{cuda_data_type(dtype), op_b, op_a, n, k, m, b.ld, a.ld, kLtEpilogueDefault, true};
+  const bool fresh = state.plans.find(key) == state.plans.end();
+  LtPlan& plan = lt_plan(state, key, a, b);
+  if (fresh) {
+    const std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, plan);
+    plan.ok = !candidates.empty();
+    if (plan.ok) plan.algo = candidates.front();
+  }
+  return plan;
+}
+
+// A bare product through cuBLASLt on `state`'s (current) device, the caller holding the lock;
+// false where cuBLASLt has no algorithm for it (then cublasGemmEx computes it).
+bool lt_gemm_locked(LtDevice& state, DType dtype, const GemmOperand& a, const GemmOperand& b,
+                    void* c, int64_t n, int64_t k, int64_t m) {
+  const LtPlan& plan = lt_bare_plan(state, dtype, a, b, n, k, m);
+  if (!plan.ok) return false;
+  lt_matmul(state, plan, plan.algo, a, b, c);
+  return true;
+}
+
+// Whether cuBLASLt computes bare products of `dtype` with these sizes: the preferred library,
+// loaded, one matrix (batched products stay with cublasGemmStridedBatchedEx), no float64.
+bool bare_product_through_lt(DType dtype, int64_t n, int64_t k, int64_t m, int64_t batches) {
+  const int64_t limit = std::numeric_limits<int>::max();
+  return preferred_blas_library() == BlasBackend::Cublaslt && cublas_lt().ok && batches == 1 &&
+         dtype != DType::Float64 && n > 0 && k > 0 && m > 0 && n <= limit && k <= limit &&
+         m <= limit;
+}
+
+// The index of the first of `candidates` whose result is the bare product (as
+// gemm_strided_batched computes it) followed by the bias add (and relu) in float32, bit for bit,
+// on these operands (split-K or another summation order would show), or nullopt. Run once per
+// problem: the product by both, its first and last rows copied to the host and compared.
+std::optional<size_t> algorithm_with_bare_product_bits(
+    int device, LtDevice& state, const LtPlan& plan, const std::function<void(void*)>& bare_product,
+    std::span<const cublasLtMatmulAlgo_t> candidates, const GemmOperand& a, const GemmOperand& b,
+    const void* bias, bool relu, int64_t n, int64_t k, int64_t m) {
   const int64_t bytes = n * m * static_cast<int64_t>(sizeof(float));
   // The first and the last rows are compared (edge tiles included), so that a big problem's
   // whole product need not cross to the host for each candidate.
@@ -176,10 +317,10 @@ std::optional<cublasLtMatmulAlgo_t> algorithm_with_gemm_ex_bits(
   const int64_t compared = (head + tail) * m;
   void* reference = allocate(device, bytes);
   void* trial = allocate(device, bytes);
-  std::optional<cublasLtMatmulAlgo_t> chosen;
+  std::optional<size_t> chosen;
   try {
     const DriverApi& api = *driver();
-    gemm_strided_batched(device, DType::Float32, a, b, reference, n, k, m, 1);
+    bare_product(reference);
     std::vector<float> want(static_cast<size_t>(compared)), got(want.size());
     std::vector<float> bias_values(static_cast<size_t>(m));
     // The head and the tail rows of a product on the device, into `rows`.
@@ -206,20 +347,16 @@ std::optional<cublasLtMatmulAlgo_t> algorithm_with_gemm_ex_bits(
     const CublasLt& lt = cublas_lt();
     check_lt(lt.desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)), "bias pointer");
     const float one = 1, zero = 0;
-    for (const cublasLtMatmulHeuristicResult_t& candidate : candidates) {
-      if (candidate.state != 0) continue;
+    for (size_t index = 0; index < candidates.size() && !chosen; ++index) {
       if (lt.matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b, &zero, trial,
-                    plan.d, trial, plan.d, &candidate.algo, state.workspace, kLtWorkspaceBytes,
+                    plan.d, trial, plan.d, &candidates[index], state.workspace, kLtWorkspaceBytes,
                     nullptr) != 0)
         continue;
       copy_rows(trial, got);
       bool same = true;
       for (size_t i = 0; same && i < got.size(); ++i)
         same = got[i] == want[i] && std::signbit(got[i]) == std::signbit(want[i]);
-      if (same) {
-        chosen = candidate.algo;
-        break;
-      }
+      if (same) chosen = index;
     }
   } catch (...) {
     release(device, reference, bytes);
@@ -231,105 +368,18 @@ std::optional<cublasLtMatmulAlgo_t> algorithm_with_gemm_ex_bits(
   return chosen;
 }
 
-}  // namespace
-
-bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
-                        const void* bias, bool relu, void* d, int64_t n, int64_t k, int64_t m) {
-  // A float32 product keeps cublasGemmEx's bits, PyTorch's eager matmul's: cuBLASLt's first
-  // choice may sum in another (as exact) order, which Adam amplifies (65 steps of docs/bench's
-  // MLP drifted 2.4e-3 from PyTorch's losses, where cublasGemmEx's bits stay within 1e-7 over
-  // 100). So float32 takes the first candidate with cublasGemmEx's bits, or no epilogue.
-  const bool float32 = dtype == DType::Float32;
-  const int type = dtype == DType::Float16    ? kCudaR16F
-                   : dtype == DType::BFloat16 ? kCudaR16BF
-                   : float32                  ? kCudaR32F
-                                              : -1;
-  if (type < 0 || !cublas_lt().ok || n == 0 || m == 0 || k == 0 ||
-      reinterpret_cast<uintptr_t>(bias) % 16 != 0)
-    return false;
-  const int limit = std::numeric_limits<int>::max();
-  if (n > limit || m > limit || k > limit) return false;
-  static std::mutex mutex;
-  static std::map<int, LtDevice> devices;  // never destroyed: they go with the process
-  std::lock_guard lock(mutex);
-  activate(device);
-  LtDevice& state = devices[device];
-  if (state.handle == nullptr) {
-    check_lt(cublas_lt().create(&state.handle), "create");
-    state.workspace = allocate(device, kLtWorkspaceBytes);
-  }
-  // Column-major D^T (m x n) = B^T (m x k) A^T (k x n), as gemm_strided_batched computes it; the
-  // bias runs down D^T's rows, one value per row, which is what cuBLASLt's bias epilogue adds.
-  const int op_b = b.transposed ? kOpT : kOpN, op_a = a.transposed ? kOpT : kOpN;
-  const auto key = std::make_tuple(type, op_b, op_a, n, k, m, b.ld, a.ld, relu);
-  LtPlan& plan = state.plans[key];
-  if (plan.desc == nullptr) {
-    const CublasLt& lt = cublas_lt();
-    check_lt(lt.desc_create(&plan.desc, kComputeF32, kCudaR32F), "matmul descriptor");
-    check_lt(lt.desc_set(plan.desc, kLtDescTransA, &op_b, sizeof(op_b)), "transa");
-    check_lt(lt.desc_set(plan.desc, kLtDescTransB, &op_a, sizeof(op_a)), "transb");
-    const uint32_t epilogue = relu ? kLtEpilogueReluBias : kLtEpilogueBias;
-    check_lt(lt.desc_set(plan.desc, kLtDescEpilogue, &epilogue, sizeof(epilogue)), "epilogue");
-    check_lt(lt.desc_set(plan.desc, kLtDescBiasDataType, &type, sizeof(type)), "bias type");
-    // Stored as cuBLASLt reads them: B^T is m x k (k x m when stored transposed), A^T k x n.
-    check_lt(lt.layout_create(&plan.a, type, b.transposed ? k : m, b.transposed ? m : k, b.ld),
-             "layout");
-    check_lt(lt.layout_create(&plan.b, type, a.transposed ? n : k, a.transposed ? k : n, a.ld),
-             "layout");
-    check_lt(lt.layout_create(&plan.d, type, m, n, m), "layout");
-    cublasLtMatmulPreference_t preference = nullptr;
-    check_lt(lt.preference_create(&preference), "preference");
-    const uint64_t workspace = kLtWorkspaceBytes;
-    check_lt(lt.preference_set(preference, kLtPrefMaxWorkspaceBytes, &workspace, sizeof(workspace)),
-             "workspace preference");
-    cublasLtMatmulHeuristicResult_t results[kLtCandidates] = {};
-    int found = 0;
-    const cublasStatus_t status =
-        lt.heuristic(state.handle, plan.desc, plan.a, plan.b, plan.d, plan.d, preference,
-                     float32 ? kLtCandidates : 1, results, &found);
-    if (status == 0 && found > 0) {
-      if (float32) {
-        const std::optional<cublasLtMatmulAlgo_t> algo = algorithm_with_gemm_ex_bits(
-            device, state, plan, std::span(results, static_cast<size_t>(found)), a, b, bias, relu,
-            n, k, m);
-        plan.ok = algo.has_value();
-        if (algo) plan.algo = *algo;
-      } else {
-        plan.ok = results[0].state == 0;
-        plan.algo = results[0].algo;
-      }
-    }
-  }
-  if (!plan.ok) return false;
-  const CublasLt& lt = cublas_lt();
-  check_lt(lt.desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)), "bias pointer");
-  const float one = 1, zero = 0;
-  check_lt(lt.matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b, &zero, d,
-                     plan.d, d, plan.d, &plan.algo, state.workspace, kLtWorkspaceBytes, nullptr),
-           "matmul");
-  return true;
+std::atomic<BlasBackend>& blas_backend() {
+  static std::atomic<BlasBackend> backend =
+      env_config().blas_cublaslt ? BlasBackend::Cublaslt : BlasBackend::Cublas;
+  return backend;
 }
 
-void gemm_strided_batched(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
-                          void* c, int64_t n, int64_t k, int64_t m, int64_t batches) {
+// The product by cublasGemmStridedBatchedEx.
+void cublas_gemm(int device, DType dtype, const GemmOperand& a, const GemmOperand& b, void* c,
+                 int64_t n, int64_t k, int64_t m, int64_t batches) {
   if (!cublas().ok)
     throw UnsupportedError("matmul on a GPU needs cuBLAS (libcublas.so.13), which was not found");
-  int type = kCudaR32F;
-  switch (dtype) {
-    case DType::Float32:
-      break;
-    case DType::Float64:
-      type = kCudaR64F;
-      break;
-    case DType::Float16:
-      type = kCudaR16F;
-      break;
-    case DType::BFloat16:
-      type = kCudaR16BF;
-      break;
-    default:
-      throw UnsupportedError(absl::StrCat("cuBLAS gemm of ", dtype_torch_name(dtype)));
-  }
+  const int type = cuda_data_type(dtype);
   activate(device);
   cublasHandle_t h = handle(device);
   // Column-major C^T (m x n) = B^T (m x k) A^T (k x n): a row-major operand is its column-major
@@ -347,6 +397,85 @@ void gemm_strided_batched(int device, DType dtype, const GemmOperand& a, const G
   if (status != 0)
     throw CudaError(absl::StrCat("cuBLAS gemm failed on cuda:", device, " (status ", status,
                                  ", n=", n, " k=", k, " m=", m, " batches=", batches, ")"));
+}
+
+}  // namespace
+
+BlasBackend preferred_blas_library() { return blas_backend().load(); }
+void set_preferred_blas_library(BlasBackend backend) { blas_backend().store(backend); }
+
+void gemm_strided_batched(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
+                          void* c, int64_t n, int64_t k, int64_t m, int64_t batches) {
+  if (bare_product_through_lt(dtype, n, k, m, batches)) {
+    LtState& shared = lt_state();
+    std::lock_guard lock(shared.mutex);
+    activate(device);
+    if (lt_gemm_locked(lt_device(device), dtype, a, b, c, n, k, m)) return;
+  }
+  cublas_gemm(device, dtype, a, b, c, n, k, m, batches);
+}
+
+bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
+                        const void* bias, bool relu, void* d, int64_t n, int64_t k, int64_t m) {
+  const bool float32 = dtype == DType::Float32;
+  if ((!float32 && dtype != DType::Float16 && dtype != DType::BFloat16) || !cublas_lt().ok ||
+      n == 0 || m == 0 || k == 0 || reinterpret_cast<uintptr_t>(bias) % 16 != 0)
+    return false;
+  const int64_t limit = std::numeric_limits<int>::max();
+  if (n > limit || m > limit || k > limit) return false;
+  const int type = cuda_data_type(dtype);
+  const int op_b = b.transposed ? kOpT : kOpN, op_a = a.transposed ? kOpT : kOpN;
+  const bool through_lt = bare_product_through_lt(dtype, n, k, m, 1);
+  const LtKey key{
+      type,      op_b, op_a, n, k, m, b.ld, a.ld, relu ? kLtEpilogueReluBias : kLtEpilogueBias,
+      through_lt};
+  LtState& shared = lt_state();
+  std::lock_guard lock(shared.mutex);
+  activate(device);
+  LtDevice& state = lt_device(device);
+  const bool fresh = state.plans.find(key) == state.plans.end();
+  LtPlan& plan = lt_plan(state, key, a, b);
+  if (fresh && !float32) {
+    const std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, plan);
+    plan.ok = !candidates.empty();
+    if (plan.ok) plan.algo = candidates.front();
+  } else if (fresh) {
+    // A float32 epilogue keeps the bare product's bits (gemm_strided_batched's, whichever
+    // library computes it), so that fused and unfused agree: its algorithm is the first
+    // candidate whose result equals the bare product followed by the bias add (and relu), else
+    // there is none. The bare product's own algorithm, where it takes the epilogue, goes first.
+    auto bare_product = [&](void* out) {
+      if (!through_lt || !lt_gemm_locked(state, dtype, a, b, out, n, k, m))
+        cublas_gemm(device, dtype, a, b, out, n, k, m, 1);
+    };
+    std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, plan);
+    if (through_lt) {
+      const LtPlan& bare = lt_bare_plan(state, dtype, a, b, n, k, m);
+      cublasLtMatmulHeuristicResult_t checked{};
+      if (bare.ok &&
+          cublas_lt().algo_check(state.handle, plan.desc, plan.a, plan.b, plan.d, plan.d,
+                                 &bare.algo, &checked) == 0 &&
+          checked.workspaceSize <= kLtWorkspaceBytes)
+        candidates.insert(candidates.begin(), bare.algo);
+    }
+    const std::optional<size_t> chosen = algorithm_with_bare_product_bits(
+        device, state, plan, bare_product, candidates, a, b, bias, relu, n, k, m);
+    plan.ok = chosen.has_value();
+    if (chosen) plan.algo = candidates[*chosen];
+    if (env_config().debug > 0)
+      std::fprintf(stderr,
+                   "[lazyfuse] cuBLASLt %s epilogue, float32 %lldx%lldx%lld: %s of %zu "
+                   "candidates has the bare product's bits (%s)\n",
+                   relu ? "bias+relu" : "bias", static_cast<long long>(n),
+                   static_cast<long long>(k), static_cast<long long>(m),
+                   chosen ? absl::StrCat("number ", *chosen + 1).c_str() : "none",
+                   candidates.size(), through_lt ? "cuBLASLt" : "cublasGemmEx");
+  }
+  if (!plan.ok) return false;
+  check_lt(cublas_lt().desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)),
+           "bias pointer");
+  lt_matmul(state, plan, plan.algo, a, b, d);
+  return true;
 }
 
 }  // namespace lazyfuse::cuda

@@ -18,20 +18,30 @@ struct GemmOperand {
   int64_t batch_stride = 0;
 };
 
+// The library that computes products on GPUs, as PyTorch's
+// torch.backends.cuda.preferred_blas_library: cuBLASLt (the default) runs one matrix's product
+// as one kernel where it can (an algorithm without split-K, or with split-K reduced in place in
+// a float32 output), and takes a bias and relu as an epilogue; cuBLAS (cublasGemmEx) gives
+// PyTorch eager's float32 bits, its split-K reductions a kernel of their own. Batched products
+// and float64 always go to cuBLAS. LAZYFUSE_BLAS=cublas chooses cuBLAS for the process.
+enum class BlasBackend { Cublas, Cublaslt };
+BlasBackend preferred_blas_library();
+void set_preferred_blas_library(BlasBackend backend);
+
 // Row-major C[b] = A[b] (n x k) * B[b] (k x m) for `batches` matrices, C dense, on GPU
 // `device`. `dtype` is the dtype of A, B and C: float32 and float64 compute in their own type,
-// float16 and bfloat16 accumulate in float32 (cublasGemmStridedBatchedEx). Throws CudaError or
-// UnsupportedError (no cuBLAS).
+// float16 and bfloat16 accumulate in float32 (cuBLASLt or cublasGemmStridedBatchedEx, by
+// preferred_blas_library). Throws CudaError or UnsupportedError (no cuBLAS).
 void gemm_strided_batched(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
                           void* c, int64_t n, int64_t k, int64_t m, int64_t batches);
 
 // Row-major D (n x m) = A (n x k) * B (k x m) + bias, with bias[j] added to every row's
 // column j and then max(0, .) when `relu`, as one cuBLASLt call with a bias epilogue; one matrix,
 // float32, float16 or bfloat16 (the half types accumulating in float32; the bias in `dtype`, at
-// least 16-byte aligned), D dense. In float32 the product has cublasGemmEx's bits: the
-// algorithm is the first of cuBLASLt's candidates that gives them, found once per problem by
-// running both. Returns false, having done nothing, where cuBLASLt or an algorithm for the
-// problem is missing; throws CudaError when a call fails.
+// least 16-byte aligned), D dense. In float32 the result has the bits of gemm_strided_batched
+// followed by the add (and relu): the algorithm is the first of cuBLASLt's candidates that gives
+// them, found once per problem by running both. Returns false, having done nothing, where cuBLASLt
+// or an algorithm for the problem is missing; throws CudaError when a call fails.
 bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
                         const void* bias, bool relu, void* d, int64_t n, int64_t k, int64_t m);
 

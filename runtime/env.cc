@@ -36,6 +36,8 @@ EnvConfig& mutable_env_config() {
     if (const char* sync = std::getenv("LAZYFUSE_SYNC")) c.sync = std::string_view(sync) == "1";
     if (const char* fast = std::getenv("LAZYFUSE_FAST_MATH"))
       c.fast_math = std::string_view(fast) == "1";
+    if (const char* blas = std::getenv("LAZYFUSE_BLAS"))
+      c.blas_cublaslt = std::string_view(blas) == "cublaslt";
     if (const char* cache = std::getenv("LAZYFUSE_CACHE_DIR")) {
       c.cache_dir = cache;
     } else if (const char* home = std::getenv("HOME")) {

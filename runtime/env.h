@@ -17,6 +17,7 @@ struct EnvConfig {
   bool sync = false;           // LAZYFUSE_SYNC=1: wait for each kernel, so errors name it
   std::string cache_dir;       // LAZYFUSE_CACHE_DIR (default ~/.cache/lazyfuse; "" disables)
   bool fast_math = false;      // LAZYFUSE_FAST_MATH=1: hardware approximations on the GPU
+  bool blas_cublaslt = false;  // LAZYFUSE_BLAS=cublaslt: products by cuBLASLt (runtime/cublas.h)
   // LAZYFUSE_BLOCKS_PER_SM: a cap on an elementwise kernel's grid, in blocks per
   // multiprocessor (each thread loops over the rest); 0, the default: no cap, a thread per
   // element or vector, which measured fastest on the H200 (docs/benchmarks.md).

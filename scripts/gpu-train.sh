@@ -3,7 +3,9 @@
 # lazyfuse against PyTorch from the same initial parameters and batches (float64 and float32,
 # bench/train_compare.py); then the step time of lazyfuse_train_bench and of the peers
 # (bench/train_peers.py) at batch 32 and 1024, float32 and bfloat16. Everything goes to
-# $OUT/train.log (default gpu-logs/). Carry a bundle with lazyfuse_train_bench
+# $OUT/train.log (default gpu-logs/). Last, where ncu exists, the kernels a lazyfuse step runs as
+# the GPU sees them (cuBLAS's own kernels counted one by one, unlike the benchmark's launches),
+# from the difference between ncu's kernel counts over 2 and 4 steps. Carry a bundle with lazyfuse_train_bench
 # (scripts/gpu-bundle.sh build lazyfuse_train_bench ...).
 # Usage: scripts/gpu-train.sh [BATCHES [DTYPES [PEERS]]]
 set -uo pipefail
@@ -33,5 +35,19 @@ log="$out/train.log"
       python3 bench/train_peers.py --dtype=$dtype --batch=$batch --peers=$peers
     done
   done
+  if command -v ncu > /dev/null; then
+    for batch in ${batches//,/ }; do
+      for dtype in ${dtypes//,/ }; do
+        kernels() {
+          ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+            $bin/lazyfuse_train_bench --device=cuda:0 --dtype=$dtype --batch=$batch \
+            --steps=$1 --warmup=1 2> /dev/null | grep -c '"gpu__time_duration.sum"'
+        }
+        two=$(kernels 2)
+        four=$(kernels 4)
+        echo "ncu: batch $batch $dtype: $(((four - two) / 2)) kernels a step ($two over 2 steps, $four over 4)"
+      done
+    done
+  fi
 } > "$log" 2>&1
 cat "$log"

@@ -338,55 +338,75 @@ TEST_F(Cuda, GroupOfReductionsAndUpdatesMatchesTheCpu) {
   expect_one_group_each_round([&] { return outputs(ga, gb, gc, gd, ge); }, want, 3);
 }
 
+// The preferred BLAS library for one scope.
+class BlasBackendGuard {
+ public:
+  explicit BlasBackendGuard(cuda::BlasBackend backend) : saved_(cuda::preferred_blas_library()) {
+    cuda::set_preferred_blas_library(backend);
+  }
+  ~BlasBackendGuard() { cuda::set_preferred_blas_library(saved_); }
+
+ private:
+  cuda::BlasBackend saved_;
+};
+
 // A matmul's bias and relu (fusion's epilogue) are one cuBLASLt call in bfloat16 and float16,
 // whatever the weight's layout (nn::Linear's transposed view, or a plain matrix), and in float32
-// with cublasGemmEx's bits; a float64 product, or a bias that is not 16-byte aligned, takes the
-// product and one elementwise kernel. Every result against the CPU.
+// with the bare product's bits (cublasGemmEx's or cuBLASLt's, by the preferred library; with
+// cuBLASLt's, the product's own algorithm takes the epilogue); a float64 product, or a bias that
+// is not 16-byte aligned, takes the product and one elementwise kernel. Every result against the
+// CPU.
 TEST_F(Cuda, MatmulBiasAndReluAreOneLaunch) {
-  for (DType dtype : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
-    for (bool transposed : {true, false}) {
-      for (bool relu : {true, false}) {
-        for (bool aligned : {true, false}) {
-          SCOPED_TRACE(testing::Message() << dtype_torch_name(dtype) << " transposed " << transposed
-                                          << " relu " << relu << " aligned " << aligned);
-          const int64_t n = 33, k = 70, m = 129;
-          Tensor x = from_vector(random_values(n * k, -1, 1, 61), {n, k}, dtype);
-          // nn::Linear's weight is [m, k], read as its transposed view.
-          Tensor weight = transposed ? from_vector(random_values(m * k, -1, 1, 62), {m, k}, dtype)
-                                     : from_vector(random_values(k * m, -1, 1, 62), {k, m}, dtype);
-          Tensor w = transposed ? weight.t() : weight;
-          // The bias as a view one element into a buffer, on the GPU: not 16-byte aligned.
-          Tensor bias_buffer = from_vector(random_values(m + 1, -1, 1, 63), {m + 1}, dtype);
-          const int64_t start = aligned ? 0 : 1;
-          Tensor b = bias_buffer.narrow(0, start, m);
-          auto layer = [&](const Tensor& x, const Tensor& w, const Tensor& b) {
-            Tensor y = x.matmul(w) + b;
-            return relu ? y.relu() : y;
-          };
-          Tensor gx = x.to("cuda"), gweight = weight.to("cuda");
-          Tensor gw = transposed ? gweight.t() : gweight;
-          Tensor gb = bias_buffer.to("cuda").narrow(0, start, m);
-          eval({gx, gweight, gb});
-          reset_eval_stats();
-          Tensor got = layer(gx, gw, gb);
-          eval(got);
-          const bool half = dtype == kBFloat16 || dtype == kFloat16;
-          if (half || !aligned || dtype == kFloat64)
-            EXPECT_EQ(eval_stats().launches, half && aligned ? 1 : 2);
-          if (dtype == kFloat32) {
-            // One call where a cuBLASLt algorithm gives cublasGemmEx's bits, two where none
-            // does: the same bits either way, those of the product and the epilogue apart.
-            Tensor apart = layer(gx, gw, gb);
-            eval({apart}, EvalOptions{.fusion = false});
-            EXPECT_EQ(got.to_vector<float>(), apart.to_vector<float>());
+  for (cuda::BlasBackend backend : {cuda::BlasBackend::Cublas, cuda::BlasBackend::Cublaslt})
+    for (DType dtype : {kFloat32, kBFloat16, kFloat16, kFloat64}) {
+      BlasBackendGuard blas(backend);
+      for (bool transposed : {true, false}) {
+        for (bool relu : {true, false}) {
+          for (bool aligned : {true, false}) {
+            SCOPED_TRACE(testing::Message()
+                         << dtype_torch_name(dtype) << " transposed " << transposed << " relu "
+                         << relu << " aligned " << aligned << " cuBLASLt "
+                         << (backend == cuda::BlasBackend::Cublaslt));
+            const int64_t n = 33, k = 70, m = 129;
+            Tensor x = from_vector(random_values(n * k, -1, 1, 61), {n, k}, dtype);
+            // nn::Linear's weight is [m, k], read as its transposed view.
+            Tensor weight = transposed
+                                ? from_vector(random_values(m * k, -1, 1, 62), {m, k}, dtype)
+                                : from_vector(random_values(k * m, -1, 1, 62), {k, m}, dtype);
+            Tensor w = transposed ? weight.t() : weight;
+            // The bias as a view one element into a buffer, on the GPU: not 16-byte aligned.
+            Tensor bias_buffer = from_vector(random_values(m + 1, -1, 1, 63), {m + 1}, dtype);
+            const int64_t start = aligned ? 0 : 1;
+            Tensor b = bias_buffer.narrow(0, start, m);
+            auto layer = [&](const Tensor& x, const Tensor& w, const Tensor& b) {
+              Tensor y = x.matmul(w) + b;
+              return relu ? y.relu() : y;
+            };
+            Tensor gx = x.to("cuda"), gweight = weight.to("cuda");
+            Tensor gw = transposed ? gweight.t() : gweight;
+            Tensor gb = bias_buffer.to("cuda").narrow(0, start, m);
+            eval({gx, gweight, gb});
+            reset_eval_stats();
+            Tensor got = layer(gx, gw, gb);
+            eval(got);
+            const bool half = dtype == kBFloat16 || dtype == kFloat16;
+            const bool lt_float32 = dtype == kFloat32 && backend == cuda::BlasBackend::Cublaslt;
+            if (half || lt_float32 || !aligned || dtype == kFloat64)
+              EXPECT_EQ(eval_stats().launches, (half || lt_float32) && aligned ? 1 : 2);
+            if (dtype == kFloat32) {
+              // One call where a cuBLASLt algorithm gives cublasGemmEx's bits, two where none
+              // does: the same bits either way, those of the product and the epilogue apart.
+              Tensor apart = layer(gx, gw, gb);
+              eval({apart}, EvalOptions{.fusion = false});
+              EXPECT_EQ(got.to_vector<float>(), apart.to_vector<float>());
+            }
+            const double tolerance = dtype == kFloat32 || dtype == kFloat64 ? 1e-5 : 3e-2;
+            expect_close(got.to_vector<double>(), layer(x, w, b).to_vector<double>(), tolerance,
+                         tolerance);
           }
-          const double tolerance = dtype == kFloat32 || dtype == kFloat64 ? 1e-5 : 3e-2;
-          expect_close(got.to_vector<double>(), layer(x, w, b).to_vector<double>(), tolerance,
-                       tolerance);
         }
       }
     }
-  }
 }
 
 // Reductions with fused work in one launch: norms of tensors of every size, one of several
@@ -762,6 +782,8 @@ void expect_matmul_layouts_match_the_cpu(std::initializer_list<DType> dtypes) {
 
 TEST_F(Cuda, MatmulReadsEveryOperandLayout) {
   expect_matmul_layouts_match_the_cpu({kFloat32, kFloat64, kInt64});
+  BlasBackendGuard blas(cuda::BlasBackend::Cublaslt);
+  expect_matmul_layouts_match_the_cpu({kFloat32});
 }
 
 // Apart from the others for compute-sanitizer's initcheck, which reports the reads that follow
@@ -769,6 +791,8 @@ TEST_F(Cuda, MatmulReadsEveryOperandLayout) {
 // here, NaN-filled memory underneath (scripts/gpu-check.sh leaves this test out of initcheck
 // only; docs/gpu-results.md).
 TEST_F(Cuda, HalfMatmulReadsEveryOperandLayout) {
+  expect_matmul_layouts_match_the_cpu({kBFloat16, kFloat16});
+  BlasBackendGuard blas(cuda::BlasBackend::Cublaslt);
   expect_matmul_layouts_match_the_cpu({kBFloat16, kFloat16});
 }
 

@@ -11,6 +11,7 @@
 #include "ir/device.h"
 #include "ir/dtype.h"
 #include "ir/errors.h"
+#include "runtime/cublas.h"
 #include "runtime/cuda_memory.h"
 #include "runtime/devices.h"
 #include "runtime/storage.h"
