@@ -5,7 +5,7 @@
 # (bench/train_peers.py) at batch 32 and 1024, float32 and bfloat16. Everything goes to
 # $OUT/train.log (default gpu-logs/). Last, where ncu exists, the kernels a lazyfuse step runs as
 # the GPU sees them (cuBLAS's own kernels counted one by one, unlike the benchmark's launches),
-# from the difference between ncu's kernel counts over 2 and 4 steps. Carry a bundle with lazyfuse_train_bench
+# with their names (bench/ncu_kernels_per_step.py). Carry a bundle with lazyfuse_train_bench
 # (scripts/gpu-bundle.sh build lazyfuse_train_bench ...).
 # Usage: scripts/gpu-train.sh [BATCHES [DTYPES [PEERS]]]
 set -uo pipefail
@@ -38,14 +38,8 @@ log="$out/train.log"
   if command -v ncu > /dev/null; then
     for batch in ${batches//,/ }; do
       for dtype in ${dtypes//,/ }; do
-        kernels() {
-          ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-            $bin/lazyfuse_train_bench --device=cuda:0 --dtype=$dtype --batch=$batch \
-            --steps=$1 --warmup=1 2> /dev/null | grep -c '"gpu__time_duration.sum"'
-        }
-        two=$(kernels 2)
-        four=$(kernels 4)
-        echo "ncu: batch $batch $dtype: $(((four - two) / 2)) kernels a step ($two over 2 steps, $four over 4)"
+        python3 bench/ncu_kernels_per_step.py $bin/lazyfuse_train_bench --device=cuda:0 \
+          --dtype=$dtype --batch=$batch
       done
     done
   fi
