@@ -1,12 +1,19 @@
-// Where the host time of one evaluation goes: `(z + 2).exp() * y` on a few elements, split into
-// writing the expression (frontend), building the graph from pending values, running the pass
-// pipeline, and the whole evaluation. Google Benchmark; runs on the CPU (no GPU needed), or on
-// a GPU with --device=cuda:0 for the whole evaluation.
+// Where the host time of an evaluation goes. First `(z + 2).exp() * y` on a few elements, split
+// into writing the expression (frontend), building the graph from pending values, running the
+// pass pipeline, and the whole evaluation; then whole graphs users run in a loop (an MLP's
+// forward, a training step, a 64-op elementwise graph), each iteration synchronized, with the
+// evaluation's phases (runtime/host_profile.h) as counters in microseconds per iteration:
+// frontend (writing the expressions, autograd and the optimizer included), walk, lookup,
+// passes, run and within it allocate, library (cuBLAS), launch, transfer (reading a result
+// back, which waits for the device), and finish; with nodes, kernels and launches per
+// iteration. Google Benchmark; runs on the CPU (no GPU needed), or on a GPU with
+// --device=cuda:0.
 //
 //   build/bin/lazyfuse_host_bench [--benchmark_filter=...] [--device=cuda:0]
 #include <benchmark/benchmark.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -17,6 +24,7 @@
 #include "ir/passes/passes.h"
 #include "lazyfuse/lazyfuse.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/host_profile.h"
 #include "runtime/lazy.h"
 
 // Every heap allocation through operator new is counted: allocations are much of the host cost,
@@ -165,6 +173,135 @@ void BM_EvaluateOneElement(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_EvaluateOneElement);
+
+// Waits for the device's work, as a loop that reads its results would.
+void synchronize() {
+  const Device device(device_name);
+  if (device.is_cuda()) cuda::check(cuda::driver()->cuCtxSynchronize(), "cuCtxSynchronize");
+}
+
+// Runs `iteration` under the host profile and reports each phase in microseconds per iteration,
+// with the evaluations' nodes, kernels and launches, and the wall time per launch.
+template <typename Iteration>
+void profile_iterations(benchmark::State& state, Iteration iteration) {
+  iteration();  // the first evaluation runs the passes and compiles the kernels
+  synchronize();
+  reset_eval_stats();
+  reset_host_profile();
+  set_host_profiling(true);
+  int64_t wall_ns = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    iteration();
+    synchronize();
+    wall_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   std::chrono::steady_clock::now() - start)
+                   .count();
+  }
+  set_host_profiling(false);
+  const HostProfile profile = host_profile();
+  const EvalStats stats = eval_stats();
+  const double iterations = static_cast<double>(state.iterations());
+  int64_t evaluation_ns = 0;
+  for (HostPhase phase :
+       {HostPhase::Walk, HostPhase::Lookup, HostPhase::Passes, HostPhase::Run, HostPhase::Finish})
+    evaluation_ns += profile.nanoseconds[static_cast<int>(phase)];
+  auto per_iteration_us = [&](int64_t ns) { return static_cast<double>(ns) / 1e3 / iterations; };
+  state.counters["frontend_us"] = per_iteration_us(wall_ns - evaluation_ns);
+  for (int p = 0; p < kHostPhases; ++p)
+    state.counters[std::string(host_phase_name(static_cast<HostPhase>(p))) + "_us"] =
+        per_iteration_us(profile.nanoseconds[p]);
+  state.counters["evaluations"] = static_cast<double>(stats.evaluations) / iterations;
+  state.counters["nodes"] = static_cast<double>(stats.nodes) / iterations;
+  state.counters["kernels"] = static_cast<double>(stats.kernels) / iterations;
+  state.counters["launches"] = static_cast<double>(stats.launches) / iterations;
+  state.counters["us_per_launch"] =
+      stats.launches > 0 ? per_iteration_us(wall_ns) * iterations / stats.launches : 0;
+}
+
+// An MLP's forward (nn::Linear + relu layers), evaluated and synchronized once per pass.
+// Arguments: layers, width, batch.
+void BM_MlpForward(benchmark::State& state) {
+  const int64_t layers = state.range(0), width = state.range(1), batch = state.range(2);
+  manual_seed(0);
+  nn::Sequential net;
+  for (int64_t i = 0; i < layers; ++i) {
+    net.push_back(std::make_shared<nn::Linear>(width, width));
+    net.push_back(std::make_shared<nn::ReLU>());
+  }
+  net.to(Device(device_name));
+  Tensor x = randn({batch, width}, TensorOptions().device(Device(device_name)));
+  eval(x);
+  NoGradGuard no_grad;
+  profile_iterations(state, [&] { eval(net(x)); });
+}
+BENCHMARK(BM_MlpForward)
+    ->Args({8, 512, 64})
+    ->Args({4, 256, 64})
+    ->Args({16, 1024, 32})
+    ->Unit(benchmark::kMicrosecond);
+
+// The training issue's step: 4 x (Linear 1024 + ReLU), a 10-class head, cross-entropy, Adam,
+// the loss read back. Argument: batch.
+void BM_TrainStep(benchmark::State& state) {
+  const int64_t batch = state.range(0), width = 1024, classes = 10;
+  manual_seed(0);
+  nn::Sequential net;
+  for (int64_t i = 0; i < 4; ++i) {
+    net.push_back(std::make_shared<nn::Linear>(width, width));
+    net.push_back(std::make_shared<nn::ReLU>());
+  }
+  net.push_back(std::make_shared<nn::Linear>(width, classes));
+  net.to(Device(device_name));
+  optim::Adam optimizer(net.parameters(), optim::AdamOptions(1e-3));
+  Tensor x = randn({batch, width}, TensorOptions().device(Device(device_name)));
+  Tensor y = (rand({batch}, TensorOptions().device(Device(device_name))) * classes)
+                 .to(kInt64)
+                 .clamp_max(classes - 1);
+  eval({x, y});
+  profile_iterations(state, [&] {
+    optimizer.zero_grad();
+    Tensor loss = nn::functional::cross_entropy(net(x), y);
+    loss.backward();
+    optimizer.step();
+    benchmark::DoNotOptimize(loss.item<double>());
+  });
+}
+BENCHMARK(BM_TrainStep)->Arg(32)->Unit(benchmark::kMicrosecond);
+
+// 64 ops over 4096 elements in four stretches of 16, each ending in a sum over rows or columns
+// (alternately) that the next one reads broadcast: four kernels, one evaluation.
+void BM_Elementwise64(benchmark::State& state) {
+  Tensor a = rand({64, 64}, Device(device_name)), b = rand({64, 64}, Device(device_name));
+  eval({a, b});
+  profile_iterations(state, [&] {
+    Tensor t = a;
+    for (int stretch = 0; stretch < 4; ++stretch) {
+      for (int i = 0; i < 15; ++i) {
+        switch (i % 5) {
+          case 0:
+            t = t * b;
+            break;
+          case 1:
+            t = t + 0.5;
+            break;
+          case 2:
+            t = t.tanh();
+            break;
+          case 3:
+            t = t - b;
+            break;
+          default:
+            t = t.sigmoid();
+            break;
+        }
+      }
+      t = t + t.sum({stretch % 2}, /*keepdim=*/true);
+    }
+    eval(t);
+  });
+}
+BENCHMARK(BM_Elementwise64)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -21,6 +21,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_memory.h"
 #include "runtime/env.h"
+#include "runtime/host_profile.h"
 #include "runtime/kernel_cache.h"
 
 namespace lazyfuse {
@@ -54,6 +55,7 @@ void launch(cuda::CUfunction function, int64_t blocks, unsigned threads, KernelA
   if (blocks == 0) return;
   count_launch();
   void* params[] = {args.data()};
+  ScopedHostPhase phase(HostPhase::Launch);
   cuda::check(cuda::driver()->cuLaunchKernel(function, static_cast<unsigned>(blocks), 1, 1, threads,
                                              1, 1, 0, nullptr, params, nullptr),
               "cuLaunchKernel");
@@ -835,6 +837,7 @@ BufferView run_matmul(const Node& node, const BufferView& a, const BufferView& b
   const cuda::GemmOperand b_operand = operand(b, shapes.b_full, shapes.b_strides, b_staged);
   BufferView c = allocate_buffer(node.device, work, node.shape);
   count_launch();
+  ScopedHostPhase phase(HostPhase::Library);
   cuda::gemm_strided_batched(device, work, a_operand, b_operand, c.data(), shapes.n, shapes.k,
                              shapes.m, shapes.batches);
   return work == node.dtype ? c : cuda_convert(c, node.dtype);
@@ -1019,6 +1022,7 @@ bool run_matmul_with_epilogue(const Graph& graph, const MatmulEpilogue& epilogue
   if (!a_operand || !b_operand) return false;
   const ValueId result = epilogue.elementwise.outputs.at(0);
   BufferView d = allocate_buffer(matmul.device, matmul.dtype, matmul.shape);
+  ScopedHostPhase phase(HostPhase::Library);
   if (!cuda::gemm_bias_epilogue(matmul.device.index(), matmul.dtype, *a_operand, *b_operand,
                                 bias.data(), epilogue.relu, d.data(), a.shape[0], a.shape[1],
                                 b.shape[1]))
@@ -1108,6 +1112,7 @@ class CudaBackend final : public Backend {
   }
   void copy(const void* source, const Device& from, void* target, const Device& to,
             size_t bytes) override {
+    ScopedHostPhase phase(HostPhase::Transfer);
     const cuda::DriverApi* api = cuda::driver();
     if (from.is_cpu()) {
       cuda::activate(to.index());

@@ -17,6 +17,7 @@
 #include "ir/passes/passes.h"
 #include "runtime/env.h"
 #include "runtime/executor.h"
+#include "runtime/host_profile.h"
 
 namespace lazyfuse {
 
@@ -253,19 +254,25 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   const EnvConfig& env = env_config();
   std::chrono::steady_clock::time_point started;
   if (env.debug >= 1) started = std::chrono::steady_clock::now();
-  const Walk walk = walk_pending(pending);
+  const Walk walk = [&] {
+    ScopedHostPhase phase(HostPhase::Walk);
+    return walk_pending(pending);
+  }();
   const bool fusion = options.fusion && env.fusion;
   const bool dumping = env.dump_ir || env.dump_fusion;
   const size_t num_nodes = walk.params.size() + walk.pending.size();
   const bool cacheable = !dumping && num_nodes <= kScheduleCacheMaxNodes;
-  const uint64_t key = cacheable ? hash_walk(walk, pending, fusion) : 0;
   std::shared_ptr<CachedSchedule> cached;
+  uint64_t key = 0;
   if (cacheable) {
+    ScopedHostPhase phase(HostPhase::Lookup);
+    key = hash_walk(walk, pending, fusion);
     auto it = schedule_cache.find(key);
     if (it != schedule_cache.end() && walk_matches(walk, pending, it->second->graph))
       cached = it->second;
   }
   if (cached == nullptr) {
+    ScopedHostPhase phase(HostPhase::Passes);
     auto made = std::make_shared<CachedSchedule>();
     made->graph = walk_to_graph(walk, pending);
     PipelineOptions pipeline;
@@ -296,10 +303,14 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   ValueBuffers values(schedule.graph.nodes.size());
   for (size_t i = 0; i < walk.params.size(); ++i) values[i] = *walk.params[i]->buffer;
   const int64_t launches_before = launches_started();
-  run_schedule(schedule, values, cacheable ? &cached->step_caches : nullptr);
+  {
+    ScopedHostPhase phase(HostPhase::Run);
+    run_schedule(schedule, values, cacheable ? &cached->step_caches : nullptr);
+  }
   const int64_t launches = launches_started() - launches_before;
 
   // Only now, with every result in hand, do values change: a failure above loses nothing.
+  ScopedHostPhase finish(HostPhase::Finish);
   for (size_t i = 0; i < pending.size(); ++i) {
     ValueId id = schedule.graph.outputs[i];
     BufferView buffer = *values[id];
@@ -309,6 +320,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
     pending[i]->pending_nodes = 0;
   }
   ++stats.evaluations;
+  stats.nodes += static_cast<int64_t>(schedule.graph.nodes.size());
   stats.kernels += schedule.num_kernels();
   stats.launches += launches;
   for (const Step& step : schedule.steps)

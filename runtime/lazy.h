@@ -62,6 +62,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options = {})
 // Counters of what evaluation did, for tests that state kernel counts and for LAZYFUSE_DEBUG.
 struct EvalStats {
   int64_t evaluations = 0;
+  int64_t nodes = 0;    // the evaluated graphs' nodes, params included
   int64_t kernels = 0;  // Schedule::num_kernels() summed: no views, no transfers
   // What the backends started running them (count_launch in runtime/backend.h): on a GPU, kernel
   // launches and library calls, copies that stage operands included.

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "ir/errors.h"
 #include "runtime/backend.h"
+#include "runtime/host_profile.h"
 
 namespace lazyfuse {
 namespace {
@@ -57,6 +58,7 @@ bool BufferView::is_contiguous() const {
 }
 
 BufferView allocate_buffer(const Device& device, DType dtype, const Shape& shape) {
+  ScopedHostPhase phase(HostPhase::Allocate);
   BufferView view;
   view.storage = Storage::allocate(device, numel(shape) * dtype_size(dtype));
   view.shape = shape;
