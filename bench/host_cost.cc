@@ -5,8 +5,8 @@
 // evaluation's phases (runtime/host_profile.h) as counters in microseconds per iteration:
 // frontend (writing the expressions, autograd and the optimizer included), walk, lookup,
 // passes, run and within it allocate, library (cuBLAS), launch, transfer (reading a result
-// back, which waits for the device), and finish; with nodes, kernels and launches per
-// iteration. Google Benchmark; runs on the CPU (no GPU needed), or on a GPU with
+// back, which waits for the device), and finish; then wait (for the device, after the
+// iteration's work was issued); with nodes, kernels and launches per iteration. Google Benchmark; runs on the CPU (no GPU needed), or on a GPU with
 // --device=cuda:0.
 //
 //   build/bin/lazyfuse_host_bench [--benchmark_filter=...] [--device=cuda:0]
@@ -184,19 +184,22 @@ void synchronize() {
 // with the evaluations' nodes, kernels and launches, and the wall time per launch.
 template <typename Iteration>
 void profile_iterations(benchmark::State& state, Iteration iteration) {
-  iteration();  // the first evaluation runs the passes and compiles the kernels
+  // The first evaluations run the passes and compile the kernels (a training step's first two
+  // differ: the first finds no gradients to accumulate into).
+  for (int warmup = 0; warmup < 3; ++warmup) iteration();
   synchronize();
   reset_eval_stats();
   reset_host_profile();
   set_host_profiling(true);
-  int64_t wall_ns = 0;
+  int64_t wall_ns = 0, wait_ns = 0;
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
     iteration();
+    const auto issued = std::chrono::steady_clock::now();
     synchronize();
-    wall_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   std::chrono::steady_clock::now() - start)
-                   .count();
+    const auto end = std::chrono::steady_clock::now();
+    wall_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+    wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(end - issued).count();
   }
   set_host_profiling(false);
   const HostProfile profile = host_profile();
@@ -207,7 +210,8 @@ void profile_iterations(benchmark::State& state, Iteration iteration) {
        {HostPhase::Walk, HostPhase::Lookup, HostPhase::Passes, HostPhase::Run, HostPhase::Finish})
     evaluation_ns += profile.nanoseconds[static_cast<int>(phase)];
   auto per_iteration_us = [&](int64_t ns) { return static_cast<double>(ns) / 1e3 / iterations; };
-  state.counters["frontend_us"] = per_iteration_us(wall_ns - evaluation_ns);
+  state.counters["frontend_us"] = per_iteration_us(wall_ns - wait_ns - evaluation_ns);
+  state.counters["wait_us"] = per_iteration_us(wait_ns);
   for (int p = 0; p < kHostPhases; ++p)
     state.counters[std::string(host_phase_name(static_cast<HostPhase>(p))) + "_us"] =
         per_iteration_us(profile.nanoseconds[p]);
@@ -242,9 +246,10 @@ BENCHMARK(BM_MlpForward)
     ->Unit(benchmark::kMicrosecond);
 
 // The training issue's step: 4 x (Linear 1024 + ReLU), a 10-class head, cross-entropy, Adam,
-// the loss read back. Argument: batch.
+// the loss read back; and the same at width 16, where the host is nearly all of it. Arguments:
+// batch, width.
 void BM_TrainStep(benchmark::State& state) {
-  const int64_t batch = state.range(0), width = 1024, classes = 10;
+  const int64_t batch = state.range(0), width = state.range(1), classes = 10;
   manual_seed(0);
   nn::Sequential net;
   for (int64_t i = 0; i < 4; ++i) {
@@ -267,7 +272,7 @@ void BM_TrainStep(benchmark::State& state) {
     benchmark::DoNotOptimize(loss.item<double>());
   });
 }
-BENCHMARK(BM_TrainStep)->Arg(32)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_TrainStep)->Args({32, 1024})->Args({8, 16})->Unit(benchmark::kMicrosecond);
 
 // 64 ops over 4096 elements in four stretches of 16, each ending in a sum over rows or columns
 // (alternately) that the next one reads broadcast: four kernels, one evaluation.
