@@ -98,7 +98,8 @@ struct cublasLtMatmulHeuristicResult_t {
 constexpr int kLtDescTransA = 3, kLtDescTransB = 4, kLtDescEpilogue = 7, kLtDescBiasPointer = 8,
               kLtDescBiasDataType = 26;
 constexpr uint32_t kLtEpilogueDefault = 1, kLtEpilogueBias = 4, kLtEpilogueReluBias = 2 | 4;
-constexpr int kLtPrefMaxWorkspaceBytes = 1;
+constexpr int kLtPrefMaxWorkspaceBytes = 1, kLtPrefMinAlignmentA = 5, kLtPrefMinAlignmentB = 6,
+              kLtPrefMinAlignmentC = 7, kLtPrefMinAlignmentD = 8;
 // The workspace each device's cuBLASLt calls may use: what the heuristics ask for the shapes
 // of a training step's layers, allocated once per device.
 constexpr size_t kLtWorkspaceBytes = 4 << 20;
@@ -165,10 +166,42 @@ struct LtPlan {
 };
 
 // A problem: the cudaDataType, the ops of B^T and A^T, n, k, m, the leading dimensions of B and
-// A, the epilogue (kLtEpilogueDefault for the bare product), and whether the bare product is
-// cuBLASLt's (a float32 epilogue's algorithm reproduces the bare product's bits).
-using LtKey =
-    std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, bool>;
+// A, the epilogue (kLtEpilogueDefault for the bare product), whether the bare product is
+// cuBLASLt's (a float32 epilogue's algorithm reproduces the bare product's bits), and the byte
+// alignment of B's, A's and D's addresses (up to 256): the heuristics assume 256 unless told,
+// and an algorithm chosen for aligned operands refuses a view that starts a few elements in.
+struct LtKey {
+  int type, op_b, op_a;
+  int64_t n, k, m, b_ld, a_ld;
+  uint32_t epilogue;
+  bool bare_through_lt;
+  uint32_t b_alignment, a_alignment, d_alignment;
+  auto operator<=>(const LtKey&) const = default;
+};
+
+uint32_t alignment(const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  return address == 0 ? 256 : static_cast<uint32_t>(std::min<uintptr_t>(address & -address, 256));
+}
+
+int cuda_data_type(DType dtype);
+
+LtKey lt_key(DType dtype, const GemmOperand& a, const GemmOperand& b, const void* d, int64_t n,
+             int64_t k, int64_t m, uint32_t epilogue, bool bare_through_lt) {
+  return LtKey{cuda_data_type(dtype),
+               b.transposed ? kOpT : kOpN,
+               a.transposed ? kOpT : kOpN,
+               n,
+               k,
+               m,
+               b.ld,
+               a.ld,
+               epilogue,
+               bare_through_lt,
+               alignment(b.data),
+               alignment(a.data),
+               alignment(d)};
+}
 
 struct LtDevice {
   cublasLtHandle_t handle = nullptr;
@@ -196,7 +229,8 @@ constexpr int kLtCandidates = 32;
 LtPlan& lt_plan(LtDevice& state, const LtKey& key, const GemmOperand& a, const GemmOperand& b) {
   LtPlan& plan = state.plans[key];
   if (plan.desc != nullptr) return plan;
-  const auto [type, op_b, op_a, n, k, m, b_ld, a_ld, epilogue, bare_through_lt] = key;
+  const auto [type, op_b, op_a, n, k, m, b_ld, a_ld, epilogue, bare_through_lt, b_alignment,
+              a_alignment, d_alignment] = key;
   const CublasLt& lt = cublas_lt();
   check_lt(lt.desc_create(&plan.desc, kComputeF32, kCudaR32F), "matmul descriptor");
   check_lt(lt.desc_set(plan.desc, kLtDescTransA, &op_b, sizeof(op_b)), "transa");
@@ -214,13 +248,21 @@ LtPlan& lt_plan(LtDevice& state, const LtKey& key, const GemmOperand& a, const G
 }
 
 // The algorithms the heuristics offer for `plan` that fit the workspace, best first.
-std::vector<cublasLtMatmulAlgo_t> lt_candidates(LtDevice& state, const LtPlan& plan) {
+std::vector<cublasLtMatmulAlgo_t> lt_candidates(LtDevice& state, const LtKey& key,
+                                                const LtPlan& plan) {
   const CublasLt& lt = cublas_lt();
   cublasLtMatmulPreference_t preference = nullptr;
   check_lt(lt.preference_create(&preference), "preference");
   const uint64_t workspace = kLtWorkspaceBytes;
   check_lt(lt.preference_set(preference, kLtPrefMaxWorkspaceBytes, &workspace, sizeof(workspace)),
            "workspace preference");
+  // cuBLASLt's A is B^T, its B is A^T, its C and D are D^T.
+  for (const auto [attribute, bytes] : {std::pair{kLtPrefMinAlignmentA, key.b_alignment},
+                                        std::pair{kLtPrefMinAlignmentB, key.a_alignment},
+                                        std::pair{kLtPrefMinAlignmentC, key.d_alignment},
+                                        std::pair{kLtPrefMinAlignmentD, key.d_alignment}})
+    check_lt(lt.preference_set(preference, attribute, &bytes, sizeof(bytes)),
+             "alignment preference");
   cublasLtMatmulHeuristicResult_t results[kLtCandidates] = {};
   int found = 0;
   const cublasStatus_t status = lt.heuristic(state.handle, plan.desc, plan.a, plan.b, plan.d,
@@ -270,13 +312,12 @@ int cuda_data_type(DType dtype) {
 // The plan of a bare product through cuBLASLt, its algorithm the heuristics' first, chosen on
 // first use; the caller holds the lock.
 const LtPlan& lt_bare_plan(LtDevice& state, DType dtype, const GemmOperand& a, const GemmOperand& b,
-                           int64_t n, int64_t k, int64_t m) {
-  const int op_b = b.transposed ? kOpT : kOpN, op_a = a.transposed ? kOpT : kOpN;
-  const LtKey key{cuda_data_type(dtype), op_b, op_a, n, k, m, b.ld, a.ld, kLtEpilogueDefault, true};
+                           const void* d, int64_t n, int64_t k, int64_t m) {
+  const LtKey key = lt_key(dtype, a, b, d, n, k, m, kLtEpilogueDefault, true);
   const bool fresh = state.plans.find(key) == state.plans.end();
   LtPlan& plan = lt_plan(state, key, a, b);
   if (fresh) {
-    const std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, plan);
+    const std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, key, plan);
     plan.ok = !candidates.empty();
     if (plan.ok) plan.algo = candidates.front();
   }
@@ -287,7 +328,7 @@ const LtPlan& lt_bare_plan(LtDevice& state, DType dtype, const GemmOperand& a, c
 // false where cuBLASLt has no algorithm for it (then cublasGemmEx computes it).
 bool lt_gemm_locked(LtDevice& state, DType dtype, const GemmOperand& a, const GemmOperand& b,
                     void* c, int64_t n, int64_t k, int64_t m) {
-  const LtPlan& plan = lt_bare_plan(state, dtype, a, b, n, k, m);
+  const LtPlan& plan = lt_bare_plan(state, dtype, a, b, c, n, k, m);
   if (!plan.ok) return false;
   lt_matmul(state, plan, plan.algo, a, b, c);
   return true;
@@ -423,12 +464,9 @@ bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const Gem
     return false;
   const int64_t limit = std::numeric_limits<int>::max();
   if (n > limit || m > limit || k > limit) return false;
-  const int type = cuda_data_type(dtype);
-  const int op_b = b.transposed ? kOpT : kOpN, op_a = a.transposed ? kOpT : kOpN;
   const bool through_lt = bare_product_through_lt(dtype, n, k, m, 1);
-  const LtKey key{
-      type,      op_b, op_a, n, k, m, b.ld, a.ld, relu ? kLtEpilogueReluBias : kLtEpilogueBias,
-      through_lt};
+  const LtKey key =
+      lt_key(dtype, a, b, d, n, k, m, relu ? kLtEpilogueReluBias : kLtEpilogueBias, through_lt);
   LtState& shared = lt_state();
   std::lock_guard lock(shared.mutex);
   activate(device);
@@ -436,7 +474,7 @@ bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const Gem
   const bool fresh = state.plans.find(key) == state.plans.end();
   LtPlan& plan = lt_plan(state, key, a, b);
   if (fresh && !float32) {
-    const std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, plan);
+    const std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, key, plan);
     plan.ok = !candidates.empty();
     if (plan.ok) plan.algo = candidates.front();
   } else if (fresh) {
@@ -448,9 +486,9 @@ bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const Gem
       if (!through_lt || !lt_gemm_locked(state, dtype, a, b, out, n, k, m))
         cublas_gemm(device, dtype, a, b, out, n, k, m, 1);
     };
-    std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, plan);
+    std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, key, plan);
     if (through_lt) {
-      const LtPlan& bare = lt_bare_plan(state, dtype, a, b, n, k, m);
+      const LtPlan& bare = lt_bare_plan(state, dtype, a, b, d, n, k, m);
       cublasLtMatmulHeuristicResult_t checked{};
       if (bare.ok &&
           cublas_lt().algo_check(state.handle, plan.desc, plan.a, plan.b, plan.d, plan.d,
