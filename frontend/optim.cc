@@ -2,6 +2,8 @@
 // once by Optimizer::step().
 #include "frontend/optim.h"
 
+#include <algorithm>
+
 #include "frontend/autograd.h"
 
 namespace lazyfuse::optim {
@@ -15,6 +17,7 @@ void Optimizer::zero_grad() {
 
 void Optimizer::step() {
   NoGradGuard no_grad;
+  begin_step();
   std::vector<Tensor> results;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     Tensor& parameter = parameters_[i];
@@ -26,6 +29,7 @@ void Optimizer::step() {
   }
   for (Tensor& root : take_backward_roots()) results.push_back(std::move(root));
   eval(results);
+  end_step();
 }
 
 namespace {
@@ -66,17 +70,46 @@ Adam::Adam(std::vector<Tensor> parameters, AdamOptions options, bool decoupled_w
   state_.resize(this->parameters().size());
 }
 
+void Adam::begin_step() {
+  step_scalars_.clear();
+  zero_counts_.clear();
+}
+void Adam::end_step() { begin_step(); }
+
+const Adam::StepScalars& Adam::step_scalars(const Tensor& count, DType dtype) {
+  for (const StepScalars& scalars : step_scalars_)
+    if (scalars.count == count.value().get() && scalars.dtype == dtype) return scalars;
+  const auto [beta1, beta2] = options_.betas();
+  StepScalars scalars{count.value().get(), dtype, count + 1, {}, {}};
+  // The bias corrections in float64 from the step count on the device, as PyTorch computes
+  // them in Python floats; rounded once to the update's dtype.
+  const TensorOptions wide = TensorOptions(kFloat64).device(count.device());
+  const Tensor bias_correction1 = 1 - full({}, beta1, wide).pow(scalars.next_count);
+  const Tensor bias_correction2 = 1 - full({}, beta2, wide).pow(scalars.next_count);
+  scalars.step_size = (options_.lr() / bias_correction1).to(dtype);
+  scalars.bias_correction2_sqrt = bias_correction2.sqrt().to(dtype);
+  return step_scalars_.emplace_back(std::move(scalars));
+}
+
 std::vector<Tensor> Adam::update(size_t index, Tensor& parameter, const Tensor& grad) {
   const auto [beta1, beta2] = options_.betas();
   const double lr = options_.lr(), weight_decay = options_.weight_decay();
   State& s = state_[index];
   const TensorOptions like = TensorOptions(parameter.dtype()).device(parameter.device());
   if (!s.step.defined()) {
-    s.step = zeros({}, TensorOptions(kFloat64).device(parameter.device()));
+    // Parameters that start together share one count (step_scalars).
+    auto it = std::find_if(zero_counts_.begin(), zero_counts_.end(), [&](const Tensor& count) {
+      return count.device() == parameter.device();
+    });
+    s.step = it != zero_counts_.end()
+                 ? *it
+                 : zero_counts_.emplace_back(
+                       zeros({}, TensorOptions(kFloat64).device(parameter.device())));
     s.exp_avg = zeros(parameter.sizes(), like);
     s.exp_avg_sq = zeros(parameter.sizes(), like);
   }
-  s.step = s.step + 1;
+  const StepScalars& scalars = step_scalars(s.step, scalar_dtype(parameter));
+  s.step = scalars.next_count;
   Tensor g = grad;
   if (weight_decay != 0) {
     if (decoupled_) {
@@ -87,15 +120,8 @@ std::vector<Tensor> Adam::update(size_t index, Tensor& parameter, const Tensor& 
   }
   s.exp_avg = s.exp_avg + (g - s.exp_avg) * (1 - beta1);
   s.exp_avg_sq = s.exp_avg_sq * beta2 + g * g * (1 - beta2);
-  // The bias corrections in float64 from the step count on the device, as PyTorch computes
-  // them in Python floats; rounded once to the update's dtype.
-  const TensorOptions wide = TensorOptions(kFloat64).device(parameter.device());
-  const Tensor bias_correction1 = 1 - full({}, beta1, wide).pow(s.step);
-  const Tensor bias_correction2 = 1 - full({}, beta2, wide).pow(s.step);
-  const Tensor step_size = (lr / bias_correction1).to(scalar_dtype(parameter));
-  const Tensor bias_correction2_sqrt = bias_correction2.sqrt().to(scalar_dtype(parameter));
-  const Tensor denominator = s.exp_avg_sq.sqrt() / bias_correction2_sqrt + options_.eps();
-  parameter.sub_(s.exp_avg / denominator * step_size);
+  const Tensor denominator = s.exp_avg_sq.sqrt() / scalars.bias_correction2_sqrt + options_.eps();
+  parameter.sub_(s.exp_avg / denominator * scalars.step_size);
   return {s.step, s.exp_avg, s.exp_avg_sq};
 }
 

@@ -82,6 +82,9 @@ class Optimizer {
   // The in-place update of parameter `index`; returns the state tensors it changed, which step()
   // evaluates with the parameters.
   virtual std::vector<Tensor> update(size_t index, Tensor& parameter, const Tensor& grad) = 0;
+  // Called by step() before the first update and after the evaluation.
+  virtual void begin_step() {}
+  virtual void end_step() {}
 
  private:
   std::vector<Tensor> parameters_;
@@ -108,6 +111,8 @@ class Adam : public Optimizer {
  protected:
   Adam(std::vector<Tensor> parameters, AdamOptions options, bool decoupled_weight_decay);
   std::vector<Tensor> update(size_t index, Tensor& parameter, const Tensor& grad) override;
+  void begin_step() override;
+  void end_step() override;
 
  private:
   AdamOptions options_;
@@ -116,6 +121,19 @@ class Adam : public Optimizer {
     Tensor step, exp_avg, exp_avg_sq;
   };
   std::vector<State> state_;
+  // What one step count gives every parameter stepped from it: the next count and the bias
+  // corrections. Parameters stepped together share their count tensor, so these are written
+  // once per optimizer step, not once per parameter (15 of the ~30 nodes of a parameter's
+  // update, and nodes are most of a small model's step on the host: docs/bench/
+  // 2026-12-04-1001-h200-train.md). Kept for the current step() only.
+  struct StepScalars {
+    const LazyValue* count;  // the count they follow from
+    DType dtype;             // of step_size and bias_correction2_sqrt
+    Tensor next_count, step_size, bias_correction2_sqrt;
+  };
+  const StepScalars& step_scalars(const Tensor& count, DType dtype);
+  std::vector<StepScalars> step_scalars_;
+  std::vector<Tensor> zero_counts_;  // this step's new counts, one per device
 };
 
 class AdamW : public Adam {

@@ -122,6 +122,66 @@ TEST(Optim, AdamAndAdamWMatchTheUpdateRule) {
                     reference_adam(0.02, 0.9, 0.999, 1e-8, 0.3, true));
 }
 
+// Adam's step count and bias corrections are written once for the parameters stepped together
+// (they share one count), while a parameter that misses a step keeps its own count: each
+// parameter's trajectory against the float64 rule with its own count, and the evaluation's
+// nodes growing by less than a whole update per parameter.
+TEST(Optim, AdamParametersSteppedTogetherShareTheirCount) {
+  // Two parameters; the second has no gradient at the second step, so its count lags.
+  Tensor a = from_vector(kStart, {2}, kFloat64).requires_grad_();
+  Tensor b = from_vector(kStart, {2}, kFloat64).requires_grad_();
+  optim::Adam optimizer({a, b}, optim::AdamOptions(0.1));
+  std::vector<Vec> got_a, got_b;
+  for (size_t step = 0; step < kGrads.size(); ++step) {
+    optimizer.zero_grad();
+    a.mutable_grad() = from_vector(kGrads[step], {2}, kFloat64);
+    if (step != 1) b.mutable_grad() = from_vector(kGrads[step], {2}, kFloat64);
+    optimizer.step();
+    got_a.push_back(a.to_vector<double>());
+    got_b.push_back(b.to_vector<double>());
+  }
+  expect_trajectory(got_a, reference_adam(0.1, 0.9, 0.999, 1e-8, 0, false));
+  // b's float64 rule: steps 1 and 3 with counts 1 and 2; unchanged at step 2.
+  Vec p = kStart, m(2, 0), v(2, 0);
+  std::vector<Vec> want_b;
+  int t = 0;
+  for (size_t step = 0; step < kGrads.size(); ++step) {
+    if (step != 1) {
+      ++t;
+      for (int i = 0; i < 2; ++i) {
+        const double g = kGrads[step][i];
+        m[i] = 0.9 * m[i] + 0.1 * g;
+        v[i] = 0.999 * v[i] + 0.001 * g * g;
+        p[i] -= 0.1 * (m[i] / (1 - std::pow(0.9, t))) /
+                (std::sqrt(v[i] / (1 - std::pow(0.999, t))) + 1e-8);
+      }
+    }
+    want_b.push_back(p);
+  }
+  expect_trajectory(got_b, want_b);
+
+  // The nodes of the third step's evaluation for 1, 2 and 4 parameters: a whole update per
+  // parameter would make the count without parameters (the intercept) zero.
+  auto third_step_nodes = [](int parameters) {
+    std::vector<Tensor> ps;
+    for (int i = 0; i < parameters; ++i)
+      ps.push_back(from_vector(kStart, {2}, kFloat64).requires_grad_());
+    optim::Adam optimizer(ps, optim::AdamOptions(0.1));
+    for (int step = 0; step < 3; ++step) {
+      optimizer.zero_grad();
+      for (Tensor& p : ps) p.mutable_grad() = from_vector(kGrads[step], {2}, kFloat64);
+      reset_eval_stats();
+      optimizer.step();
+    }
+    return eval_stats().nodes;
+  };
+  const int64_t one = third_step_nodes(1), two = third_step_nodes(2), four = third_step_nodes(4);
+  const int64_t per_parameter = two - one;
+  EXPECT_EQ(four - two, 2 * per_parameter);
+  // The count, its increment and the two bias corrections with their conversions.
+  EXPECT_GE(one - per_parameter, 10);
+}
+
 TEST(Optim, AStepIsOneEvaluationAndReusesItsSchedule) {
   manual_seed(3);
   nn::Sequential net(nn::Linear(4, 8), nn::ReLU(), nn::Linear(8, 3));
