@@ -78,19 +78,39 @@ void run_elementwise(const Graph& graph, const Step& step, ValueBuffers& values,
   failure.rethrow_if_any();
 }
 
+// A reduction step's parts (split_reduction_step) and each part's compiled program (an
+// elementwise part's, or a fused reduction's prologue), kept for every later run of the schedule:
+// splitting and compiling cost more than a small step's work.
+struct CpuReductionCache : StepCache {
+  bool split = false;
+  std::vector<Step> parts;
+  std::vector<std::shared_ptr<const CpuProgram>> programs;  // one per part; null until compiled
+};
+
 // A reduction step, one reduction at a time (through the members it reads, when there are
 // any), then what is stored besides the reductions, as an elementwise program that reads them.
-void run_reduction(const Graph& graph, const Step& step, ValueBuffers& values) {
-  const std::vector<Step> parts = split_reduction_step(graph, step);
-  for (const Step& part : parts) {
+void run_reduction(const Graph& graph, const Step& step, ValueBuffers& values,
+                   CpuReductionCache* cache) {
+  std::vector<Step> uncached;
+  if (cache != nullptr && !cache->split) {
+    cache->parts = split_reduction_step(graph, step);
+    cache->programs.assign(cache->parts.size(), nullptr);
+    cache->split = true;
+  } else if (cache == nullptr) {
+    uncached = split_reduction_step(graph, step);
+  }
+  const std::vector<Step>& parts = cache != nullptr ? cache->parts : uncached;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Step& part = parts[i];
+    std::shared_ptr<const CpuProgram>* program = cache != nullptr ? &cache->programs[i] : nullptr;
     if (part.kind == StepKind::Elementwise) {
-      run_elementwise(graph, part, values);
+      run_elementwise(graph, part, values, program);
       continue;
     }
     const ValueId reduction = part.outputs[0];
     const Node& node = graph.nodes[reduction];
     values[reduction] = part.nodes.size() == 1 ? cpu_reduce(node, *values[node.inputs[0]])
-                                               : cpu_fused_reduce(graph, part, values);
+                                               : cpu_fused_reduce(graph, part, values, program);
   }
   // What the parts stored for each other and the step does not.
   for (const Step& part : parts)
@@ -127,9 +147,15 @@ class CpuBackend final : public Backend {
         run_elementwise(graph, step, values, program);
         return;
       }
-      case StepKind::Reduction:
-        run_reduction(graph, step, values);
+      case StepKind::Reduction: {
+        CpuReductionCache* reduction = nullptr;
+        if (cache != nullptr) {
+          if (*cache == nullptr) *cache = std::make_unique<CpuReductionCache>();
+          reduction = &static_cast<CpuReductionCache&>(**cache);
+        }
+        run_reduction(graph, step, values, reduction);
         return;
+      }
       case StepKind::Group: {
         // One launch on a GPU; here the members run one after another, each across the threads.
         CpuGroupCache* group = nullptr;

@@ -14,6 +14,8 @@
 
 namespace lazyfuse {
 
+class CpuProgram;
+
 // A matmul's operands as [batch..., rows, cols] views broadcast over the common batch (1-D
 // operands promoted as numpy does): what both the CPU and the GPU stage for gemm.
 struct MatmulShapes {
@@ -26,7 +28,10 @@ MatmulShapes matmul_shapes(const BufferView& a, const BufferView& b);
 // The library steps, also used on their own by tests.
 BufferView cpu_reduce(const Node& node, const BufferView& input);
 // A reduction step with a fused elementwise prologue, computed block by block.
-BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuffers& values);
+// `prologue`, when given, keeps the compiled prologue for the next run of the step (compiled
+// here when it is null).
+BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuffers& values,
+                            std::shared_ptr<const CpuProgram>* prologue = nullptr);
 BufferView cpu_matmul(const Node& node, const BufferView& a, const BufferView& b);
 // A contiguous copy of any view.
 BufferView cpu_contiguous(const BufferView& input);

@@ -160,16 +160,22 @@ class AlignedBytes {
 
 }  // namespace
 
-BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuffers& values) {
+BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuffers& values,
+                            std::shared_ptr<const CpuProgram>* prologue_memo) {
   const ReductionParts parts = reduction_parts(graph, step);
   const Node& node = graph.nodes[parts.reduction];
   const ValueId operand = node.inputs[0];
   // The prologue as an elementwise program whose one result is the reduction's operand.
-  Step prologue = step;
-  prologue.kind = StepKind::Elementwise;
-  prologue.nodes = parts.prologue;
-  prologue.outputs = {operand};
-  CpuProgram program = CpuProgram::compile(graph, prologue);
+  std::shared_ptr<const CpuProgram> compiled = prologue_memo != nullptr ? *prologue_memo : nullptr;
+  if (compiled == nullptr) {
+    Step prologue = step;
+    prologue.kind = StepKind::Elementwise;
+    prologue.nodes = parts.prologue;
+    prologue.outputs = {operand};
+    compiled = std::make_shared<const CpuProgram>(CpuProgram::compile(graph, prologue));
+    if (prologue_memo != nullptr) *prologue_memo = compiled;
+  }
+  const CpuProgram& program = *compiled;
   std::vector<CpuOperand> operands;
   for (ValueId v : step.inputs) {
     const BufferView& in = *values[v];
