@@ -257,7 +257,7 @@ std::vector<cublasLtMatmulAlgo_t> lt_candidates(LtDevice& state, const LtKey& ke
   check_lt(lt.preference_set(preference, kLtPrefMaxWorkspaceBytes, &workspace, sizeof(workspace)),
            "workspace preference");
   // cuBLASLt's A is B^T, its B is A^T, its C and D are D^T.
-  for (const auto [attribute, bytes] : {std::pair{kLtPrefMinAlignmentA, key.b_alignment},
+  for (const auto& [attribute, bytes] : {std::pair{kLtPrefMinAlignmentA, key.b_alignment},
                                         std::pair{kLtPrefMinAlignmentB, key.a_alignment},
                                         std::pair{kLtPrefMinAlignmentC, key.d_alignment},
                                         std::pair{kLtPrefMinAlignmentD, key.d_alignment}})
