@@ -229,7 +229,7 @@ std::string describe(const SavedOperand& operand) {
 // own ops record gradients when create_graph asks for them.
 Tensor saved_tensor(const LazyRef& value, const std::shared_ptr<AutogradMeta>& edge) {
   if (value == nullptr) return Tensor();
-  auto impl = std::make_shared<TensorImpl>(value);
+  auto impl = make_pooled<TensorImpl>(value);
   impl->autograd = edge;
   return Tensor(std::move(impl));
 }
@@ -473,7 +473,7 @@ void record_gradient(Op op, const Tensor& result, std::span<const Tensor> operan
   bool any = false;
   for (const Tensor& operand : operands) any = any || operand.requires_grad();
   if (!any) return;
-  auto node = std::make_shared<GradNode>();
+  auto node = make_pooled<GradNode>();
   node->op = op;
   node->attrs = result.value()->node.attrs;
   node->where = result.value()->node.where;

@@ -17,6 +17,7 @@
 #include "ir/dtype.h"
 #include "ir/shape.h"
 #include "runtime/lazy.h"
+#include "runtime/pool_allocator.h"
 
 namespace lazyfuse {
 
@@ -110,7 +111,7 @@ struct TensorImpl {
 class Tensor {
  public:
   Tensor() = default;  // undefined: every use but defined() throws
-  explicit Tensor(LazyRef value) : impl_(std::make_shared<TensorImpl>(std::move(value))) {}
+  explicit Tensor(LazyRef value) : impl_(make_pooled<TensorImpl>(std::move(value))) {}
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   bool defined() const { return impl_ != nullptr; }

@@ -18,6 +18,7 @@
 #include "runtime/env.h"
 #include "runtime/executor.h"
 #include "runtime/host_profile.h"
+#include "runtime/pool_allocator.h"
 
 namespace lazyfuse {
 
@@ -33,7 +34,7 @@ bool is_computed(const LazyRef& value) {
 }
 
 LazyRef make_leaf(BufferView buffer, SourceLoc where) {
-  auto value = std::make_shared<LazyValue>();
+  auto value = make_pooled<LazyValue>();
   value->node.op = Op::Param;
   value->node.dtype = buffer.dtype;
   value->node.shape = buffer.shape;
@@ -45,7 +46,7 @@ LazyRef make_leaf(BufferView buffer, SourceLoc where) {
 }
 
 LazyRef make_pending(Node node, LazyInputs inputs, Strides strides) {
-  auto value = std::make_shared<LazyValue>();
+  auto value = make_pooled<LazyValue>();
   value->pending_nodes = 1;
   std::lock_guard lock(eval_mutex);
   for (const LazyRef& input : inputs) {
