@@ -127,8 +127,8 @@ class Adam : public Optimizer {
   // update, and nodes are most of a small model's step on the host: docs/bench/
   // 2026-12-04-1001-h200-train.md). Kept for the current step() only.
   struct StepScalars {
-    const LazyValue* count;  // the count they follow from
-    DType dtype;             // of step_size and bias_correction2_sqrt
+    Tensor count;  // the count they follow from, held so that its identity stays its own
+    DType dtype;   // of step_size and bias_correction2_sqrt
     Tensor next_count, step_size, bias_correction2_sqrt;
   };
   const StepScalars& step_scalars(const Tensor& count, DType dtype);

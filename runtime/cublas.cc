@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -109,7 +110,6 @@ struct CublasLt {
   cublasStatus_t (*create)(cublasLtHandle_t*);
   cublasStatus_t (*desc_create)(cublasLtMatmulDesc_t*, int, int);
   cublasStatus_t (*desc_set)(cublasLtMatmulDesc_t, int, const void*, size_t);
-  cublasStatus_t (*desc_destroy)(cublasLtMatmulDesc_t);
   cublasStatus_t (*layout_create)(cublasLtMatrixLayout_t*, int, uint64_t, uint64_t, int64_t);
   cublasStatus_t (*preference_create)(cublasLtMatmulPreference_t*);
   cublasStatus_t (*preference_set)(cublasLtMatmulPreference_t, int, const void*, size_t);
@@ -139,7 +139,6 @@ const CublasLt& cublas_lt() {
     };
     c.ok = load(c.create, "cublasLtCreate") && load(c.desc_create, "cublasLtMatmulDescCreate") &&
            load(c.desc_set, "cublasLtMatmulDescSetAttribute") &&
-           load(c.desc_destroy, "cublasLtMatmulDescDestroy") &&
            load(c.layout_create, "cublasLtMatrixLayoutCreate") &&
            load(c.preference_create, "cublasLtMatmulPreferenceCreate") &&
            load(c.preference_set, "cublasLtMatmulPreferenceSetAttribute") &&
@@ -168,14 +167,14 @@ struct LtPlan {
 // A problem: the cudaDataType, the ops of B^T and A^T, n, k, m, the leading dimensions of B and
 // A, the epilogue (kLtEpilogueDefault for the bare product), whether the bare product is
 // cuBLASLt's (a float32 epilogue's algorithm reproduces the bare product's bits), and the byte
-// alignment of B's, A's and D's addresses (up to 256): the heuristics assume 256 unless told,
-// and an algorithm chosen for aligned operands refuses a view that starts a few elements in.
+// alignment of B's, A's, D's and the bias's addresses (up to 256): the heuristics assume 256 unless
+// told, and an algorithm chosen for aligned operands refuses a view that starts a few elements in.
 struct LtKey {
   int type, op_b, op_a;
   int64_t n, k, m, b_ld, a_ld;
   uint32_t epilogue;
   bool bare_through_lt;
-  uint32_t b_alignment, a_alignment, d_alignment;
+  uint32_t b_alignment, a_alignment, d_alignment, bias_alignment;
   auto operator<=>(const LtKey&) const = default;
 };
 
@@ -186,8 +185,9 @@ uint32_t alignment(const void* pointer) {
 
 int cuda_data_type(DType dtype);
 
-LtKey lt_key(DType dtype, const GemmOperand& a, const GemmOperand& b, const void* d, int64_t n,
-             int64_t k, int64_t m, uint32_t epilogue, bool bare_through_lt) {
+LtKey lt_key(DType dtype, const GemmOperand& a, const GemmOperand& b, const void* d,
+             const void* bias, int64_t n, int64_t k, int64_t m, uint32_t epilogue,
+             bool bare_through_lt) {
   return LtKey{cuda_data_type(dtype),
                b.transposed ? kOpT : kOpN,
                a.transposed ? kOpT : kOpN,
@@ -200,7 +200,8 @@ LtKey lt_key(DType dtype, const GemmOperand& a, const GemmOperand& b, const void
                bare_through_lt,
                alignment(b.data),
                alignment(a.data),
-               alignment(d)};
+               alignment(d),
+               alignment(bias)};
 }
 
 struct LtDevice {
@@ -229,8 +230,9 @@ constexpr int kLtCandidates = 32;
 LtPlan& lt_plan(LtDevice& state, const LtKey& key, const GemmOperand& a, const GemmOperand& b) {
   LtPlan& plan = state.plans[key];
   if (plan.desc != nullptr) return plan;
-  const auto [type, op_b, op_a, n, k, m, b_ld, a_ld, epilogue, bare_through_lt, b_alignment,
-              a_alignment, d_alignment] = key;
+  const int type = key.type, op_b = key.op_b, op_a = key.op_a;
+  const int64_t n = key.n, k = key.k, m = key.m;
+  const uint32_t epilogue = key.epilogue;
   const CublasLt& lt = cublas_lt();
   check_lt(lt.desc_create(&plan.desc, kComputeF32, kCudaR32F), "matmul descriptor");
   check_lt(lt.desc_set(plan.desc, kLtDescTransA, &op_b, sizeof(op_b)), "transa");
@@ -239,9 +241,9 @@ LtPlan& lt_plan(LtDevice& state, const LtKey& key, const GemmOperand& a, const G
   if (epilogue != kLtEpilogueDefault)
     check_lt(lt.desc_set(plan.desc, kLtDescBiasDataType, &type, sizeof(type)), "bias type");
   // Stored as cuBLASLt reads them: B^T is m x k (k x m when stored transposed), A^T k x n.
-  check_lt(lt.layout_create(&plan.a, type, b.transposed ? k : m, b.transposed ? m : k, b_ld),
+  check_lt(lt.layout_create(&plan.a, type, b.transposed ? k : m, b.transposed ? m : k, key.b_ld),
            "layout");
-  check_lt(lt.layout_create(&plan.b, type, a.transposed ? n : k, a.transposed ? k : n, a_ld),
+  check_lt(lt.layout_create(&plan.b, type, a.transposed ? n : k, a.transposed ? k : n, key.a_ld),
            "layout");
   check_lt(lt.layout_create(&plan.d, type, m, n, m), "layout");
   return plan;
@@ -251,23 +253,26 @@ LtPlan& lt_plan(LtDevice& state, const LtKey& key, const GemmOperand& a, const G
 std::vector<cublasLtMatmulAlgo_t> lt_candidates(LtDevice& state, const LtKey& key,
                                                 const LtPlan& plan) {
   const CublasLt& lt = cublas_lt();
-  cublasLtMatmulPreference_t preference = nullptr;
-  check_lt(lt.preference_create(&preference), "preference");
+  cublasLtMatmulPreference_t raw_preference = nullptr;
+  check_lt(lt.preference_create(&raw_preference), "preference");
+  const std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
+                        cublasStatus_t (*)(cublasLtMatmulPreference_t)>
+      owned(raw_preference, lt.preference_destroy);
+  cublasLtMatmulPreference_t preference = raw_preference;
   const uint64_t workspace = kLtWorkspaceBytes;
   check_lt(lt.preference_set(preference, kLtPrefMaxWorkspaceBytes, &workspace, sizeof(workspace)),
            "workspace preference");
   // cuBLASLt's A is B^T, its B is A^T, its C and D are D^T.
   for (const auto& [attribute, bytes] : {std::pair{kLtPrefMinAlignmentA, key.b_alignment},
-                                        std::pair{kLtPrefMinAlignmentB, key.a_alignment},
-                                        std::pair{kLtPrefMinAlignmentC, key.d_alignment},
-                                        std::pair{kLtPrefMinAlignmentD, key.d_alignment}})
+                                         std::pair{kLtPrefMinAlignmentB, key.a_alignment},
+                                         std::pair{kLtPrefMinAlignmentC, key.d_alignment},
+                                         std::pair{kLtPrefMinAlignmentD, key.d_alignment}})
     check_lt(lt.preference_set(preference, attribute, &bytes, sizeof(bytes)),
              "alignment preference");
   cublasLtMatmulHeuristicResult_t results[kLtCandidates] = {};
   int found = 0;
   const cublasStatus_t status = lt.heuristic(state.handle, plan.desc, plan.a, plan.b, plan.d,
                                              plan.d, preference, kLtCandidates, results, &found);
-  lt.preference_destroy(preference);
   std::vector<cublasLtMatmulAlgo_t> candidates;
   for (int i = 0; status == 0 && i < found; ++i)
     if (results[i].state == 0 && results[i].workspaceSize <= kLtWorkspaceBytes)
@@ -279,8 +284,16 @@ std::vector<cublasLtMatmulAlgo_t> lt_candidates(LtDevice& state, const LtKey& ke
 LtDevice& lt_device(int device) {
   LtDevice& state = lt_state().devices[device];
   if (state.handle == nullptr) {
-    check_lt(cublas_lt().create(&state.handle), "create");
-    state.workspace = allocate(device, kLtWorkspaceBytes);
+    // The workspace first: a handle is only kept with its workspace, so a failed allocation
+    // is tried again on the next call.
+    void* workspace = allocate(device, kLtWorkspaceBytes);
+    cublasLtHandle_t handle = nullptr;
+    if (cublasStatus_t status = cublas_lt().create(&handle); status != 0) {
+      release(device, workspace, kLtWorkspaceBytes);
+      check_lt(status, "create");
+    }
+    state.workspace = workspace;
+    state.handle = handle;
   }
   return state;
 }
@@ -313,15 +326,21 @@ int cuda_data_type(DType dtype) {
 // first use; the caller holds the lock.
 const LtPlan& lt_bare_plan(LtDevice& state, DType dtype, const GemmOperand& a, const GemmOperand& b,
                            const void* d, int64_t n, int64_t k, int64_t m) {
-  const LtKey key = lt_key(dtype, a, b, d, n, k, m, kLtEpilogueDefault, true);
+  const LtKey key = lt_key(dtype, a, b, d, nullptr, n, k, m, kLtEpilogueDefault, true);
   const bool fresh = state.plans.find(key) == state.plans.end();
-  LtPlan& plan = lt_plan(state, key, a, b);
-  if (fresh) {
-    const std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, key, plan);
-    plan.ok = !candidates.empty();
-    if (plan.ok) plan.algo = candidates.front();
+  try {
+    LtPlan& plan = lt_plan(state, key, a, b);
+    if (fresh) {
+      const std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, key, plan);
+      plan.ok = !candidates.empty();
+      if (plan.ok) plan.algo = candidates.front();
+    }
+    return plan;
+  } catch (...) {
+    // Made again on the next call rather than left without an algorithm.
+    if (fresh) state.plans.erase(key);
+    throw;
   }
-  return plan;
 }
 
 // A bare product through cuBLASLt on `state`'s (current) device, the caller holding the lock;
@@ -357,9 +376,10 @@ std::optional<size_t> algorithm_with_bare_product_bits(
   const int64_t head = std::min<int64_t>(n, 64), tail = std::min<int64_t>(n - head, 64);
   const int64_t compared = (head + tail) * m;
   void* reference = allocate(device, bytes);
-  void* trial = allocate(device, bytes);
+  void* trial = nullptr;
   std::optional<size_t> chosen;
   try {
+    trial = allocate(device, bytes);
     const DriverApi& api = *driver();
     bare_product(reference);
     std::vector<float> want(static_cast<size_t>(compared)), got(want.size());
@@ -380,10 +400,11 @@ std::optional<size_t> algorithm_with_bare_product_bits(
     check(api.cuMemcpyDtoH(bias_values.data(), reinterpret_cast<CUdeviceptr>(bias),
                            bias_values.size() * sizeof(float)),
           "cuMemcpyDtoH");
-    // The epilogue as the elementwise kernel computes it: one float32 add, then max(0, .).
+    // The epilogue as the elementwise kernel computes it: one float32 add, then relu as
+    // lf_relu does (a < 0 ? 0 : a, which keeps a NaN and a negative zero).
     for (size_t i = 0; i < want.size(); ++i) {
       const float sum = want[i] + bias_values[i % static_cast<size_t>(m)];
-      want[i] = relu ? (sum > 0 ? sum : 0.0f) : sum;
+      want[i] = relu && sum < 0 ? 0.0f : sum;
     }
     const CublasLt& lt = cublas_lt();
     check_lt(lt.desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)), "bias pointer");
@@ -401,7 +422,7 @@ std::optional<size_t> algorithm_with_bare_product_bits(
     }
   } catch (...) {
     release(device, reference, bytes);
-    release(device, trial, bytes);
+    if (trial != nullptr) release(device, trial, bytes);
     throw;
   }
   release(device, reference, bytes);
@@ -440,44 +461,64 @@ void cublas_gemm(int device, DType dtype, const GemmOperand& a, const GemmOperan
                                  ", n=", n, " k=", k, " m=", m, " batches=", batches, ")"));
 }
 
-}  // namespace
-
-BlasBackend preferred_blas_library() { return blas_backend().load(); }
-void set_preferred_blas_library(BlasBackend backend) { blas_backend().store(backend); }
-
-void gemm_strided_batched(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
-                          void* c, int64_t n, int64_t k, int64_t m, int64_t batches) {
-  if (bare_product_through_lt(dtype, n, k, m, batches)) {
-    LtState& shared = lt_state();
-    std::lock_guard lock(shared.mutex);
-    activate(device);
-    if (lt_gemm_locked(lt_device(device), dtype, a, b, c, n, k, m)) return;
+// Whether `plan`'s relu epilogue keeps a NaN, as the elementwise relu does (PyTorch's relu
+// propagates NaN; max(x, 0) would turn it into 0 and hide a diverging run): the product run once
+// with a bias whose first element is NaN, the first result read back. Once per plan.
+bool relu_keeps_nan(int device, LtDevice& state, const LtPlan& plan, DType dtype,
+                    const GemmOperand& a, const GemmOperand& b, const void* bias, int64_t n,
+                    int64_t m) {
+  const size_t element = dtype == DType::Float32 ? 4 : 2;
+  const DriverApi& api = *driver();
+  std::vector<unsigned char> bias_bytes(static_cast<size_t>(m) * element);
+  check(api.cuMemcpyDtoH(bias_bytes.data(), reinterpret_cast<CUdeviceptr>(bias), bias_bytes.size()),
+        "cuMemcpyDtoH");
+  const uint32_t nan = dtype == DType::Float32    ? 0x7fc00000u
+                       : dtype == DType::BFloat16 ? 0x7fc0u
+                                                  : 0x7e00u;
+  std::memcpy(bias_bytes.data(), &nan, element);
+  const int64_t bias_size = static_cast<int64_t>(bias_bytes.size());
+  const int64_t out_size = n * m * static_cast<int64_t>(element);
+  void* probe_bias = allocate(device, bias_size);
+  void* out = nullptr;
+  uint32_t first = 0;
+  try {
+    out = allocate(device, out_size);
+    check(api.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(probe_bias), bias_bytes.data(),
+                           bias_bytes.size()),
+          "cuMemcpyHtoD");
+    check_lt(cublas_lt().desc_set(plan.desc, kLtDescBiasPointer, &probe_bias, sizeof(probe_bias)),
+             "bias pointer");
+    lt_matmul(state, plan, plan.algo, a, b, out);
+    check(api.cuMemcpyDtoH(&first, reinterpret_cast<CUdeviceptr>(out), element), "cuMemcpyDtoH");
+  } catch (...) {
+    release(device, probe_bias, bias_size);
+    if (out != nullptr) release(device, out, out_size);
+    throw;
   }
-  cublas_gemm(device, dtype, a, b, c, n, k, m, batches);
+  release(device, probe_bias, bias_size);
+  release(device, out, out_size);
+  // NaN: every exponent bit set and a nonzero mantissa.
+  if (dtype == DType::Float32) return (first & 0x7fffffffu) > 0x7f800000u;
+  if (dtype == DType::BFloat16) return (first & 0x7fffu) > 0x7f80u;
+  return (first & 0x7fffu) > 0x7c00u;
 }
 
-bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
-                        const void* bias, bool relu, void* d, int64_t n, int64_t k, int64_t m) {
-  const bool float32 = dtype == DType::Float32;
-  if ((!float32 && dtype != DType::Float16 && dtype != DType::BFloat16) || !cublas_lt().ok ||
-      n == 0 || m == 0 || k == 0 || reinterpret_cast<uintptr_t>(bias) % 16 != 0)
-    return false;
-  const int64_t limit = std::numeric_limits<int>::max();
-  if (n > limit || m > limit || k > limit) return false;
-  const bool through_lt = bare_product_through_lt(dtype, n, k, m, 1);
-  const LtKey key =
-      lt_key(dtype, a, b, d, n, k, m, relu ? kLtEpilogueReluBias : kLtEpilogueBias, through_lt);
-  LtState& shared = lt_state();
-  std::lock_guard lock(shared.mutex);
-  activate(device);
-  LtDevice& state = lt_device(device);
-  const bool fresh = state.plans.find(key) == state.plans.end();
-  LtPlan& plan = lt_plan(state, key, a, b);
-  if (fresh && !float32) {
+// Chooses `plan`'s algorithm (plan.ok false where none will do). Half types take the
+// heuristics' first. A float32 epilogue keeps the bare product's bits (gemm_strided_batched's,
+// whichever library computes it), so that fused and unfused agree: its algorithm is the first
+// candidate whose result equals the bare product followed by the bias add (and relu), else there
+// is none; the bare product's own algorithm, where it takes the epilogue, goes first. A relu
+// epilogue must also keep a NaN as the elementwise relu does (relu_keeps_nan).
+void choose_epilogue_algorithm(int device, LtDevice& state, const LtKey& key, LtPlan& plan,
+                               DType dtype, const GemmOperand& a, const GemmOperand& b,
+                               const void* bias, bool relu, void* d, int64_t n, int64_t k,
+                               int64_t m) {
+  const bool through_lt = key.bare_through_lt;
+  if (dtype != DType::Float32) {
     const std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, key, plan);
     plan.ok = !candidates.empty();
     if (plan.ok) plan.algo = candidates.front();
-  } else if (fresh) {
+  } else {
     // A float32 epilogue keeps the bare product's bits (gemm_strided_batched's, whichever
     // library computes it), so that fused and unfused agree: its algorithm is the first
     // candidate whose result equals the bare product followed by the bias add (and relu), else
@@ -509,6 +550,60 @@ bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const Gem
                    chosen ? absl::StrCat("number ", *chosen + 1).c_str() : "none",
                    candidates.size(), through_lt ? "cuBLASLt" : "cublasGemmEx");
   }
+  if (plan.ok && relu && !relu_keeps_nan(device, state, plan, dtype, a, b, bias, n, m)) {
+    plan.ok = false;
+    if (env_config().debug > 0)
+      std::fprintf(stderr,
+                   "[lazyfuse] cuBLASLt bias+relu epilogue, %s %lldx%lldx%lld: its relu turns "
+                   "NaN into 0 where relu keeps it; not used\n",
+                   dtype_torch_name(dtype), static_cast<long long>(n), static_cast<long long>(k),
+                   static_cast<long long>(m));
+  }
+}
+
+}  // namespace
+
+BlasBackend preferred_blas_library() { return blas_backend().load(); }
+void set_preferred_blas_library(BlasBackend backend) { blas_backend().store(backend); }
+
+void gemm_strided_batched(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
+                          void* c, int64_t n, int64_t k, int64_t m, int64_t batches) {
+  if (bare_product_through_lt(dtype, n, k, m, batches)) {
+    LtState& shared = lt_state();
+    std::lock_guard lock(shared.mutex);
+    activate(device);
+    if (lt_gemm_locked(lt_device(device), dtype, a, b, c, n, k, m)) return;
+  }
+  cublas_gemm(device, dtype, a, b, c, n, k, m, batches);
+}
+
+bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
+                        const void* bias, bool relu, void* d, int64_t n, int64_t k, int64_t m) {
+  const bool float32 = dtype == DType::Float32;
+  if ((!float32 && dtype != DType::Float16 && dtype != DType::BFloat16) || !cublas_lt().ok ||
+      n == 0 || m == 0 || k == 0 || reinterpret_cast<uintptr_t>(bias) % 16 != 0)
+    return false;
+  const int64_t limit = std::numeric_limits<int>::max();
+  if (n > limit || m > limit || k > limit) return false;
+  const bool through_lt = bare_product_through_lt(dtype, n, k, m, 1);
+  const LtKey key = lt_key(dtype, a, b, d, bias, n, k, m,
+                           relu ? kLtEpilogueReluBias : kLtEpilogueBias, through_lt);
+  LtState& shared = lt_state();
+  std::lock_guard lock(shared.mutex);
+  activate(device);
+  LtDevice& state = lt_device(device);
+  const bool fresh = state.plans.find(key) == state.plans.end();
+  LtPlan* made = nullptr;
+  try {
+    made = &lt_plan(state, key, a, b);
+    if (fresh)
+      choose_epilogue_algorithm(device, state, key, *made, dtype, a, b, bias, relu, d, n, k, m);
+  } catch (...) {
+    // Made again on the next call rather than left without an algorithm.
+    if (fresh) state.plans.erase(key);
+    throw;
+  }
+  const LtPlan& plan = *made;
   if (!plan.ok) return false;
   check_lt(cublas_lt().desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)),
            "bias pointer");

@@ -19,11 +19,11 @@ struct GemmOperand {
 };
 
 // The library that computes products on GPUs, as PyTorch's
-// torch.backends.cuda.preferred_blas_library: cuBLASLt (the default) runs one matrix's product
-// as one kernel where it can (an algorithm without split-K, or with split-K reduced in place in
-// a float32 output), and takes a bias and relu as an epilogue; cuBLAS (cublasGemmEx) gives
-// PyTorch eager's float32 bits, its split-K reductions a kernel of their own. Batched products
-// and float64 always go to cuBLAS. LAZYFUSE_BLAS=cublas chooses cuBLAS for the process.
+// torch.backends.cuda.preferred_blas_library. cuBLAS (cublasGemmEx, the default) gives PyTorch
+// eager's float32 bits. cuBLASLt runs the heuristics' first algorithm for the operands'
+// alignment, kept per problem, and its epilogue plans start from that algorithm: fewer kernels
+// in docs/bench/2026-12-04-1001-h200-train.md, and other float32 bits. Batched products and
+// float64 always go to cuBLAS. LAZYFUSE_BLAS=cublaslt chooses cuBLASLt for the process.
 enum class BlasBackend { Cublas, Cublaslt };
 BlasBackend preferred_blas_library();
 void set_preferred_blas_library(BlasBackend backend);
@@ -40,7 +40,8 @@ void gemm_strided_batched(int device, DType dtype, const GemmOperand& a, const G
 // float32, float16 or bfloat16 (the half types accumulating in float32; the bias in `dtype`, at
 // least 16-byte aligned), D dense. In float32 the result has the bits of gemm_strided_batched
 // followed by the add (and relu): the algorithm is the first of cuBLASLt's candidates that gives
-// them, found once per problem by running both. Returns false, having done nothing, where cuBLASLt
+// them, found once per problem by running both. A relu epilogue is used only where it keeps a
+// NaN, as the elementwise relu does. Returns false, having done nothing, where cuBLASLt
 // or an algorithm for the problem is missing; throws CudaError when a call fails.
 bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
                         const void* bias, bool relu, void* d, int64_t n, int64_t k, int64_t m);

@@ -736,8 +736,9 @@ TEST(CudaCodegen, ColumnSumWithFusedWorkCompilesAloneAndInAGroup) {
       EXPECT_NE(alone.source.find("const IDX i = (IDX)(j * args.rows + column);"),
                 std::string::npos)
           << alone.source;
-      if (nvrtc_available())
+      if (nvrtc_available()) {
         EXPECT_TRUE(nvrtc_compile(alone.source, alone.kernel_name, 9, 0).is_cubin);
+      }
     }
     const CudaSource source = generate_cuda_group(schedule.graph, members);
     if (!nvrtc_available()) continue;
@@ -797,8 +798,9 @@ TEST(CudaCodegen, NormalizationsAndLossesWithGradientsCompile) {
       for (bool strided : {false, true})
         for (const CudaSource& source : generate_all(schedule, strided)) {
           SCOPED_TRACE(source.kernel_name);
-          if (nvrtc_available())
+          if (nvrtc_available()) {
             EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+          }
         }
     }
   }

@@ -409,6 +409,39 @@ TEST_F(Cuda, MatmulBiasAndReluAreOneLaunch) {
     }
 }
 
+// A NaN in a matmul's bias stays NaN through the relu, fused or not, under either BLAS library
+// and in every floating dtype cuBLASLt takes (relu propagates NaN, as PyTorch's does; an
+// epilogue whose relu is max(x, 0) would turn it into 0 and is not used); the other columns
+// against the CPU.
+TEST_F(Cuda, MatmulBiasAndReluKeepANaNOfTheBias) {
+  for (cuda::BlasBackend backend : {cuda::BlasBackend::Cublas, cuda::BlasBackend::Cublaslt})
+    for (DType dtype : {kFloat32, kBFloat16, kFloat16}) {
+      BlasBackendGuard blas(backend);
+      SCOPED_TRACE(testing::Message() << dtype_torch_name(dtype) << " cuBLASLt "
+                                      << (backend == cuda::BlasBackend::Cublaslt));
+      const int64_t n = 33, k = 70, m = 129;
+      Tensor x = from_vector(random_values(n * k, -1, 1, 64), {n, k}, dtype);
+      Tensor weight = from_vector(random_values(m * k, -1, 1, 65), {m, k}, dtype);
+      std::vector<double> bias_values = random_values(m, -1, 1, 66);
+      bias_values[0] = NAN;
+      Tensor b = from_vector(bias_values, {m}, dtype);
+      Tensor gx = x.to("cuda"), gweight = weight.to("cuda"), gb = b.to("cuda");
+      eval({gx, gweight, gb});
+      const std::vector<double> got = (gx.matmul(gweight.t()) + gb).relu().to_vector<double>();
+      const std::vector<double> want = (x.matmul(weight.t()) + b).relu().to_vector<double>();
+      const double tolerance = dtype == kFloat32 ? 1e-5 : 3e-2;
+      for (int64_t row = 0; row < n; ++row)
+        for (int64_t col = 0; col < m; ++col) {
+          const double g = got[row * m + col], w = want[row * m + col];
+          if (col == 0) {
+            EXPECT_TRUE(std::isnan(g)) << "row " << row << ": " << g;
+          } else {
+            EXPECT_NEAR(g, w, tolerance * (1 + std::abs(w))) << "row " << row << " col " << col;
+          }
+        }
+    }
+}
+
 // Reductions with fused work in one launch: norms of tensors of every size, one of several
 // chunks per row (its counters must not collide with the others'), against the CPU, the same
 // bits every launch.

@@ -1375,8 +1375,11 @@ TEST(Fusion, AConstantBiasOfOneElementIsNoEpilogue) {
   Tensor w = from_vector({0.5, -1}, {2, 1});
   Tensor y = x.matmul(w) + zeros({1});
   const Schedule schedule = schedule_of({y});
-  for (const Step& step : schedule.steps)
-    if (step.kind == StepKind::Matmul) EXPECT_EQ(step.nodes.size(), 1u) << print_schedule(schedule);
+  for (const Step& step : schedule.steps) {
+    if (step.kind == StepKind::Matmul) {
+      EXPECT_EQ(step.nodes.size(), 1u) << print_schedule(schedule);
+    }
+  }
   EXPECT_EQ(y.to_vector<float>(), std::vector<float>({-1.5, -2.5, -3.5}));
 }
 
