@@ -837,9 +837,11 @@ BufferView run_matmul(const Node& node, const BufferView& a, const BufferView& b
   const cuda::GemmOperand b_operand = operand(b, shapes.b_full, shapes.b_strides, b_staged);
   BufferView c = allocate_buffer(node.device, work, node.shape);
   count_launch();
-  ScopedHostPhase phase(HostPhase::Library);
-  cuda::gemm_strided_batched(device, work, a_operand, b_operand, c.data(), shapes.n, shapes.k,
-                             shapes.m, shapes.batches);
+  {
+    ScopedHostPhase phase(HostPhase::Library);
+    cuda::gemm_strided_batched(device, work, a_operand, b_operand, c.data(), shapes.n, shapes.k,
+                               shapes.m, shapes.batches);
+  }
   return work == node.dtype ? c : cuda_convert(c, node.dtype);
 }
 

@@ -12,11 +12,13 @@
 namespace lazyfuse {
 
 enum class HostPhase {
-  Walk,      // walking the pending values behind the outputs
-  Lookup,    // hashing the walk and confirming a cached schedule
-  Passes,    // on a miss: building the graph and running the pass pipeline
-  Run,       // running the schedule's steps (contains the five below)
-  Allocate,  // buffers from the caching allocator (device memory)
+  Walk,    // walking the pending values behind the outputs
+  Lookup,  // hashing the walk and confirming a cached schedule
+  Passes,  // on a miss: building the graph and running the pass pipeline
+  Run,     // running the schedule's steps (contains most of the four below)
+  // The next four are counted wherever they happen, also outside an evaluation (a factory's
+  // buffer, a value read back to the host).
+  Allocate,  // buffers, from the caching allocator on a GPU, from the heap on the CPU
   Library,   // library calls: cuBLAS, cuBLASLt
   Launch,    // cuLaunchKernel
   Transfer,  // copies between host and device, waiting for the device's work before them
