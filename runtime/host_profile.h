@@ -22,7 +22,7 @@ enum class HostPhase {
   Library,   // library calls: cuBLAS, cuBLASLt
   Launch,    // cuLaunchKernel
   Transfer,  // copies between host and device, waiting for the device's work before them
-  Finish,    // handing the results to the evaluated values
+  Finish,    // handing the results to the evaluated values, which frees the graph behind them
   kCount,
 };
 constexpr int kHostPhases = static_cast<int>(HostPhase::kCount);
