@@ -391,10 +391,11 @@ TEST_F(Cuda, MatmulBiasAndReluAreOneLaunch) {
             eval(got);
             const bool half = dtype == kBFloat16 || dtype == kFloat16;
             const bool lt_float32 = dtype == kFloat32 && backend == cuda::BlasBackend::Cublaslt;
-            if (half || lt_float32 || !aligned || dtype == kFloat64)
+            if (half || lt_float32 || !aligned || dtype == kFloat64) {
               EXPECT_EQ(eval_stats().launches, (half || lt_float32) && aligned ? 1 : 2);
+            }
             if (dtype == kFloat32) {
-              // One call where a cuBLASLt algorithm gives cublasGemmEx's bits, two where none
+              // One call where a cuBLASLt algorithm gives the bare product's bits, two where none
               // does: the same bits either way, those of the product and the epilogue apart.
               Tensor apart = layer(gx, gw, gb);
               eval({apart}, EvalOptions{.fusion = false});
