@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "lazyfuse/lazyfuse.h"
 #include "runtime/env.h"
+#include "runtime/host_profile.h"
 
 namespace lazyfuse {
 namespace {
@@ -107,6 +108,32 @@ TEST(Lazy, EvalOfSeveralTensorsIsOneEvaluationThatSharesWork) {
 
 // Note [Schedule cache]: the same expression over new data reuses its schedule; a new
 // constant, shape, dtype or fusion setting is a new schedule; every result is the reference's.
+// The host profile (bench/host_cost.cc's phases) counts each phase of an evaluation once
+// while it is on, the passes only on a schedule cache miss, and nothing while it is off.
+// Counts only: timings never go in tests.
+TEST(Lazy, HostProfileCountsTheEvaluationsPhases) {
+  Tensor z = from_vector({0.5, 1.5, 2.5}, {3}), y = from_vector({1.0, 2.0, 3.0}, {3});
+  eval({z, y});
+  auto count = [](const HostProfile& profile, HostPhase phase) {
+    return profile.count[static_cast<int>(phase)];
+  };
+  // One source location, so that every evaluation is the same graph.
+  auto expression = [&] { return (z + 2).exp() * y; };
+  reset_host_profile();
+  eval(expression());  // profiling off
+  EXPECT_EQ(count(host_profile(), HostPhase::Walk), 0);
+  set_host_profiling(true);
+  for (int repeat = 0; repeat < 2; ++repeat) eval(expression());
+  set_host_profiling(false);
+  const HostProfile profile = host_profile();
+  for (HostPhase phase : {HostPhase::Walk, HostPhase::Lookup, HostPhase::Run, HostPhase::Finish})
+    EXPECT_EQ(count(profile, phase), 2) << host_phase_name(phase);
+  // The first evaluation (off) made the schedule; both profiled ones found it.
+  EXPECT_EQ(count(profile, HostPhase::Passes), 0);
+  // One output buffer each (the fused kernel's result).
+  EXPECT_EQ(count(profile, HostPhase::Allocate), 2);
+}
+
 TEST(Lazy, RepeatedExpressionReusesItsSchedule) {
   auto expression = [](const Tensor& z, const Tensor& y, double c) { return (z + c).exp() * y; };
   auto check = [&](int64_t n, DType dtype, double c, bool fusion) {
