@@ -6,7 +6,8 @@
 // frontend (writing the expressions, autograd and the optimizer included), walk, lookup,
 // passes, run and within it allocate, library (cuBLAS), launch, transfer (reading a result
 // back, which waits for the device), and finish; then wait (for the device, after the
-// iteration's work was issued); with nodes, kernels and launches per iteration. Google Benchmark; runs on the CPU (no GPU needed), or on a GPU with
+// iteration's work was issued); with nodes, kernels and launches per iteration. Google Benchmark;
+// runs on the CPU (no GPU needed), or on a GPU with
 // --device=cuda:0.
 //
 //   build/bin/lazyfuse_host_bench [--benchmark_filter=...] [--device=cuda:0]

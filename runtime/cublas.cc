@@ -362,6 +362,22 @@ bool bare_product_through_lt(DType dtype, int64_t n, int64_t k, int64_t m, int64
          m <= limit;
 }
 
+// Device memory for one search or probe, given back however its scope ends.
+class ScratchBuffer {
+ public:
+  ScratchBuffer(int device, int64_t bytes)
+      : device_(device), bytes_(bytes), data_(allocate(device, bytes)) {}
+  ~ScratchBuffer() { release(device_, data_, bytes_); }
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  int device_;
+  int64_t bytes_;
+  void* data_;
+};
+
 // The index of the first of `candidates` whose result is the bare product (as
 // gemm_strided_batched computes it) followed by the bias add (and relu) in float32, bit for bit,
 // on these operands (split-K or another summation order would show), or nullopt. Run once per
@@ -375,58 +391,48 @@ std::optional<size_t> algorithm_with_bare_product_bits(
   // whole product need not cross to the host for each candidate.
   const int64_t head = std::min<int64_t>(n, 64), tail = std::min<int64_t>(n - head, 64);
   const int64_t compared = (head + tail) * m;
-  void* reference = allocate(device, bytes);
-  void* trial = nullptr;
+  const ScratchBuffer reference_buffer(device, bytes), trial_buffer(device, bytes);
+  void* reference = reference_buffer.data();
+  void* trial = trial_buffer.data();
   std::optional<size_t> chosen;
-  try {
-    trial = allocate(device, bytes);
-    const DriverApi& api = *driver();
-    bare_product(reference);
-    std::vector<float> want(static_cast<size_t>(compared)), got(want.size());
-    std::vector<float> bias_values(static_cast<size_t>(m));
-    // The head and the tail rows of a product on the device, into `rows`.
-    auto copy_rows = [&](const void* product, std::vector<float>& rows) {
-      const auto at = reinterpret_cast<CUdeviceptr>(product);
-      const size_t row_bytes = static_cast<size_t>(m) * sizeof(float);
-      check(api.cuMemcpyDtoH(rows.data(), at, static_cast<size_t>(head) * row_bytes),
-            "cuMemcpyDtoH");
-      if (tail > 0)
-        check(
-            api.cuMemcpyDtoH(rows.data() + head * m, at + static_cast<size_t>(n - tail) * row_bytes,
+  const DriverApi& api = *driver();
+  bare_product(reference);
+  std::vector<float> want(static_cast<size_t>(compared)), got(want.size());
+  std::vector<float> bias_values(static_cast<size_t>(m));
+  // The head and the tail rows of a product on the device, into `rows`.
+  auto copy_rows = [&](const void* product, std::vector<float>& rows) {
+    const auto at = reinterpret_cast<CUdeviceptr>(product);
+    const size_t row_bytes = static_cast<size_t>(m) * sizeof(float);
+    check(api.cuMemcpyDtoH(rows.data(), at, static_cast<size_t>(head) * row_bytes), "cuMemcpyDtoH");
+    if (tail > 0)
+      check(api.cuMemcpyDtoH(rows.data() + head * m, at + static_cast<size_t>(n - tail) * row_bytes,
                              static_cast<size_t>(tail) * row_bytes),
             "cuMemcpyDtoH");
-    };
-    copy_rows(reference, want);
-    check(api.cuMemcpyDtoH(bias_values.data(), reinterpret_cast<CUdeviceptr>(bias),
-                           bias_values.size() * sizeof(float)),
-          "cuMemcpyDtoH");
-    // The epilogue as the elementwise kernel computes it: one float32 add, then relu as
-    // lf_relu does (a < 0 ? 0 : a, which keeps a NaN and a negative zero).
-    for (size_t i = 0; i < want.size(); ++i) {
-      const float sum = want[i] + bias_values[i % static_cast<size_t>(m)];
-      want[i] = relu && sum < 0 ? 0.0f : sum;
-    }
-    const CublasLt& lt = cublas_lt();
-    check_lt(lt.desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)), "bias pointer");
-    const float one = 1, zero = 0;
-    for (size_t index = 0; index < candidates.size() && !chosen; ++index) {
-      if (lt.matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b, &zero, trial,
-                    plan.d, trial, plan.d, &candidates[index], state.workspace, kLtWorkspaceBytes,
-                    nullptr) != 0)
-        continue;
-      copy_rows(trial, got);
-      bool same = true;
-      for (size_t i = 0; same && i < got.size(); ++i)
-        same = got[i] == want[i] && std::signbit(got[i]) == std::signbit(want[i]);
-      if (same) chosen = index;
-    }
-  } catch (...) {
-    release(device, reference, bytes);
-    if (trial != nullptr) release(device, trial, bytes);
-    throw;
+  };
+  copy_rows(reference, want);
+  check(api.cuMemcpyDtoH(bias_values.data(), reinterpret_cast<CUdeviceptr>(bias),
+                         bias_values.size() * sizeof(float)),
+        "cuMemcpyDtoH");
+  // The epilogue as the elementwise kernel computes it: one float32 add, then relu as
+  // lf_relu does (a < 0 ? 0 : a, which keeps a NaN and a negative zero).
+  for (size_t i = 0; i < want.size(); ++i) {
+    const float sum = want[i] + bias_values[i % static_cast<size_t>(m)];
+    want[i] = relu && sum < 0 ? 0.0f : sum;
   }
-  release(device, reference, bytes);
-  release(device, trial, bytes);
+  const CublasLt& lt = cublas_lt();
+  check_lt(lt.desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)), "bias pointer");
+  const float one = 1, zero = 0;
+  for (size_t index = 0; index < candidates.size() && !chosen; ++index) {
+    if (lt.matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b, &zero, trial,
+                  plan.d, trial, plan.d, &candidates[index], state.workspace, kLtWorkspaceBytes,
+                  nullptr) != 0)
+      continue;
+    copy_rows(trial, got);
+    bool same = true;
+    for (size_t i = 0; same && i < got.size(); ++i)
+      same = got[i] == want[i] && std::signbit(got[i]) == std::signbit(want[i]);
+    if (same) chosen = index;
+  }
   return chosen;
 }
 
@@ -478,25 +484,17 @@ bool relu_keeps_nan(int device, LtDevice& state, const LtPlan& plan, DType dtype
   std::memcpy(bias_bytes.data(), &nan, element);
   const int64_t bias_size = static_cast<int64_t>(bias_bytes.size());
   const int64_t out_size = n * m * static_cast<int64_t>(element);
-  void* probe_bias = allocate(device, bias_size);
-  void* out = nullptr;
+  const ScratchBuffer probe_buffer(device, bias_size), out_buffer(device, out_size);
+  void* probe_bias = probe_buffer.data();
   uint32_t first = 0;
-  try {
-    out = allocate(device, out_size);
-    check(api.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(probe_bias), bias_bytes.data(),
-                           bias_bytes.size()),
-          "cuMemcpyHtoD");
-    check_lt(cublas_lt().desc_set(plan.desc, kLtDescBiasPointer, &probe_bias, sizeof(probe_bias)),
-             "bias pointer");
-    lt_matmul(state, plan, plan.algo, a, b, out);
-    check(api.cuMemcpyDtoH(&first, reinterpret_cast<CUdeviceptr>(out), element), "cuMemcpyDtoH");
-  } catch (...) {
-    release(device, probe_bias, bias_size);
-    if (out != nullptr) release(device, out, out_size);
-    throw;
-  }
-  release(device, probe_bias, bias_size);
-  release(device, out, out_size);
+  void* out = out_buffer.data();
+  check(api.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(probe_bias), bias_bytes.data(),
+                         bias_bytes.size()),
+        "cuMemcpyHtoD");
+  check_lt(cublas_lt().desc_set(plan.desc, kLtDescBiasPointer, &probe_bias, sizeof(probe_bias)),
+           "bias pointer");
+  lt_matmul(state, plan, plan.algo, a, b, out);
+  check(api.cuMemcpyDtoH(&first, reinterpret_cast<CUdeviceptr>(out), element), "cuMemcpyDtoH");
   // NaN: every exponent bit set and a nonzero mantissa.
   if (dtype == DType::Float32) return (first & 0x7fffffffu) > 0x7f800000u;
   if (dtype == DType::BFloat16) return (first & 0x7fffu) > 0x7f80u;
