@@ -99,8 +99,12 @@ struct cublasLtMatmulHeuristicResult_t {
 constexpr int kLtDescTransA = 3, kLtDescTransB = 4, kLtDescEpilogue = 7, kLtDescBiasPointer = 8,
               kLtDescBiasDataType = 26;
 constexpr uint32_t kLtEpilogueDefault = 1, kLtEpilogueBias = 4, kLtEpilogueReluBias = 2 | 4;
-constexpr int kLtPrefMaxWorkspaceBytes = 1, kLtPrefMinAlignmentA = 5, kLtPrefMinAlignmentB = 6,
-              kLtPrefMinAlignmentC = 7, kLtPrefMinAlignmentD = 8;
+constexpr int kLtPrefMaxWorkspaceBytes = 1, kLtPrefReductionSchemeMask = 3,
+              kLtPrefMinAlignmentA = 5, kLtPrefMinAlignmentB = 6, kLtPrefMinAlignmentC = 7,
+              kLtPrefMinAlignmentD = 8;
+// cublasLtReductionScheme_t: NONE computes each dot product in one sequence, in one kernel;
+// the other schemes split K and add the parts up in the output or in a kernel of their own.
+constexpr uint32_t kLtReductionNone = 0, kLtReductionAny = 7;
 // The workspace each device's cuBLASLt calls may use: what the heuristics ask for the shapes
 // of a training step's layers, allocated once per device.
 constexpr size_t kLtWorkspaceBytes = 4 << 20;
@@ -249,9 +253,10 @@ LtPlan& lt_plan(LtDevice& state, const LtKey& key, const GemmOperand& a, const G
   return plan;
 }
 
-// The algorithms the heuristics offer for `plan` that fit the workspace, best first.
+// The algorithms the heuristics offer for `plan` that fit the workspace, best first; with
+// `one_sequence`, only those that do not split K.
 std::vector<cublasLtMatmulAlgo_t> lt_candidates(LtDevice& state, const LtKey& key,
-                                                const LtPlan& plan) {
+                                                const LtPlan& plan, bool one_sequence = false) {
   const CublasLt& lt = cublas_lt();
   cublasLtMatmulPreference_t raw_preference = nullptr;
   check_lt(lt.preference_create(&raw_preference), "preference");
@@ -262,6 +267,10 @@ std::vector<cublasLtMatmulAlgo_t> lt_candidates(LtDevice& state, const LtKey& ke
   const uint64_t workspace = kLtWorkspaceBytes;
   check_lt(lt.preference_set(preference, kLtPrefMaxWorkspaceBytes, &workspace, sizeof(workspace)),
            "workspace preference");
+  const uint32_t reduction_schemes = one_sequence ? kLtReductionNone : kLtReductionAny;
+  check_lt(lt.preference_set(preference, kLtPrefReductionSchemeMask, &reduction_schemes,
+                             sizeof(reduction_schemes)),
+           "reduction scheme preference");
   // cuBLASLt's A is B^T, its B is A^T, its C and D are D^T.
   for (const auto& [attribute, bytes] : {std::pair{kLtPrefMinAlignmentA, key.b_alignment},
                                          std::pair{kLtPrefMinAlignmentB, key.a_alignment},
@@ -307,6 +316,83 @@ void lt_matmul(LtDevice& state, const LtPlan& plan, const cublasLtMatmulAlgo_t& 
       "matmul");
 }
 
+// Two events on the device's stream, destroyed however their scope ends.
+class EventPair {
+ public:
+  EventPair() {
+    check(driver()->cuEventCreate(&start_, 0), "cuEventCreate");
+    if (CUresult result = driver()->cuEventCreate(&stop_, 0); result != 0) {
+      driver()->cuEventDestroy(start_);
+      check(result, "cuEventCreate");
+    }
+  }
+  ~EventPair() {
+    driver()->cuEventDestroy(start_);
+    driver()->cuEventDestroy(stop_);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  CUevent start() const { return start_; }
+  CUevent stop() const { return stop_; }
+
+ private:
+  CUevent start_ = nullptr, stop_ = nullptr;
+};
+
+// The GPU time of one call of `algo` on `plan`'s problem (its bias pointer set where it has an
+// epilogue), in microseconds: the best of three rounds of four calls, after one to warm up. D is
+// written; the caller computes it again.
+double lt_call_microseconds(LtDevice& state, const LtPlan& plan, const cublasLtMatmulAlgo_t& algo,
+                            const GemmOperand& a, const GemmOperand& b, void* d) {
+  constexpr int kRounds = 3, kCalls = 4;
+  const DriverApi& api = *driver();
+  const EventPair events;
+  lt_matmul(state, plan, algo, a, b, d);
+  float best_ms = std::numeric_limits<float>::infinity();
+  for (int round = 0; round < kRounds; ++round) {
+    check(api.cuEventRecord(events.start(), nullptr), "cuEventRecord");
+    for (int call = 0; call < kCalls; ++call) lt_matmul(state, plan, algo, a, b, d);
+    check(api.cuEventRecord(events.stop(), nullptr), "cuEventRecord");
+    check(api.cuEventSynchronize(events.stop()), "cuEventSynchronize");
+    float ms = 0;
+    check(api.cuEventElapsedTime(&ms, events.start(), events.stop()), "cuEventElapsedTime");
+    best_ms = std::min(best_ms, ms);
+  }
+  return 1000.0 * best_ms / kCalls;
+}
+
+// What one more kernel in a product costs a step beyond its GPU time: its launch on the host (a
+// bare cuLaunchKernel takes 3.0-3.4 us on the H200, docs/bench/2026-12-04-1001-h200-train.log)
+// and the gap before the next dependent kernel. Where splitting K pays, the product is small and
+// the step's time is the host's.
+constexpr double kKernelOverheadUs = 3.0;
+
+// The algorithm for `plan`'s problem (its bias pointer set where it has an epilogue), or
+// nullopt where cuBLASLt has none: the heuristics' first, unless it splits K and their first
+// that does not is no slower than it by more than kKernelOverheadUs, measured once per problem.
+// A split-K algorithm adds its parts up in a kernel of its own (or in the output, behind
+// counters); one that does not is one kernel.
+std::optional<cublasLtMatmulAlgo_t> choose_lt_algorithm(LtDevice& state, const LtKey& key,
+                                                        const LtPlan& plan, const GemmOperand& a,
+                                                        const GemmOperand& b, void* d) {
+  const std::vector<cublasLtMatmulAlgo_t> any = lt_candidates(state, key, plan);
+  if (any.empty()) return std::nullopt;
+  const std::vector<cublasLtMatmulAlgo_t> unsplit = lt_candidates(state, key, plan, true);
+  if (unsplit.empty() || std::memcmp(&unsplit.front(), &any.front(), sizeof(any.front())) == 0)
+    return any.front();
+  const double split_us = lt_call_microseconds(state, plan, any.front(), a, b, d);
+  const double unsplit_us = lt_call_microseconds(state, plan, unsplit.front(), a, b, d);
+  const bool take_unsplit = unsplit_us <= split_us + kKernelOverheadUs;
+  if (env_config().debug > 0)
+    std::fprintf(stderr,
+                 "[lazyfuse] cuBLASLt %lldx%lldx%lld (type %d, epilogue %u): split K %.1f us, "
+                 "unsplit %.1f us: %s\n",
+                 static_cast<long long>(key.n), static_cast<long long>(key.k),
+                 static_cast<long long>(key.m), key.type, key.epilogue, split_us, unsplit_us,
+                 take_unsplit ? "unsplit" : "split K");
+  return take_unsplit ? unsplit.front() : any.front();
+}
+
 int cuda_data_type(DType dtype) {
   switch (dtype) {
     case DType::Float32:
@@ -322,18 +408,19 @@ int cuda_data_type(DType dtype) {
   }
 }
 
-// The plan of a bare product through cuBLASLt, its algorithm the heuristics' first, chosen on
+// The plan of a bare product through cuBLASLt, its algorithm choose_lt_algorithm's, chosen on
 // first use; the caller holds the lock.
 const LtPlan& lt_bare_plan(LtDevice& state, DType dtype, const GemmOperand& a, const GemmOperand& b,
-                           const void* d, int64_t n, int64_t k, int64_t m) {
+                           void* d, int64_t n, int64_t k, int64_t m) {
   const LtKey key = lt_key(dtype, a, b, d, nullptr, n, k, m, kLtEpilogueDefault, true);
   const bool fresh = state.plans.find(key) == state.plans.end();
   try {
     LtPlan& plan = lt_plan(state, key, a, b);
     if (fresh) {
-      const std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, key, plan);
-      plan.ok = !candidates.empty();
-      if (plan.ok) plan.algo = candidates.front();
+      const std::optional<cublasLtMatmulAlgo_t> algo =
+          choose_lt_algorithm(state, key, plan, a, b, d);
+      plan.ok = algo.has_value();
+      if (algo) plan.algo = *algo;
     }
     return plan;
   } catch (...) {
@@ -501,8 +588,8 @@ bool relu_keeps_nan(int device, LtDevice& state, const LtPlan& plan, DType dtype
   return (first & 0x7fffu) > 0x7c00u;
 }
 
-// Chooses `plan`'s algorithm (plan.ok false where none will do). Half types take the
-// heuristics' first. A float32 epilogue keeps the bare product's bits (gemm_strided_batched's,
+// Chooses `plan`'s algorithm (plan.ok false where none will do). Half types take
+// choose_lt_algorithm's. A float32 epilogue keeps the bare product's bits (gemm_strided_batched's,
 // whichever library computes it), so that fused and unfused agree: its algorithm is the first
 // candidate whose result equals the bare product followed by the bias add (and relu), else there
 // is none; the bare product's own algorithm, where it takes the epilogue, goes first. A relu
@@ -513,9 +600,11 @@ void choose_epilogue_algorithm(int device, LtDevice& state, const LtKey& key, Lt
                                int64_t m) {
   const bool through_lt = key.bare_through_lt;
   if (dtype != DType::Float32) {
-    const std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, key, plan);
-    plan.ok = !candidates.empty();
-    if (plan.ok) plan.algo = candidates.front();
+    check_lt(cublas_lt().desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)),
+             "bias pointer");
+    const std::optional<cublasLtMatmulAlgo_t> algo = choose_lt_algorithm(state, key, plan, a, b, d);
+    plan.ok = algo.has_value();
+    if (algo) plan.algo = *algo;
   } else {
     // A float32 epilogue keeps the bare product's bits (gemm_strided_batched's, whichever
     // library computes it), so that fused and unfused agree: its algorithm is the first

@@ -21,8 +21,9 @@ struct GemmOperand {
 // The library that computes products on GPUs, as PyTorch's
 // torch.backends.cuda.preferred_blas_library. cuBLAS (cublasGemmEx, the default) gives PyTorch
 // eager's float32 bits. cuBLASLt runs the heuristics' first algorithm for the operands'
-// alignment, kept per problem, and its epilogue plans start from that algorithm: fewer kernels
-// in docs/bench/2026-12-04-1001-h200-train.md, and other float32 bits. Batched products and
+// alignment, or their first that does not split K where that is no slower by more than a
+// kernel's launch (measured once per problem), kept per problem, and its epilogue plans start
+// from that algorithm: fewer kernels, and other float32 bits. Batched products and
 // float64 always go to cuBLAS. LAZYFUSE_BLAS=cublaslt chooses cuBLASLt for the process.
 enum class BlasBackend { Cublas, Cublaslt };
 BlasBackend preferred_blas_library();
