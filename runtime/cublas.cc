@@ -557,9 +557,9 @@ void cublas_gemm(int device, DType dtype, const GemmOperand& a, const GemmOperan
 // Whether `plan`'s relu epilogue keeps a NaN, as the elementwise relu does (PyTorch's relu
 // propagates NaN; max(x, 0) would turn it into 0 and hide a diverging run): the product run once
 // with a bias whose first element is NaN, the first result read back. Once per plan.
-bool relu_keeps_nan(int device, LtDevice& state, const LtPlan& plan, DType dtype,
-                    const GemmOperand& a, const GemmOperand& b, const void* bias, int64_t n,
-                    int64_t m) {
+bool relu_keeps_nan(int device, LtDevice& state, const LtPlan& plan,
+                    const cublasLtMatmulAlgo_t& algo, DType dtype, const GemmOperand& a,
+                    const GemmOperand& b, const void* bias, int64_t n, int64_t m) {
   const size_t element = dtype == DType::Float32 ? 4 : 2;
   const DriverApi& api = *driver();
   std::vector<unsigned char> bias_bytes(static_cast<size_t>(m) * element);
@@ -580,7 +580,13 @@ bool relu_keeps_nan(int device, LtDevice& state, const LtPlan& plan, DType dtype
         "cuMemcpyHtoD");
   check_lt(cublas_lt().desc_set(plan.desc, kLtDescBiasPointer, &probe_bias, sizeof(probe_bias)),
            "bias pointer");
-  lt_matmul(state, plan, plan.algo, a, b, out);
+  const float one = 1, zero = 0;
+  const bool ran = cublas_lt().matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b,
+                                      &zero, out, plan.d, out, plan.d, &algo, state.workspace,
+                                      kLtWorkspaceBytes, nullptr) == 0;
+  check_lt(cublas_lt().desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)),
+           "bias pointer");
+  if (!ran) return false;
   check(api.cuMemcpyDtoH(&first, reinterpret_cast<CUdeviceptr>(out), element), "cuMemcpyDtoH");
   // NaN: every exponent bit set and a nonzero mantissa.
   if (dtype == DType::Float32) return (first & 0x7fffffffu) > 0x7f800000u;
@@ -589,11 +595,12 @@ bool relu_keeps_nan(int device, LtDevice& state, const LtPlan& plan, DType dtype
 }
 
 // Chooses `plan`'s algorithm (plan.ok false where none will do). Half types take
-// choose_lt_algorithm's. A float32 epilogue keeps the bare product's bits (gemm_strided_batched's,
-// whichever library computes it), so that fused and unfused agree: its algorithm is the first
-// candidate whose result equals the bare product followed by the bias add (and relu), else there
-// is none; the bare product's own algorithm, where it takes the epilogue, goes first. A relu
-// epilogue must also keep a NaN as the elementwise relu does (relu_keeps_nan).
+// choose_lt_algorithm's, or for a relu whose relu turns a NaN into 0, the heuristics' first
+// candidate that keeps it. A float32 epilogue keeps the bare product's bits
+// (gemm_strided_batched's, whichever library computes it), so that fused and unfused agree: its
+// algorithm is the first candidate whose result equals the bare product followed by the bias add
+// (and relu), else there is none; the bare product's own algorithm, where it takes the epilogue,
+// goes first. A relu epilogue must also keep a NaN as the elementwise relu does (relu_keeps_nan).
 void choose_epilogue_algorithm(int device, LtDevice& state, const LtKey& key, LtPlan& plan,
                                DType dtype, const GemmOperand& a, const GemmOperand& b,
                                const void* bias, bool relu, void* d, int64_t n, int64_t k,
@@ -605,39 +612,59 @@ void choose_epilogue_algorithm(int device, LtDevice& state, const LtKey& key, Lt
     const std::optional<cublasLtMatmulAlgo_t> algo = choose_lt_algorithm(state, key, plan, a, b, d);
     plan.ok = algo.has_value();
     if (algo) plan.algo = *algo;
-  } else {
-    // A float32 epilogue keeps the bare product's bits (gemm_strided_batched's, whichever
-    // library computes it), so that fused and unfused agree: its algorithm is the first
-    // candidate whose result equals the bare product followed by the bias add (and relu), else
-    // there is none. The bare product's own algorithm, where it takes the epilogue, goes first.
-    auto bare_product = [&](void* out) {
-      if (!through_lt || !lt_gemm_locked(state, dtype, a, b, out, n, k, m))
-        cublas_gemm(device, dtype, a, b, out, n, k, m, 1);
-    };
-    std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, key, plan);
-    if (through_lt) {
-      const LtPlan& bare = lt_bare_plan(state, dtype, a, b, d, n, k, m);
-      cublasLtMatmulHeuristicResult_t checked{};
-      if (bare.ok &&
-          cublas_lt().algo_check(state.handle, plan.desc, plan.a, plan.b, plan.d, plan.d,
-                                 &bare.algo, &checked) == 0 &&
-          checked.workspaceSize <= kLtWorkspaceBytes)
-        candidates.insert(candidates.begin(), bare.algo);
+    if (plan.ok && relu &&
+        !relu_keeps_nan(device, state, plan, plan.algo, dtype, a, b, bias, n, m)) {
+      // Some kernels' relu is max(x, 0), others' keeps a NaN: the heuristics' next candidates,
+      // in order, for the first that keeps it.
+      const std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, key, plan);
+      const auto keeps = std::find_if(candidates.begin(), candidates.end(), [&](const auto& c) {
+        return relu_keeps_nan(device, state, plan, c, dtype, a, b, bias, n, m);
+      });
+      plan.ok = keeps != candidates.end();
+      if (plan.ok) plan.algo = *keeps;
+      if (env_config().debug > 0)
+        std::fprintf(
+            stderr,
+            "[lazyfuse] cuBLASLt bias+relu epilogue, %s %lldx%lldx%lld: the chosen "
+            "algorithm's relu turns NaN into 0; %s of %zu candidates keeps it\n",
+            dtype_torch_name(dtype), static_cast<long long>(n), static_cast<long long>(k),
+            static_cast<long long>(m),
+            plan.ok ? absl::StrCat("number ", keeps - candidates.begin() + 1).c_str() : "none",
+            candidates.size());
     }
-    const std::optional<size_t> chosen = algorithm_with_bare_product_bits(
-        device, state, plan, bare_product, candidates, a, b, bias, relu, n, k, m);
-    plan.ok = chosen.has_value();
-    if (chosen) plan.algo = candidates[*chosen];
-    if (env_config().debug > 0)
-      std::fprintf(stderr,
-                   "[lazyfuse] cuBLASLt %s epilogue, float32 %lldx%lldx%lld: %s of %zu "
-                   "candidates has the bare product's bits (%s)\n",
-                   relu ? "bias+relu" : "bias", static_cast<long long>(n),
-                   static_cast<long long>(k), static_cast<long long>(m),
-                   chosen ? absl::StrCat("number ", *chosen + 1).c_str() : "none",
-                   candidates.size(), through_lt ? "cuBLASLt" : "cublasGemmEx");
+    return;
   }
-  if (plan.ok && relu && !relu_keeps_nan(device, state, plan, dtype, a, b, bias, n, m)) {
+  // A float32 epilogue keeps the bare product's bits (gemm_strided_batched's, whichever
+  // library computes it), so that fused and unfused agree: its algorithm is the first
+  // candidate whose result equals the bare product followed by the bias add (and relu), else
+  // there is none. The bare product's own algorithm, where it takes the epilogue, goes first.
+  auto bare_product = [&](void* out) {
+    if (!through_lt || !lt_gemm_locked(state, dtype, a, b, out, n, k, m))
+      cublas_gemm(device, dtype, a, b, out, n, k, m, 1);
+  };
+  std::vector<cublasLtMatmulAlgo_t> candidates = lt_candidates(state, key, plan);
+  if (through_lt) {
+    const LtPlan& bare = lt_bare_plan(state, dtype, a, b, d, n, k, m);
+    cublasLtMatmulHeuristicResult_t checked{};
+    if (bare.ok &&
+        cublas_lt().algo_check(state.handle, plan.desc, plan.a, plan.b, plan.d, plan.d, &bare.algo,
+                               &checked) == 0 &&
+        checked.workspaceSize <= kLtWorkspaceBytes)
+      candidates.insert(candidates.begin(), bare.algo);
+  }
+  const std::optional<size_t> chosen = algorithm_with_bare_product_bits(
+      device, state, plan, bare_product, candidates, a, b, bias, relu, n, k, m);
+  plan.ok = chosen.has_value();
+  if (chosen) plan.algo = candidates[*chosen];
+  if (env_config().debug > 0)
+    std::fprintf(stderr,
+                 "[lazyfuse] cuBLASLt %s epilogue, float32 %lldx%lldx%lld: %s of %zu "
+                 "candidates has the bare product's bits (%s)\n",
+                 relu ? "bias+relu" : "bias", static_cast<long long>(n), static_cast<long long>(k),
+                 static_cast<long long>(m),
+                 chosen ? absl::StrCat("number ", *chosen + 1).c_str() : "none", candidates.size(),
+                 through_lt ? "cuBLASLt" : "cublasGemmEx");
+  if (plan.ok && relu && !relu_keeps_nan(device, state, plan, plan.algo, dtype, a, b, bias, n, m)) {
     plan.ok = false;
     if (env_config().debug > 0)
       std::fprintf(stderr,
