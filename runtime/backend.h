@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "ir/schedule.h"
@@ -24,6 +25,12 @@ namespace lazyfuse {
 // its own and is the only one to read it.
 struct StepCache {
   virtual ~StepCache() = default;
+};
+
+// What a backend keeps for one cached schedule between evaluations to replay its work as a
+// whole (the CUDA backend's graphs, Note [CUDA graph replay] in cuda_graphs.cc).
+struct ReplayCache {
+  virtual ~ReplayCache() = default;
 };
 
 class Backend {
@@ -52,6 +59,19 @@ class Backend {
 
   // Returns once the work queued on `device` is done.
   virtual void synchronize(const Device& device) = 0;
+
+  // Runs a cached schedule whose every compute step is on `device` (one of this backend's) and
+  // which moves nothing between devices, by calling `run`: one whole run of it, from the params
+  // to every output, which may be called again after a run that threw or was not kept (each
+  // call starts afresh). A backend that can record a run's work and replay it for a later run
+  // that would do the same does so; `cache` is the schedule's entry kept between evaluations
+  // (empty on the first). The default just runs.
+  virtual void run_replayable(const Device& device, std::unique_ptr<ReplayCache>* cache,
+                              const std::function<void()>& run) {
+    (void)device;
+    (void)cache;
+    run();
+  }
 };
 
 // The backend of `device`'s type.
@@ -60,7 +80,7 @@ Backend& backend_for(const Device& device);
 // What the backends started, counted where they start it: a GPU kernel launch or library call
 // (a group of kernels is one launch, a copy that stages an operand another); on the CPU a
 // compute step's run (a group's members each). Evaluation reports the count (EvalStats).
-void count_launch();
+void count_launch(int64_t launches = 1);
 int64_t launches_started();
 
 // Puts `backend` in place of the registered one for devices of `type` while it lives (tests).

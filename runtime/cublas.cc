@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "ir/errors.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/cuda_graphs.h"
 #include "runtime/cuda_memory.h"
 #include "runtime/env.h"
 
@@ -50,6 +51,7 @@ void* open_library(const std::string& stem) {
 struct Cublas {
   bool ok = false;
   cublasStatus_t (*create)(cublasHandle_t*);
+  cublasStatus_t (*set_stream)(cublasHandle_t, CUstream);
   cublasStatus_t (*gemm_ex)(cublasHandle_t, int, int, int, int, int, const void*, const void*, int,
                             int, long long, const void*, int, int, long long, const void*, void*,
                             int, int, long long, int, int, int);
@@ -61,8 +63,9 @@ const Cublas& cublas() {
     void* lib = open_library("libcublas");
     if (lib == nullptr) return c;
     c.create = reinterpret_cast<decltype(c.create)>(dlsym(lib, "cublasCreate_v2"));
+    c.set_stream = reinterpret_cast<decltype(c.set_stream)>(dlsym(lib, "cublasSetStream_v2"));
     c.gemm_ex = reinterpret_cast<decltype(c.gemm_ex)>(dlsym(lib, "cublasGemmStridedBatchedEx"));
-    c.ok = c.create && c.gemm_ex;
+    c.ok = c.create && c.set_stream && c.gemm_ex;
     return c;
   }();
   return c;
@@ -74,9 +77,13 @@ cublasHandle_t handle(int device) {
   std::lock_guard lock(mutex);
   auto it = handles.find(device);
   if (it != handles.end()) return it->second;
+  check_replayable("the cuBLAS handle is made", false);
   cublasHandle_t h = nullptr;
   if (cublasStatus_t s = cublas().create(&h); s != 0)
     throw CudaError(absl::StrCat("cublasCreate failed on cuda:", device, " (status ", s, ")"));
+  // Its work goes on the device's stream, in order with the kernels (and into their graphs).
+  if (cublasStatus_t s = cublas().set_stream(h, device_stream(device)); s != 0)
+    throw CudaError(absl::StrCat("cublasSetStream failed on cuda:", device, " (status ", s, ")"));
   return handles[device] = h;
 }
 
@@ -210,6 +217,7 @@ LtKey lt_key(DType dtype, const GemmOperand& a, const GemmOperand& b, const void
 
 struct LtDevice {
   cublasLtHandle_t handle = nullptr;
+  CUstream stream = nullptr;  // device_stream's
   void* workspace = nullptr;
   std::map<LtKey, LtPlan> plans;
 };
@@ -293,6 +301,7 @@ std::vector<cublasLtMatmulAlgo_t> lt_candidates(LtDevice& state, const LtKey& ke
 LtDevice& lt_device(int device) {
   LtDevice& state = lt_state().devices[device];
   if (state.handle == nullptr) {
+    check_replayable("the cuBLASLt handle is made", false);
     // The workspace first: a handle is only kept with its workspace, so a failed allocation
     // is tried again on the next call.
     void* workspace = allocate(device, kLtWorkspaceBytes);
@@ -302,18 +311,30 @@ LtDevice& lt_device(int device) {
       check_lt(status, "create");
     }
     state.workspace = workspace;
+    state.stream = device_stream(device);
     state.handle = handle;
   }
   return state;
 }
 
+// One call of `plan` with `algo` on the device's stream (`bias`: the pointer its epilogue was
+// given, or null), or its record while a run is recorded (Note [CUDA graph replay]).
 void lt_matmul(LtDevice& state, const LtPlan& plan, const cublasLtMatmulAlgo_t& algo,
-               const GemmOperand& a, const GemmOperand& b, void* d) {
+               const GemmOperand& a, const GemmOperand& b, void* d, const void* bias = nullptr) {
+  if (recording() != Recording::Off) {
+    const uint64_t words[] = {
+        reinterpret_cast<uint64_t>(&plan),  reinterpret_cast<uint64_t>(a.data),
+        reinterpret_cast<uint64_t>(b.data), reinterpret_cast<uint64_t>(d),
+        reinterpret_cast<uint64_t>(bias),   reinterpret_cast<uint64_t>(state.workspace)};
+    record_words(words);
+    record_words(algo.data);
+    if (recording() == Recording::Dry) return;
+  }
   const float one = 1, zero = 0;
-  check_lt(
-      cublas_lt().matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b, &zero, d,
-                         plan.d, d, plan.d, &algo, state.workspace, kLtWorkspaceBytes, nullptr),
-      "matmul");
+  check_lt(cublas_lt().matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b, &zero,
+                              d, plan.d, d, plan.d, &algo, state.workspace, kLtWorkspaceBytes,
+                              state.stream),
+           "matmul");
 }
 
 // Two events on the device's stream, destroyed however their scope ends.
@@ -350,9 +371,9 @@ double lt_call_microseconds(LtDevice& state, const LtPlan& plan, const cublasLtM
   lt_matmul(state, plan, algo, a, b, d);
   float best_ms = std::numeric_limits<float>::infinity();
   for (int round = 0; round < kRounds; ++round) {
-    check(api.cuEventRecord(events.start(), nullptr), "cuEventRecord");
+    check(api.cuEventRecord(events.start(), state.stream), "cuEventRecord");
     for (int call = 0; call < kCalls; ++call) lt_matmul(state, plan, algo, a, b, d);
-    check(api.cuEventRecord(events.stop(), nullptr), "cuEventRecord");
+    check(api.cuEventRecord(events.stop(), state.stream), "cuEventRecord");
     check(api.cuEventSynchronize(events.stop()), "cuEventSynchronize");
     float ms = 0;
     check(api.cuEventElapsedTime(&ms, events.start(), events.stop()), "cuEventElapsedTime");
@@ -414,6 +435,7 @@ const LtPlan& lt_bare_plan(LtDevice& state, DType dtype, const GemmOperand& a, c
                            void* d, int64_t n, int64_t k, int64_t m) {
   const LtKey key = lt_key(dtype, a, b, d, nullptr, n, k, m, kLtEpilogueDefault, true);
   const bool fresh = state.plans.find(key) == state.plans.end();
+  if (fresh) check_replayable("a cuBLASLt plan is chosen", false);
   try {
     LtPlan& plan = lt_plan(state, key, a, b);
     if (fresh) {
@@ -512,7 +534,7 @@ std::optional<size_t> algorithm_with_bare_product_bits(
   for (size_t index = 0; index < candidates.size() && !chosen; ++index) {
     if (lt.matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b, &zero, trial,
                   plan.d, trial, plan.d, &candidates[index], state.workspace, kLtWorkspaceBytes,
-                  nullptr) != 0)
+                  state.stream) != 0)
       continue;
     copy_rows(trial, got);
     bool same = true;
@@ -537,6 +559,19 @@ void cublas_gemm(int device, DType dtype, const GemmOperand& a, const GemmOperan
   const int type = cuda_data_type(dtype);
   activate(device);
   cublasHandle_t h = handle(device);
+  if (recording() != Recording::Off) {
+    const uint64_t words[] = {
+        reinterpret_cast<uint64_t>(h),      static_cast<uint64_t>(type),
+        reinterpret_cast<uint64_t>(a.data), a.transposed,
+        static_cast<uint64_t>(a.ld),        static_cast<uint64_t>(a.batch_stride),
+        reinterpret_cast<uint64_t>(b.data), b.transposed,
+        static_cast<uint64_t>(b.ld),        static_cast<uint64_t>(b.batch_stride),
+        reinterpret_cast<uint64_t>(c),      static_cast<uint64_t>(n),
+        static_cast<uint64_t>(k),           static_cast<uint64_t>(m),
+        static_cast<uint64_t>(batches)};
+    record_words(words);
+    if (recording() == Recording::Dry) return;
+  }
   // Column-major C^T (m x n) = B^T (m x k) A^T (k x n): a row-major operand is its column-major
   // transpose as it lies, and one stored transposed is read with op T.
   const double one_d = 1, zero_d = 0;
@@ -583,7 +618,7 @@ bool relu_keeps_nan(int device, LtDevice& state, const LtPlan& plan,
   const float one = 1, zero = 0;
   const bool ran = cublas_lt().matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b,
                                       &zero, out, plan.d, out, plan.d, &algo, state.workspace,
-                                      kLtWorkspaceBytes, nullptr) == 0;
+                                      kLtWorkspaceBytes, state.stream) == 0;
   check_lt(cublas_lt().desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)),
            "bias pointer");
   if (!ran) return false;
@@ -707,6 +742,7 @@ bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const Gem
   activate(device);
   LtDevice& state = lt_device(device);
   const bool fresh = state.plans.find(key) == state.plans.end();
+  if (fresh) check_replayable("a cuBLASLt plan is chosen", false);
   LtPlan* made = nullptr;
   try {
     made = &lt_plan(state, key, a, b);
@@ -721,7 +757,7 @@ bool gemm_bias_epilogue(int device, DType dtype, const GemmOperand& a, const Gem
   if (!plan.ok) return false;
   check_lt(cublas_lt().desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)),
            "bias pointer");
-  lt_matmul(state, plan, plan.algo, a, b, d);
+  lt_matmul(state, plan, plan.algo, a, b, d, bias);
   return true;
 }
 

@@ -19,6 +19,7 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/cublas.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/cuda_graphs.h"
 #include "runtime/cuda_memory.h"
 #include "runtime/env.h"
 #include "runtime/host_profile.h"
@@ -48,16 +49,29 @@ struct LaunchMemo : StepCache {
 
 uint64_t address(const BufferView& view) { return reinterpret_cast<uint64_t>(view.data()); }
 
+// Counts a launch or library call the GPU will run: not in a dry run, whose work runs, if at
+// all, as a graph that counts its own (Note [CUDA graph replay]).
+void count_gpu_launch() {
+  if (cuda::recording() != cuda::Recording::Dry) count_launch();
+}
+
 // Launches `function` with its one struct parameter `args`; under LAZYFUSE_SYNC=1 waits, so
 // an error names the kernel.
-void launch(cuda::CUfunction function, int64_t blocks, unsigned threads, KernelArgs& args,
-            const std::string& name) {
+void launch(int device, cuda::CUfunction function, int64_t blocks, unsigned threads,
+            KernelArgs& args, const std::string& name) {
   if (blocks == 0) return;
-  count_launch();
+  count_gpu_launch();
+  if (cuda::recording() != cuda::Recording::Off) {
+    const uint64_t head[] = {reinterpret_cast<uint64_t>(function), static_cast<uint64_t>(blocks),
+                             threads, args.size()};
+    cuda::record_words(head);
+    cuda::record_words(args);
+    if (cuda::recording() == cuda::Recording::Dry) return;
+  }
   void* params[] = {args.data()};
   ScopedHostPhase phase(HostPhase::Launch);
   cuda::check(cuda::driver()->cuLaunchKernel(function, static_cast<unsigned>(blocks), 1, 1, threads,
-                                             1, 1, 0, nullptr, params, nullptr),
+                                             1, 1, 0, cuda::device_stream(device), params, nullptr),
               "cuLaunchKernel");
   if (env_config().sync)
     cuda::check(cuda::driver()->cuCtxSynchronize(), absl::StrCat("kernel ", name).c_str());
@@ -197,8 +211,8 @@ void run_elementwise(const Graph& graph, const Step& step, ValueBuffers& values,
         return generate_cuda_elementwise(graph, step, spec, fast_math);
       });
   KernelArgs args = pack_elementwise_args(kernel.plan, input_addresses(step, values), outputs);
-  launch(static_cast<cuda::CUfunction>(kernel.function), elementwise_blocks(kernel.plan, device),
-         kThreadsPerBlock, args, kernel.name);
+  launch(device, static_cast<cuda::CUfunction>(kernel.function),
+         elementwise_blocks(kernel.plan, device), kThreadsPerBlock, args, kernel.name);
 }
 
 // A contiguous copy of `source` (any strides, broadcast included) converted to `dtype`: one
@@ -239,6 +253,7 @@ uint64_t reduction_counters(const Device& device, int64_t rows) {
   if (counters.size() <= index) counters.resize(index + 1);
   std::optional<BufferView>& slot = counters[index];
   if (!slot || numel(slot->shape) < rows) {
+    cuda::check_replayable("the reduction counters grow", false);
     const int64_t count = std::max<int64_t>(rows, 1024);
     BufferView fresh = allocate_buffer(device, DType::Int32, {count});
     const std::vector<int32_t> zeros(static_cast<size_t>(count), 0);
@@ -305,8 +320,8 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step, const Node&
   std::optional<BufferView> partial;
   const int64_t chunks =
       append_reduction_launch(node.device, acc, address(out), rows, columns, args, partial);
-  launch(static_cast<cuda::CUfunction>(kernel.function), rows * chunks, kCudaReduceThreads, args,
-         kernel.name);
+  launch(node.device.index(), static_cast<cuda::CUfunction>(kernel.function), rows * chunks,
+         kCudaReduceThreads, args, kernel.name);
   return out;
 }
 
@@ -347,8 +362,8 @@ void run_fused_column_reduction(const Graph& graph, const Step& step, const Node
   KernelArgs args;
   append_space_args(kernel.plan, input_addresses(step, values), args);
   append_column_step_args(outputs, words, args);
-  launch(static_cast<cuda::CUfunction>(kernel.function), column_tiles(words) * words.chunks,
-         kCudaReduceThreads, args, kernel.name);
+  launch(node.device.index(), static_cast<cuda::CUfunction>(kernel.function),
+         column_tiles(words) * words.chunks, kCudaReduceThreads, args, kernel.name);
 }
 
 // A row step (reductions of the same rows, an epilogue): one warp per row.
@@ -389,8 +404,8 @@ void run_row_kernel(const Graph& graph, const Step& step, const Node& node, Valu
   append_space_args(kernel.plan, input_addresses(step, values), args);
   append_row_args(outputs, rows, columns, args);
   constexpr int64_t kRowsPerBlock = kCudaReduceThreads / 32;
-  launch(static_cast<cuda::CUfunction>(kernel.function), (rows + kRowsPerBlock - 1) / kRowsPerBlock,
-         kCudaReduceThreads, args, kernel.name);
+  launch(node.device.index(), static_cast<cuda::CUfunction>(kernel.function),
+         (rows + kRowsPerBlock - 1) / kRowsPerBlock, kCudaReduceThreads, args, kernel.name);
 }
 
 // When the kept dims of `view` ([kept..., reduced...], `reduced` dims last) lie contiguous in
@@ -520,7 +535,7 @@ BufferView run_reduction(const Node& node, const BufferView& input) {
   const uint64_t counters =
       plan.counters() > 0 ? reduction_counters(node.device, plan.counters()) : 0;
   KernelArgs args = plain_reduction_args(node, plan, address(out), counters, partial);
-  launch(function, plan.blocks(), kCudaReduceThreads, args, name);
+  launch(device, function, plan.blocks(), kCudaReduceThreads, args, name);
   return out;
 }
 
@@ -769,8 +784,8 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
     }
     if (call.members.size() > 1)
       for (int64_t start : starts) args.push_back(static_cast<uint64_t>(start));
-    launch(static_cast<cuda::CUfunction>(call.function), starts.back(), kThreadsPerBlock, args,
-           call.name);
+    launch(device, static_cast<cuda::CUfunction>(call.function), starts.back(), kThreadsPerBlock,
+           args, call.name);
   }
 }
 
@@ -836,7 +851,7 @@ BufferView run_matmul(const Node& node, const BufferView& a, const BufferView& b
   const cuda::GemmOperand a_operand = operand(a, shapes.a_full, shapes.a_strides, a_staged);
   const cuda::GemmOperand b_operand = operand(b, shapes.b_full, shapes.b_strides, b_staged);
   BufferView c = allocate_buffer(node.device, work, node.shape);
-  count_launch();
+  count_gpu_launch();
   {
     ScopedHostPhase phase(HostPhase::Library);
     cuda::gemm_strided_batched(device, work, a_operand, b_operand, c.data(), shapes.n, shapes.k,
@@ -859,6 +874,7 @@ uint64_t index_error_slot(const Device& device) {
   if (slots.size() <= index) slots.resize(index + 1);
   std::optional<BufferView>& slot = slots[index];
   if (!slot) {
+    cuda::check_replayable("the index error slot is made", false);
     BufferView fresh = allocate_buffer(device, DType::Int64, {1});
     cuda::check(cuda::driver()->cuMemcpyHtoD(address(fresh), &kNoIndexError, 8), "cuMemcpyHtoD");
     slot = std::move(fresh);
@@ -882,6 +898,7 @@ int64_t index_blocks(int64_t n) {
 // the CPU raises. Reading the slot waits for the kernel.
 void check_index_error(const Node& node, uint64_t slot, const BufferView& index, int64_t dim,
                        int64_t bound) {
+  cuda::check_replayable("an index op reads its error slot on the host", true);
   const cuda::DriverApi* api = cuda::driver();
   uint64_t position = kNoIndexError;
   cuda::check(api->cuMemcpyDtoH(&position, slot, 8),
@@ -922,7 +939,7 @@ BufferView run_gather(const Node& node, const BufferView& x, const BufferView& i
   cuda::CUfunction function =
       cuda::get_kernel(device, name, [&] { return generate_cuda_gather(bytes, rank); });
   KernelArgs args = pack_gather_args(words);
-  launch(function, index_blocks(words.n), kCudaIndexThreads, args, name);
+  launch(device, function, index_blocks(words.n), kCudaIndexThreads, args, name);
   check_index_error(node, words.error, index, words.dim, words.bound);
   return out;
 }
@@ -954,7 +971,7 @@ BufferView run_scatter_add(const Node& node, const BufferView& self, const Buffe
   cuda::CUfunction function =
       cuda::get_kernel(device, name, [&] { return generate_cuda_scatter_add(node.dtype, rank); });
   KernelArgs args = pack_scatter_add_args(words);
-  launch(function, index_blocks(words.lines), kCudaIndexThreads, args, name);
+  launch(device, function, index_blocks(words.lines), kCudaIndexThreads, args, name);
   check_index_error(node, words.error, index, words.dim, words.bound);
   return out;
 }
@@ -987,7 +1004,7 @@ BufferView run_cat(const Node& node, std::span<const BufferView* const> inputs) 
     cuda::CUfunction function = cuda::get_kernel(
         device, name, [&] { return generate_cuda_strided_copy(in->dtype, node.dtype, rank); });
     KernelArgs args = pack_strided_copy_args(words);
-    launch(function, index_blocks(words.n), kCudaIndexThreads, args, name);
+    launch(device, function, index_blocks(words.n), kCudaIndexThreads, args, name);
   }
   return out;
 }
@@ -1029,7 +1046,7 @@ bool run_matmul_with_epilogue(const Graph& graph, const MatmulEpilogue& epilogue
                                 bias.data(), epilogue.relu, d.data(), a.shape[0], a.shape[1],
                                 b.shape[1]))
     return false;
-  count_launch();
+  count_gpu_launch();
   values[result] = std::move(d);
   return true;
 }
@@ -1114,6 +1131,7 @@ class CudaBackend final : public Backend {
   }
   void copy(const void* source, const Device& from, void* target, const Device& to,
             size_t bytes) override {
+    cuda::check_replayable("a copy between devices", true);
     ScopedHostPhase phase(HostPhase::Transfer);
     const cuda::DriverApi* api = cuda::driver();
     if (from.is_cpu()) {
@@ -1133,7 +1151,13 @@ class CudaBackend final : public Backend {
     }
   }
 
+  void run_replayable(const Device& device, std::unique_ptr<ReplayCache>* cache,
+                      const std::function<void()>& run) override {
+    cuda::run_replayable(device.index(), cache, run);
+  }
+
   void synchronize(const Device& device) override {
+    cuda::check_replayable("a wait for the device", true);
     cuda::activate(device.index());
     cuda::check(cuda::driver()->cuCtxSynchronize(), "cuCtxSynchronize");
   }

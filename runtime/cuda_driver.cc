@@ -66,6 +66,13 @@ const Loaded& loaded() {
     load(a.cuEventSynchronize, "cuEventSynchronize");
     load(a.cuEventElapsedTime, "cuEventElapsedTime");
     load(a.cuEventDestroy, "cuEventDestroy_v2");
+    load(a.cuStreamCreate, "cuStreamCreate");
+    load(a.cuStreamBeginCapture, "cuStreamBeginCapture_v2");
+    load(a.cuStreamEndCapture, "cuStreamEndCapture");
+    load(a.cuGraphInstantiate, "cuGraphInstantiateWithFlags");
+    load(a.cuGraphLaunch, "cuGraphLaunch");
+    load(a.cuGraphExecDestroy, "cuGraphExecDestroy");
+    load(a.cuGraphDestroy, "cuGraphDestroy");
     if (!all) return s;
     a.cuDriverGetVersion(&s.version);
     if (CUresult r = a.cuInit(0); r != 0) {
@@ -112,6 +119,20 @@ CUcontext activate(int index) {
   }
   check(api->cuCtxSetCurrent(context), "cuCtxSetCurrent");
   return context;
+}
+
+CUstream device_stream(int index) {
+  static std::mutex mutex;
+  static std::vector<CUstream> streams;
+  std::lock_guard lock(mutex);
+  if (streams.size() <= static_cast<size_t>(index)) streams.resize(index + 1, nullptr);
+  if (streams[index] == nullptr) {
+    // Flags 0: a blocking stream, ordered with the legacy default stream both ways.
+    CUstream stream = nullptr;
+    check(driver()->cuStreamCreate(&stream, 0), "cuStreamCreate");
+    streams[index] = stream;
+  }
+  return streams[index];
 }
 
 }  // namespace lazyfuse::cuda

@@ -17,6 +17,8 @@ using CUmodule = struct CUmod_st*;
 using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
+using CUgraph = struct CUgraph_st*;
+using CUgraphExec = struct CUgraphExec_st*;
 
 inline constexpr int kAttrMaxThreadsPerBlock = 1;
 inline constexpr int kAttrMultiprocessorCount = 16;
@@ -24,6 +26,9 @@ inline constexpr int kAttrComputeCapabilityMajor = 75;
 inline constexpr int kAttrComputeCapabilityMinor = 76;
 inline constexpr CUresult kErrorOutOfMemory = 2;
 inline constexpr CUresult kErrorPeerAccessAlreadyEnabled = 704;
+// CUstreamCaptureMode: other threads may make any call while a stream captures (evaluations are
+// serialized; the caching allocator may call cuMemAlloc).
+inline constexpr int kStreamCaptureModeRelaxed = 2;
 
 struct DriverApi {
   CUresult (*cuInit)(unsigned);
@@ -57,6 +62,13 @@ struct DriverApi {
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
   CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuStreamCreate)(CUstream*, unsigned);
+  CUresult (*cuStreamBeginCapture)(CUstream, int);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
+  CUresult (*cuGraphInstantiate)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
 };
 
 // The loaded driver, initialised, or null when there is none (then `why_unavailable()` says
@@ -71,5 +83,11 @@ void check(CUresult result, const char* what);
 
 // The primary context of GPU `index`, made current on the calling thread.
 CUcontext activate(int index);
+
+// The stream on which lazyfuse queues GPU `index`'s work: kernels, library calls and graph
+// launches, in order. Made on first use and kept for the process; it synchronizes with the
+// legacy default stream (the synchronous copies' and other libraries'), as the default stream
+// did, and unlike it can be captured into a CUDA graph. Call with the device's context current.
+CUstream device_stream(int index);
 
 }  // namespace lazyfuse::cuda

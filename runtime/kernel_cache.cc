@@ -20,6 +20,7 @@
 #include "codegen/nvrtc.h"
 #include "ir/errors.h"
 #include "ir/stable_hash.h"
+#include "runtime/cuda_graphs.h"
 #include "runtime/env.h"
 
 namespace lazyfuse::cuda {
@@ -128,6 +129,7 @@ CUfunction get_kernel(int device, const std::string& key,
     ++s.stats.memory_hits;
     return it->second;
   }
+  check_replayable("a kernel is loaded", false);
   const DeviceProperties& props = device_properties(device);
   const CudaSource source = generate();
   dump_source(source);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "ir/errors.h"
 #include "ir/passes/passes.h"
+#include "runtime/backend.h"
 #include "runtime/env.h"
 #include "runtime/executor.h"
 #include "runtime/host_profile.h"
@@ -146,7 +147,22 @@ struct CachedSchedule {
   Graph graph;  // before the passes
   Schedule schedule;
   std::vector<std::unique_ptr<StepCache>> step_caches;  // one per step, the backends'
+  // The device of every compute step where there is one and nothing moves between devices:
+  // its backend may replay the schedule's runs (Backend::run_replayable).
+  std::optional<Device> replay_device;
+  std::unique_ptr<ReplayCache> replay;  // the backend's
 };
+
+// The one device a schedule computes on, when it moves nothing between devices.
+std::optional<Device> single_compute_device(const Schedule& schedule) {
+  std::optional<Device> device;
+  for (const Step& step : schedule.steps) {
+    if (step.kind == StepKind::View) continue;
+    if (step.kind == StepKind::Transfer || (device && *device != step.device)) return std::nullopt;
+    device = step.device;
+  }
+  return device;
+}
 
 // The cache key's hash: a multiply per word, mixed once at the end. It never leaves the
 // process, and a collision costs a miss (walk_matches confirms every hit).
@@ -223,7 +239,9 @@ bool walk_matches(const Walk& walk, std::span<const LazyRef> outputs, const Grap
   return true;
 }
 
-absl::flat_hash_map<uint64_t, std::shared_ptr<CachedSchedule>> schedule_cache;
+// Never destroyed: what the backends keep for a schedule (CUDA graphs) goes with the process,
+// not after the driver at exit.
+auto& schedule_cache = *new absl::flat_hash_map<uint64_t, std::shared_ptr<CachedSchedule>>();
 
 }  // namespace
 
@@ -289,6 +307,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
       };
     }
     made->schedule = run_pipeline(made->graph, pipeline);
+    made->replay_device = single_compute_device(made->schedule);
     cached = made;
     if (cacheable) {
       if (schedule_cache.size() >= kScheduleCacheEntries) schedule_cache.clear();
@@ -302,11 +321,21 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   const Schedule& schedule = cached->schedule;
 
   ValueBuffers values(schedule.graph.nodes.size());
-  for (size_t i = 0; i < walk.params.size(); ++i) values[i] = *walk.params[i]->buffer;
   const int64_t launches_before = launches_started();
   {
     ScopedHostPhase phase(HostPhase::Run);
-    run_schedule(schedule, values, cacheable ? &cached->step_caches : nullptr);
+    // A whole run from the params; a backend replaying runs may call it again after a try it
+    // did not keep, so each call starts afresh.
+    auto run = [&] {
+      for (std::optional<BufferView>& value : values) value.reset();
+      for (size_t i = 0; i < walk.params.size(); ++i) values[i] = *walk.params[i]->buffer;
+      run_schedule(schedule, values, cacheable ? &cached->step_caches : nullptr);
+    };
+    if (cacheable && cached->replay_device)
+      backend_for(*cached->replay_device)
+          .run_replayable(*cached->replay_device, &cached->replay, run);
+    else
+      run();
   }
   const int64_t launches = launches_started() - launches_before;
 

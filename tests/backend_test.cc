@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -29,10 +31,14 @@ struct CountingCache : StepCache {
 
 // Computes float64 add, mul, exp, constants and whole sums, element by element, from dense
 // buffers; refuses anything else.
-class InterpretingBackend final : public Backend {
+class InterpretingBackend : public Backend {
  public:
   void run_step(const Graph& graph, const Step& step, ValueBuffers& values,
                 std::unique_ptr<StepCache>* cache) override {
+    if (fail_next_step) {
+      fail_next_step = false;
+      throw std::runtime_error("a try that fails part way");
+    }
     ++steps_run;
     if (cache != nullptr) {
       if (*cache == nullptr) {
@@ -108,6 +114,32 @@ class InterpretingBackend final : public Backend {
   void synchronize(const Device&) override {}
 
   int steps_run = 0, caches_made = 0, allocations = 0, releases = 0;
+  bool fail_next_step = false;
+};
+
+struct ReplayCount : ReplayCache {
+  int evaluations = 0;
+};
+
+// Runs each evaluation as a backend that replays runs may (the CUDA graphs of
+// runtime/cuda_graphs.cc): a try it does not keep, a try that fails part way, then the run it
+// keeps.
+class RetryingBackend final : public InterpretingBackend {
+ public:
+  void run_replayable(const Device& device, std::unique_ptr<ReplayCache>* cache,
+                      const std::function<void()>& run) override {
+    EXPECT_TRUE(device.is_cpu());
+    if (*cache == nullptr) {
+      *cache = std::make_unique<ReplayCount>();
+      ++replay_caches_made;
+    }
+    replayed_evaluations = ++static_cast<ReplayCount&>(**cache).evaluations;
+    run();
+    fail_next_step = true;
+    EXPECT_THROW(run(), std::runtime_error);
+    run();
+  }
+  int replay_caches_made = 0, replayed_evaluations = 0;
 };
 
 TEST(Backend, ExecutorHandsEveryStepAndAllocationToTheDevicesBackend) {
@@ -146,6 +178,39 @@ TEST(Backend, ExecutorHandsEveryStepAndAllocationToTheDevicesBackend) {
   // Back to the CPU backend: the same expression computes there.
   Tensor x = tensor({1.0, 2.0}, TensorOptions(DType::Float64));
   EXPECT_DOUBLE_EQ((x * x).sum().item<double>(), 5.0);
+}
+
+// A backend may run a cached schedule several times for one evaluation (Backend::run_replayable):
+// each run starts from the params, what a discarded or failed try made is freed, and the
+// evaluation's results are those of the run kept. The backend keeps one entry per schedule.
+TEST(Backend, ReplayableRunsStartAfreshAndLeaveNothingBehind) {
+  RetryingBackend backend;
+  {
+    ScopedBackend scoped(DeviceType::CPU, backend);
+    const TensorOptions f64(DType::Float64);
+    const std::vector<double> zs = {0.5, -1.0, 2.0}, ys = {3.0, 4.0, -0.25};
+    Tensor z = from_vector(zs, {3}, f64), y = from_vector(ys, {3}, f64);
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      Tensor r = (z + 2).exp() * y;
+      Tensor total = r.sum();
+      // A result fed back: the next evaluation reads what this one kept.
+      Tensor next_z = r * 0.0 + z * 2.0;
+      eval({r, total, next_z});
+      double want_total = 0;
+      for (size_t i = 0; i < 3; ++i) {
+        const double z_now = zs[i] * std::exp2(repeat);
+        const double want = std::exp(z_now + 2) * ys[i];
+        EXPECT_DOUBLE_EQ(r.to_vector<double>()[i], want);
+        want_total += want;
+      }
+      EXPECT_DOUBLE_EQ(total.item<double>(), want_total);
+      z = next_z;
+    }
+    // One schedule, kept once; each evaluation ran it three times, two of them thrown away.
+    EXPECT_EQ(backend.replay_caches_made, 1);
+    EXPECT_EQ(backend.replayed_evaluations, 3);
+  }
+  EXPECT_EQ(backend.releases, backend.allocations);
 }
 
 TEST(Backend, AnOpTheBackendRefusesLeavesEveryTensorUsable) {

@@ -1,0 +1,270 @@
+// CUDA graph replay of cached schedules.
+#include "runtime/cuda_graphs.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <list>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/env.h"
+#include "runtime/host_profile.h"
+
+namespace lazyfuse::cuda {
+
+// Note [CUDA graph replay]
+// A training step or a model's forward evaluated in a loop runs the same cached schedule again
+// and again, and on a GPU its time is the host's: a launch costs ~3 us and a cuBLAS call 10-15,
+// where the kernels themselves take a few. A CUDA graph records that work once and launches all
+// of it with one call. What a graph cannot do is notice that its work changed: it replays the
+// addresses it was recorded with. So a run is replayed only when it would do exactly what the
+// graph does, and that is checked rather than assumed:
+//
+// - A later run of the schedule first runs dry: everything on the host happens as in a real run
+//   (buffers allocated from the caching allocator, plans found, arguments packed), except that
+//   each kernel launch and library call is not made but written to a record: the kernel or the
+//   library's plan, the grid, and every argument word, every address among them. If a graph was
+//   recorded from a run with the same record, launching it does the same work on the same
+//   memory: the graph is launched (one cuGraphLaunch on the device's stream). So nothing about
+//   addresses needs to be stable for correctness; where the caching allocator hands out the same
+//   blocks (a loop in its steady state) the run replays, and elsewhere it records a new graph.
+// - A run with no graph of its record runs again, captured: its work is queued on the device's
+//   stream under stream capture, instantiated as a graph, launched and kept with its record (a
+//   few per schedule, the least recently used dropped past LAZYFUSE_CUDA_GRAPH_CACHE in all).
+// - Work that cannot be in a graph throws NotReplayable from where it happens, and the run is
+//   made again the ordinary way: host reads of device memory (an index op's error check) for
+//   good, first uses (a kernel loaded, a cuBLASLt plan chosen by running candidates, a buffer
+//   of counters grown) for that run only. A capture the driver refuses ends graphs for the
+//   schedule. Each retry starts from the params (Backend::run_replayable), so a failed try
+//   leaves nothing behind; a real error (out of memory) propagates as from any run.
+// - The first run of a schedule launches its own work (its kernels are compiled and its plans
+//   made then, which no graph can record) and counts its launches: a schedule of one launch is
+//   not worth a graph (a graph launch costs what a kernel launch does) and never records one.
+//
+// Evaluations are serialized by the evaluation lock, which covers everything here.
+
+namespace {
+
+struct GraphInstance;
+
+// Graphs kept, most recently used first, across schedules.
+std::list<GraphInstance*>& least_recently_used() {
+  static auto* list = new std::list<GraphInstance*>;  // never destroyed: see GraphReplay
+  return *list;
+}
+
+class GraphReplay;
+
+struct GraphInstance {
+  std::vector<uint64_t> record;
+  CUgraphExec exec = nullptr;
+  int device = 0;
+  int64_t launches = 0;  // the kernel launches and library calls it runs
+  GraphReplay* owner = nullptr;
+  std::list<GraphInstance>::iterator self;       // in its owner's instances
+  std::list<GraphInstance*>::iterator position;  // in least_recently_used()
+};
+
+GraphStats& stats() {
+  static GraphStats s;
+  return s;
+}
+
+// A schedule's graphs. Its instances are destroyed with it; the schedule cache that owns it is
+// never destroyed, so no graph is destroyed after the driver at exit.
+class GraphReplay final : public ReplayCache {
+ public:
+  ~GraphReplay() override {
+    while (!instances.empty()) drop(instances.begin());
+  }
+  void drop(std::list<GraphInstance>::iterator instance) {
+    least_recently_used().erase(instance->position);
+    activate(instance->device);
+    driver()->cuGraphExecDestroy(instance->exec);
+    instances.erase(instance);
+    --stats().kept;
+  }
+
+  int64_t runs = 0;       // runs that launched their own work before graphs were tried
+  bool worth_it = false;  // the first run made 2 or more launches
+  bool never = false;     // a lasting NotReplayable, or a capture the driver refused
+  std::list<GraphInstance> instances;
+};
+
+std::atomic<GraphMode>& mode_setting() {
+  static std::atomic<GraphMode> mode = [] {
+    const EnvConfig& env = env_config();
+    if (env.sync || env.cuda_graphs == 0) return GraphMode::Off;
+    return env.cuda_graphs == 2 ? GraphMode::Always : GraphMode::On;
+  }();
+  return mode;
+}
+
+thread_local Recording current_recording = Recording::Off;
+thread_local std::vector<uint64_t>* current_record = nullptr;
+
+// Records the calling thread's work in `record` while it lives.
+class RecordingScope {
+ public:
+  RecordingScope(Recording how, std::vector<uint64_t>& record) {
+    record.clear();
+    current_recording = how;
+    current_record = &record;
+  }
+  ~RecordingScope() {
+    current_recording = Recording::Off;
+    current_record = nullptr;
+  }
+  RecordingScope(const RecordingScope&) = delete;
+  RecordingScope& operator=(const RecordingScope&) = delete;
+};
+
+constexpr size_t kGraphsPerSchedule = 4;
+
+void debug_line(const std::string& line) {
+  if (env_config().debug >= 1) std::fprintf(stderr, "[lazyfuse] CUDA graph: %s\n", line.c_str());
+}
+
+// Ends a capture that is being abandoned, dropping what it captured.
+void abandon_capture(CUstream stream) {
+  CUgraph graph = nullptr;
+  driver()->cuStreamEndCapture(stream, &graph);
+  if (graph != nullptr) driver()->cuGraphDestroy(graph);
+}
+
+void launch_graph(GraphInstance& instance, CUstream stream) {
+  ScopedHostPhase phase(HostPhase::Launch);
+  check(driver()->cuGraphLaunch(instance.exec, stream), "cuGraphLaunch");
+}
+
+// Keeps `exec` as `replay`'s most recent graph, dropping the least recently used past the
+// bounds: kGraphsPerSchedule for the schedule, LAZYFUSE_CUDA_GRAPH_CACHE in all.
+GraphInstance& keep(GraphReplay& replay, int device, std::vector<uint64_t> record, CUgraphExec exec,
+                    int64_t launches) {
+  replay.instances.push_front(
+      GraphInstance{std::move(record), exec, device, launches, &replay, {}, {}});
+  const auto self = replay.instances.begin();
+  self->self = self;
+  least_recently_used().push_front(&*self);
+  self->position = least_recently_used().begin();
+  ++stats().kept;
+  if (replay.instances.size() > kGraphsPerSchedule) {
+    replay.drop(std::prev(replay.instances.end()));
+    ++stats().evictions;
+  }
+  const int64_t bound = std::max<int64_t>(env_config().cuda_graph_cache, 1);
+  while (stats().kept > bound) {
+    GraphInstance* oldest = least_recently_used().back();
+    oldest->owner->drop(oldest->self);
+    ++stats().evictions;
+  }
+  return *self;
+}
+
+}  // namespace
+
+GraphMode graph_mode() { return mode_setting().load(); }
+void set_graph_mode(GraphMode mode) { mode_setting().store(mode); }
+
+GraphStats graph_stats() { return stats(); }
+void reset_graph_stats() {
+  const int64_t kept = stats().kept;
+  stats() = GraphStats();
+  stats().kept = kept;
+}
+
+Recording recording() { return current_recording; }
+
+void record_words(std::span<const uint64_t> words) {
+  current_record->insert(current_record->end(), words.begin(), words.end());
+}
+
+void check_replayable(const char* why, bool lasting) {
+  if (current_recording != Recording::Off) throw NotReplayable{why, lasting};
+}
+
+void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
+                    const std::function<void()>& run) {
+  const GraphMode mode = graph_mode();
+  if (mode == GraphMode::Off) return run();
+  if (*cache == nullptr) *cache = std::make_unique<GraphReplay>();
+  GraphReplay& replay = static_cast<GraphReplay&>(**cache);
+  if (replay.never) return run();
+  if (mode == GraphMode::On && replay.runs == 0) {
+    const int64_t before = launches_started();
+    run();
+    replay.worth_it = launches_started() - before >= 2;
+    ++replay.runs;
+    return;
+  }
+  if (mode == GraphMode::On && !replay.worth_it) return run();
+
+  // Runs again the ordinary way after a try that could not be recorded.
+  auto fall_back = [&](const NotReplayable& why) {
+    replay.never |= why.lasting;
+    ++stats().fallbacks;
+    debug_line(absl::StrCat("not recorded: ", why.why, why.lasting ? " (for good)" : ""));
+    run();
+  };
+  activate(device);
+  const CUstream stream = device_stream(device);
+  std::vector<uint64_t> record;
+  if (!replay.instances.empty()) {
+    try {
+      RecordingScope scope(Recording::Dry, record);
+      run();
+    } catch (const NotReplayable& why) {
+      return fall_back(why);
+    }
+    for (auto it = replay.instances.begin(); it != replay.instances.end(); ++it) {
+      if (it->record != record) continue;
+      launch_graph(*it, stream);
+      count_launch(it->launches);
+      replay.instances.splice(replay.instances.begin(), replay.instances, it);
+      least_recently_used().splice(least_recently_used().begin(), least_recently_used(),
+                                   it->position);
+      ++stats().replays;
+      debug_line("replayed");
+      return;
+    }
+  }
+
+  const DriverApi& api = *driver();
+  check(api.cuStreamBeginCapture(stream, kStreamCaptureModeRelaxed), "cuStreamBeginCapture");
+  const int64_t launches_before = launches_started();
+  try {
+    RecordingScope scope(Recording::Capture, record);
+    run();
+  } catch (const NotReplayable& why) {
+    abandon_capture(stream);
+    count_launch(launches_before - launches_started());  // they were captured, never run
+    return fall_back(why);
+  } catch (...) {
+    abandon_capture(stream);
+    count_launch(launches_before - launches_started());
+    throw;
+  }
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  CUresult result = api.cuStreamEndCapture(stream, &graph);
+  if (result == 0) result = api.cuGraphInstantiate(&exec, graph, 0);
+  if (graph != nullptr) api.cuGraphDestroy(graph);
+  if (result != 0) {
+    // The captured work was queued nowhere: run it as ordinary launches.
+    count_launch(launches_before - launches_started());
+    const char* message = nullptr;
+    api.cuGetErrorString(result, &message);
+    return fall_back(NotReplayable{
+        absl::StrCat("the driver refused the capture (", message ? message : "", ")"), true});
+  }
+  GraphInstance& kept =
+      keep(replay, device, std::move(record), exec, launches_started() - launches_before);
+  launch_graph(kept, stream);
+  ++stats().captures;
+  debug_line(absl::StrCat("captured (", replay.instances.size(), " kept for this schedule)"));
+}
+
+}  // namespace lazyfuse::cuda

@@ -1,0 +1,186 @@
+// CUDA graph replay (Note [CUDA graph replay] in runtime/cuda_graphs.cc), on a machine with a GPU
+// (every test skips without one): repeated evaluations recorded and replayed give the bits the
+// same evaluations give launched one by one, in the cases that break a naive capture.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <lazyfuse/lazyfuse.h>
+
+#include "runtime/cuda_graphs.h"
+#include "runtime/cuda_memory.h"
+
+namespace lazyfuse {
+namespace {
+
+class CudaGraphs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA GPU";
+    saved_ = cuda::graph_mode();
+  }
+  void TearDown() override {
+    if (cuda::is_available()) cuda::set_graph_mode(saved_);
+  }
+
+ private:
+  cuda::GraphMode saved_ = cuda::GraphMode::On;
+};
+
+// Values that float32 holds exactly.
+std::vector<double> random_floats(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = dist(rng);
+  return v;
+}
+
+// A layer and two reductions of it: products through cuBLAS, a row kernel and a reduction.
+std::vector<Tensor> layer(const Tensor& x, const Tensor& w, const Tensor& b) {
+  Tensor y = (x.matmul(w) + b).relu();
+  Tensor rows = (y * y).sum({1}) + y.mean();
+  return {y, rows};
+}
+
+std::vector<std::vector<float>> host_values(const std::vector<Tensor>& tensors) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor& t : tensors) out.push_back(t.to_vector<float>());
+  return out;
+}
+
+// The same evaluation over the same inputs, again and again: recorded once, then replayed, with
+// every result's bits those of the evaluation launched kernel by kernel.
+TEST_F(CudaGraphs, ARepeatedEvaluationReplaysWithTheLaunchedBits) {
+  const TensorOptions gpu = TensorOptions(kFloat32).device("cuda");
+  Tensor x = from_vector(random_floats(64 * 96, 1), {64, 96}, gpu);
+  Tensor w = from_vector(random_floats(96 * 128, 2), {96, 128}, gpu);
+  Tensor b = from_vector(random_floats(128, 3), {128}, gpu);
+  eval({x, w, b});
+  cuda::set_graph_mode(cuda::GraphMode::Off);
+  const std::vector<std::vector<float>> launched = host_values(layer(x, w, b));
+
+  cuda::set_graph_mode(cuda::GraphMode::Always);
+  cuda::reset_graph_stats();
+  for (int repeat = 0; repeat < 6; ++repeat) {
+    SCOPED_TRACE(repeat);
+    std::vector<Tensor> results = layer(x, w, b);
+    eval(results);
+    EXPECT_EQ(host_values(results), launched);
+  }
+  const cuda::GraphStats stats = cuda::graph_stats();
+  EXPECT_GE(stats.captures, 1);
+  EXPECT_GE(stats.replays, 3);
+}
+
+// A state fed back into the next evaluation (as a parameter's update is), read twice in one
+// expression and through a transposed view: against float64 on the host, step by step. Its
+// buffers alternate, so the graphs kept are replayed in turn.
+TEST_F(CudaGraphs, OutputsFedBackAndAliasedInputsMatchFloat64) {
+  cuda::set_graph_mode(cuda::GraphMode::Always);
+  cuda::reset_graph_stats();
+  const int64_t n = 48;
+  const std::vector<double> start = random_floats(n * n, 4), drive = random_floats(n * n, 5);
+  Tensor state = from_vector(start, {n, n}, TensorOptions(kFloat32).device("cuda"));
+  Tensor input = from_vector(drive, {n, n}, TensorOptions(kFloat32).device("cuda"));
+  std::vector<double> want(start.begin(), start.end());
+  for (int step = 0; step < 8; ++step) {
+    SCOPED_TRACE(step);
+    Tensor next = (state + state.t()) * 0.25f + (input * state).tanh();
+    Tensor total = next.sum();
+    eval({next, total});
+    std::vector<double> updated(want.size());
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const size_t at = static_cast<size_t>(i * n + j);
+        updated[at] = (want[at] + want[static_cast<size_t>(j * n + i)]) * 0.25 +
+                      std::tanh(drive[at] * want[at]);
+        sum += updated[at];
+      }
+    want = updated;
+    const std::vector<float> got = next.to_vector<float>();
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << "at " << i;
+    EXPECT_NEAR(total.item<double>(), sum, 1e-3 * (1 + std::fabs(sum)));
+    state = next;
+  }
+  EXPECT_GE(cuda::graph_stats().replays, 2);
+}
+
+// An index op reads its error slot on the host after its kernel, so its schedule is never
+// recorded; a bad index is the CPU's IndexError, and the next evaluation works.
+TEST_F(CudaGraphs, AnIndexOpIsNeverRecordedAndItsErrorStaysTyped) {
+  cuda::set_graph_mode(cuda::GraphMode::Always);
+  Tensor x = from_vector(random_floats(40, 6), {8, 5}, TensorOptions(kFloat32).device("cuda"));
+  Tensor good = tensor({4, 0, 2}, TensorOptions(kInt64)).to("cuda");
+  Tensor bad = tensor({4, 9, 2}, TensorOptions(kInt64)).to("cuda");
+  eval({x, good, bad});
+  const std::vector<float> rows = x.to_vector<float>();
+  cuda::reset_graph_stats();
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    Tensor picked = (x.index_select(0, good) * 2).sum({1});
+    const std::vector<float> got = picked.to_vector<float>();
+    for (int r = 0; r < 3; ++r) {
+      const int64_t row = r == 0 ? 4 : r == 1 ? 0 : 2;
+      float want = 0;
+      for (int c = 0; c < 5; ++c) want += rows[static_cast<size_t>(row * 5 + c)] * 2;
+      EXPECT_NEAR(got[static_cast<size_t>(r)], want, 1e-5);
+    }
+  }
+  EXPECT_EQ(cuda::graph_stats().captures, 0);
+  EXPECT_GE(cuda::graph_stats().fallbacks, 1);
+  Tensor wrong = (x.index_select(0, bad) * 2).sum({1});
+  EXPECT_THROW(wrong.to_vector<float>(), IndexError);
+  Tensor again = (x.index_select(0, good) * 2).sum({1});
+  EXPECT_EQ(again.to_vector<float>().size(), 3u);
+}
+
+// Two threads, each evaluating its own schedule in a loop, share the evaluation lock and the
+// graph cache: each replays its own graphs and gets its own results.
+TEST_F(CudaGraphs, TwoThreadsReplayTheirOwnGraphs) {
+  cuda::set_graph_mode(cuda::GraphMode::Always);
+  cuda::reset_graph_stats();
+  auto worker = [](int64_t rows, uint32_t seed, bool* ok) {
+    const TensorOptions gpu = TensorOptions(kFloat32).device("cuda");
+    Tensor x = from_vector(random_floats(rows * 32, seed), {rows, 32}, gpu);
+    Tensor w = from_vector(random_floats(32 * 16, seed + 1), {32, 16}, gpu);
+    Tensor b = from_vector(random_floats(16, seed + 2), {16}, gpu);
+    const std::vector<std::vector<float>> first = host_values(layer(x, w, b));
+    *ok = true;
+    for (int repeat = 0; repeat < 20; ++repeat) *ok &= host_values(layer(x, w, b)) == first;
+  };
+  bool ok_a = false, ok_b = false;
+  std::thread a(worker, 24, 7, &ok_a), b(worker, 40, 11, &ok_b);
+  a.join();
+  b.join();
+  EXPECT_TRUE(ok_a);
+  EXPECT_TRUE(ok_b);
+  EXPECT_GE(cuda::graph_stats().replays, 2);
+}
+
+// Emptying the allocator's cache between evaluations frees the blocks a kept graph was recorded
+// with: the next run's buffers differ, so it records anew rather than replaying stale addresses.
+TEST_F(CudaGraphs, AnEmptiedAllocatorCacheRecordsAnew) {
+  cuda::set_graph_mode(cuda::GraphMode::Always);
+  const TensorOptions gpu = TensorOptions(kFloat32).device("cuda");
+  Tensor x = from_vector(random_floats(32 * 64, 8), {32, 64}, gpu);
+  Tensor w = from_vector(random_floats(64 * 64, 9), {64, 64}, gpu);
+  Tensor b = from_vector(random_floats(64, 10), {64}, gpu);
+  const std::vector<std::vector<float>> first = host_values(layer(x, w, b));
+  for (int repeat = 0; repeat < 3; ++repeat) EXPECT_EQ(host_values(layer(x, w, b)), first);
+  // A block the graphs' runs used is held while the cache is emptied, so the next run's
+  // buffers cannot all be the same.
+  Tensor held = (x * 1.0f).sum({0});
+  eval(held);
+  cuda::empty_cache(0);
+  for (int repeat = 0; repeat < 3; ++repeat) EXPECT_EQ(host_values(layer(x, w, b)), first);
+  EXPECT_EQ(held.size(0), 64);
+}
+
+}  // namespace
+}  // namespace lazyfuse
