@@ -43,6 +43,11 @@ namespace lazyfuse::cuda {
 // - The first run of a schedule launches its own work (its kernels are compiled and its plans
 //   made then, which no graph can record) and counts its launches: a schedule of one launch is
 //   not worth a graph (a graph launch costs what a kernel launch does) and never records one.
+// - The caching allocator hands out the lowest-addressed free block of a size, so a dry run and
+//   the capture after it get the same buffers, and a loop whose live buffers repeat (a forward
+//   over the same weights; a step whose updated parameters alternate between two buffers) finds
+//   its records repeat. A schedule that records more graphs in a row than it keeps (an input
+//   at a new address every run) stops trying: a dry run and a capture cost more than its launches.
 //
 // Evaluations are serialized by the evaluation lock, which covers everything here.
 
@@ -89,6 +94,7 @@ class GraphReplay final : public ReplayCache {
   }
 
   int64_t runs = 0;       // runs that launched their own work before graphs were tried
+  int64_t misses = 0;     // graphs recorded since one was last replayed
   bool worth_it = false;  // the first run made 2 or more launches
   bool never = false;     // a lasting NotReplayable, or a capture the driver refused
   std::list<GraphInstance> instances;
@@ -227,6 +233,7 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
       least_recently_used().splice(least_recently_used().begin(), least_recently_used(),
                                    it->position);
       ++stats().replays;
+      replay.misses = 0;
       debug_line("replayed");
       return;
     }
@@ -264,6 +271,13 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
       keep(replay, device, std::move(record), exec, launches_started() - launches_before);
   launch_graph(kept, stream);
   ++stats().captures;
+  // A schedule whose runs keep doing other work (new addresses each time: an input that moves)
+  // pays a dry run and a capture for nothing: after as many misses as it keeps graphs, it runs
+  // the ordinary way for good.
+  if (++replay.misses > static_cast<int64_t>(kGraphsPerSchedule)) {
+    replay.never = true;
+    debug_line("its runs differ each time; no more graphs for this schedule");
+  }
   debug_line(absl::StrCat("captured (", replay.instances.size(), " kept for this schedule)"));
 }
 

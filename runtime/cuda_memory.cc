@@ -3,7 +3,7 @@
 
 #include <map>
 #include <mutex>
-#include <vector>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -15,7 +15,11 @@ namespace {
 
 struct DeviceCache {
   std::mutex mutex;
-  std::map<int64_t, std::vector<CUdeviceptr>> free_blocks;  // by rounded size
+  // By rounded size, each size's blocks by address: an allocation takes the lowest, so which
+  // blocks a run gets depends on which are free, never on the order they were freed in. A run
+  // made twice from the same free blocks (a dry run and its capture, Note [CUDA graph replay])
+  // gets the same ones.
+  std::map<int64_t, std::set<CUdeviceptr>> free_blocks;
   AllocatorStats stats;
 };
 
@@ -54,8 +58,8 @@ void* allocate(int device, int64_t nbytes) {
   };
   auto it = c.free_blocks.find(size);
   if (it != c.free_blocks.end() && !it->second.empty()) {
-    CUdeviceptr block = it->second.back();
-    it->second.pop_back();
+    CUdeviceptr block = *it->second.begin();
+    it->second.erase(it->second.begin());
     c.stats.cached_bytes -= size;
     ++c.stats.cache_hits;
     return record(block);
@@ -87,7 +91,7 @@ void release(int device, void* pointer, int64_t nbytes) {
   const int64_t size = round_size(nbytes);
   DeviceCache& c = cache(device);
   std::lock_guard lock(c.mutex);
-  c.free_blocks[size].push_back(reinterpret_cast<CUdeviceptr>(pointer));
+  c.free_blocks[size].insert(reinterpret_cast<CUdeviceptr>(pointer));
   c.stats.allocated_bytes -= size;
   c.stats.cached_bytes += size;
 }
