@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 
 #include "ir/schedule.h"
 #include "runtime/storage.h"
@@ -63,14 +65,21 @@ class Backend {
   // Runs a cached schedule whose every compute step is on `device` (one of this backend's) and
   // which moves nothing between devices, by calling `run`: one whole run of it, from the params
   // to every output, which may be called again after a run that threw or was not kept (each
-  // call starts afresh). A backend that can record a run's work and replay it for a later run
-  // that would do the same does so; `cache` is the schedule's entry kept between evaluations
-  // (empty on the first). The default just runs.
+  // call starts afresh). `params` are the buffers its params are bound to; `run` may be given a
+  // buffer to read in place of param i (the same values, elsewhere: a backend's own copy) where
+  // `substitutable[i]`, that is where no output is the param or a view of it. A backend that can
+  // record a run's work and replay it for a later run that would do the same does so; `cache`
+  // is the schedule's entry kept between evaluations (empty on the first). The default just
+  // runs.
+  using ReplayRun = std::function<void(std::span<const std::optional<BufferView>> substitutes)>;
   virtual void run_replayable(const Device& device, std::unique_ptr<ReplayCache>* cache,
-                              const std::function<void()>& run) {
+                              std::span<const BufferView> params,
+                              std::span<const bool> substitutable, const ReplayRun& run) {
     (void)device;
     (void)cache;
-    run();
+    (void)params;
+    (void)substitutable;
+    run({});
   }
 };
 

@@ -1152,8 +1152,9 @@ class CudaBackend final : public Backend {
   }
 
   void run_replayable(const Device& device, std::unique_ptr<ReplayCache>* cache,
-                      const std::function<void()>& run) override {
-    cuda::run_replayable(device.index(), cache, run);
+                      std::span<const BufferView> params, std::span<const bool> substitutable,
+                      const ReplayRun& run) override {
+    cuda::run_replayable(device.index(), cache, params, substitutable, run);
   }
 
   void synchronize(const Device& device) override {

@@ -57,6 +57,7 @@ const Loaded& loaded() {
     load(a.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
     load(a.cuMemcpyDtoD, "cuMemcpyDtoD_v2");
     load(a.cuMemcpyPeer, "cuMemcpyPeer");
+    load(a.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
     load(a.cuModuleLoadData, "cuModuleLoadData");
     load(a.cuModuleUnload, "cuModuleUnload");
     load(a.cuModuleGetFunction, "cuModuleGetFunction");

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdio>
 #include <list>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -68,6 +69,10 @@ struct GraphInstance {
   CUgraphExec exec = nullptr;
   int device = 0;
   int64_t launches = 0;  // the kernel launches and library calls it runs
+  // Per param: the graph's own copy, which the param is copied into before each launch (an
+  // input at a new address every run), or none and the address the graph reads it at.
+  std::vector<std::optional<BufferView>> copies;
+  std::vector<uint64_t> addresses;
   GraphReplay* owner = nullptr;
   std::list<GraphInstance>::iterator self;       // in its owner's instances
   std::list<GraphInstance*>::iterator position;  // in least_recently_used()
@@ -93,7 +98,9 @@ class GraphReplay final : public ReplayCache {
     --stats().kept;
   }
 
-  int64_t runs = 0;       // runs that launched their own work before graphs were tried
+  int64_t runs = 0;  // runs that launched their own work before graphs were tried
+  // The params' addresses in the last two runs, the latest first.
+  std::vector<uint64_t> last_addresses[2];
   int64_t misses = 0;     // graphs recorded since one was last replayed
   bool worth_it = false;  // the first run made 2 or more launches
   bool never = false;     // a lasting NotReplayable, or a capture the driver refused
@@ -149,9 +156,17 @@ void launch_graph(GraphInstance& instance, CUstream stream) {
 // Keeps `exec` as `replay`'s most recent graph, dropping the least recently used past the
 // bounds: kGraphsPerSchedule for the schedule, LAZYFUSE_CUDA_GRAPH_CACHE in all.
 GraphInstance& keep(GraphReplay& replay, int device, std::vector<uint64_t> record, CUgraphExec exec,
-                    int64_t launches) {
-  replay.instances.push_front(
-      GraphInstance{std::move(record), exec, device, launches, &replay, {}, {}});
+                    int64_t launches, std::vector<std::optional<BufferView>> copies,
+                    std::vector<uint64_t> addresses) {
+  replay.instances.push_front(GraphInstance{std::move(record),
+                                            exec,
+                                            device,
+                                            launches,
+                                            std::move(copies),
+                                            std::move(addresses),
+                                            &replay,
+                                            {},
+                                            {}});
   const auto self = replay.instances.begin();
   self->self = self;
   least_recently_used().push_front(&*self);
@@ -192,46 +207,80 @@ void check_replayable(const char* why, bool lasting) {
   if (current_recording != Recording::Off) throw NotReplayable{why, lasting};
 }
 
+uint64_t address_of(const BufferView& view) { return reinterpret_cast<uint64_t>(view.data()); }
+
+// Copies each param that `copies` holds a buffer for into it, on the device's stream.
+void copy_inputs(std::span<const BufferView> params,
+                 std::span<const std::optional<BufferView>> copies, CUstream stream) {
+  for (size_t i = 0; i < copies.size(); ++i) {
+    if (!copies[i]) continue;
+    const size_t bytes = static_cast<size_t>(numel(params[i].shape) * dtype_size(params[i].dtype));
+    if (bytes > 0)
+      check(
+          driver()->cuMemcpyDtoDAsync(address_of(*copies[i]), address_of(params[i]), bytes, stream),
+          "cuMemcpyDtoDAsync");
+  }
+}
+
 void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
-                    const std::function<void()>& run) {
+                    std::span<const BufferView> params, std::span<const bool> substitutable,
+                    const Backend::ReplayRun& run) {
   const GraphMode mode = graph_mode();
-  if (mode == GraphMode::Off) return run();
+  if (mode == GraphMode::Off) return run({});
   if (*cache == nullptr) *cache = std::make_unique<GraphReplay>();
   GraphReplay& replay = static_cast<GraphReplay&>(**cache);
-  if (replay.never) return run();
+  if (replay.never) return run({});
+  std::vector<uint64_t> addresses(params.size());
+  for (size_t i = 0; i < params.size(); ++i) addresses[i] = address_of(params[i]);
+  // Where each param is in this run, remembered for the next two whatever this one does.
+  struct RememberAddresses {
+    GraphReplay& replay;
+    std::vector<uint64_t> addresses;
+    ~RememberAddresses() {
+      replay.last_addresses[1] = std::move(replay.last_addresses[0]);
+      replay.last_addresses[0] = std::move(addresses);
+    }
+  } remember{replay, addresses};
   if (mode == GraphMode::On && replay.runs == 0) {
     const int64_t before = launches_started();
-    run();
+    run({});
     replay.worth_it = launches_started() - before >= 2;
     ++replay.runs;
     return;
   }
-  if (mode == GraphMode::On && !replay.worth_it) return run();
+  if (mode == GraphMode::On && !replay.worth_it) return run({});
 
   // Runs again the ordinary way after a try that could not be recorded.
   auto fall_back = [&](const NotReplayable& why) {
     replay.never |= why.lasting;
     ++stats().fallbacks;
     debug_line(absl::StrCat("not recorded: ", why.why, why.lasting ? " (for good)" : ""));
-    run();
+    run({});
   };
   activate(device);
   const CUstream stream = device_stream(device);
   std::vector<uint64_t> record;
-  if (!replay.instances.empty()) {
+  // The most recently used graph that reads every param it does not copy where it is now.
+  const auto candidate = std::find_if(
+      replay.instances.begin(), replay.instances.end(), [&](const GraphInstance& instance) {
+        for (size_t i = 0; i < params.size(); ++i)
+          if (!instance.copies[i] && instance.addresses[i] != addresses[i]) return false;
+        return true;
+      });
+  if (candidate != replay.instances.end()) {
     try {
       RecordingScope scope(Recording::Dry, record);
-      run();
+      run(candidate->copies);
     } catch (const NotReplayable& why) {
       return fall_back(why);
     }
-    for (auto it = replay.instances.begin(); it != replay.instances.end(); ++it) {
-      if (it->record != record) continue;
-      launch_graph(*it, stream);
-      count_launch(it->launches);
-      replay.instances.splice(replay.instances.begin(), replay.instances, it);
+    if (candidate->record == record) {
+      copy_inputs(params, candidate->copies, stream);
+      launch_graph(*candidate, stream);
+      count_launch(candidate->launches);
+      replay.instances.splice(replay.instances.begin(), replay.instances, candidate);
       least_recently_used().splice(least_recently_used().begin(), least_recently_used(),
-                                   it->position);
+                                   candidate->position);
       ++stats().replays;
       replay.misses = 0;
       debug_line("replayed");
@@ -239,12 +288,28 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
     }
   }
 
+  // A param at an address neither of the last two runs had it at is an input that moves (a new
+  // batch each step); one that alternates between two buffers (a parameter updated out of
+  // place) or stays put is read where it is. The graph reads a mover from a copy of its own.
+  std::vector<std::optional<BufferView>> copies(params.size());
+  std::vector<uint64_t> read_at = addresses;
+  const std::vector<uint64_t>& before = replay.last_addresses[0];
+  const std::vector<uint64_t>& earlier = replay.last_addresses[1];
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool moves = earlier.size() == params.size() && before.size() == params.size() &&
+                       before[i] != addresses[i] && earlier[i] != addresses[i];
+    if (moves && substitutable[i] && params[i].is_contiguous()) {
+      copies[i] = allocate_buffer(params[i].storage->device(), params[i].dtype, params[i].shape);
+      read_at[i] = 0;
+    }
+  }
+  copy_inputs(params, copies, stream);
   const DriverApi& api = *driver();
   check(api.cuStreamBeginCapture(stream, kStreamCaptureModeRelaxed), "cuStreamBeginCapture");
   const int64_t launches_before = launches_started();
   try {
     RecordingScope scope(Recording::Capture, record);
-    run();
+    run(copies);
   } catch (const NotReplayable& why) {
     abandon_capture(stream);
     count_launch(launches_before - launches_started());  // they were captured, never run
@@ -267,18 +332,21 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
     return fall_back(NotReplayable{
         absl::StrCat("the driver refused the capture (", message ? message : "", ")"), true});
   }
+  const int64_t copied = std::count_if(copies.begin(), copies.end(),
+                                       [](const auto& copy) { return copy.has_value(); });
   GraphInstance& kept =
-      keep(replay, device, std::move(record), exec, launches_started() - launches_before);
+      keep(replay, device, std::move(record), exec, launches_started() - launches_before,
+           std::move(copies), std::move(read_at));
   launch_graph(kept, stream);
   ++stats().captures;
-  // A schedule whose runs keep doing other work (new addresses each time: an input that moves)
-  // pays a dry run and a capture for nothing: after as many misses as it keeps graphs, it runs
-  // the ordinary way for good.
+  debug_line(absl::StrCat("captured (", replay.instances.size(), " kept for this schedule, ",
+                          copied, " input(s) copied in)"));
+  // A schedule whose runs keep doing other work pays a dry run and a capture for nothing: after
+  // as many misses as it keeps graphs, it runs the ordinary way for good.
   if (++replay.misses > static_cast<int64_t>(kGraphsPerSchedule)) {
     replay.never = true;
     debug_line("its runs differ each time; no more graphs for this schedule");
   }
-  debug_line(absl::StrCat("captured (", replay.instances.size(), " kept for this schedule)"));
 }
 
 }  // namespace lazyfuse::cuda

@@ -151,7 +151,28 @@ struct CachedSchedule {
   // its backend may replay the schedule's runs (Backend::run_replayable).
   std::optional<Device> replay_device;
   std::unique_ptr<ReplayCache> replay;  // the backend's
+  // Per param: no output is the param or a view of it (a backend may read a copy instead).
+  absl::InlinedVector<bool, 8> param_substitutable;
 };
+
+// Whether each of the graph's first `params` values (its params) is read by no output except
+// through work: an output that is a param, or views of one, would alias whatever buffer the
+// param was bound to.
+absl::InlinedVector<bool, 8> substitutable_params(const Schedule& schedule, size_t params) {
+  absl::InlinedVector<bool, 8> substitutable(params, true);
+  const Graph& graph = schedule.graph;
+  absl::flat_hash_map<ValueId, ValueId> view_input;
+  for (const Step& step : schedule.steps)
+    if (step.kind == StepKind::View)
+      view_input[step.nodes[0]] = graph.nodes[step.nodes[0]].inputs[0];
+  for (ValueId output : graph.outputs) {
+    ValueId v = output;
+    for (auto it = view_input.find(v); it != view_input.end(); it = view_input.find(v))
+      v = it->second;
+    if (v >= 0 && static_cast<size_t>(v) < params) substitutable[v] = false;
+  }
+  return substitutable;
+}
 
 // The one device a schedule computes on, when it moves nothing between devices.
 std::optional<Device> single_compute_device(const Schedule& schedule) {
@@ -308,6 +329,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
     }
     made->schedule = run_pipeline(made->graph, pipeline);
     made->replay_device = single_compute_device(made->schedule);
+    made->param_substitutable = substitutable_params(made->schedule, walk.params.size());
     cached = made;
     if (cacheable) {
       if (schedule_cache.size() >= kScheduleCacheEntries) schedule_cache.clear();
@@ -326,16 +348,23 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
     ScopedHostPhase phase(HostPhase::Run);
     // A whole run from the params; a backend replaying runs may call it again after a try it
     // did not keep, so each call starts afresh.
-    auto run = [&] {
+    auto run = [&](std::span<const std::optional<BufferView>> substitutes) {
       for (std::optional<BufferView>& value : values) value.reset();
-      for (size_t i = 0; i < walk.params.size(); ++i) values[i] = *walk.params[i]->buffer;
+      for (size_t i = 0; i < walk.params.size(); ++i)
+        values[i] =
+            i < substitutes.size() && substitutes[i] ? *substitutes[i] : *walk.params[i]->buffer;
       run_schedule(schedule, values, cacheable ? &cached->step_caches : nullptr);
     };
-    if (cacheable && cached->replay_device)
+    if (cacheable && cached->replay_device) {
+      absl::InlinedVector<BufferView, 8> params;
+      params.reserve(walk.params.size());
+      for (const LazyValue* param : walk.params) params.push_back(*param->buffer);
       backend_for(*cached->replay_device)
-          .run_replayable(*cached->replay_device, &cached->replay, run);
-    else
-      run();
+          .run_replayable(*cached->replay_device, &cached->replay, params,
+                          cached->param_substitutable, run);
+    } else {
+      run({});
+    }
   }
   const int64_t launches = launches_started() - launches_before;
 

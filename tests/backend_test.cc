@@ -10,6 +10,8 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <type_traits>
 #include <vector>
@@ -123,22 +125,35 @@ struct ReplayCount : ReplayCache {
 
 // Runs each evaluation as a backend that replays runs may (the CUDA graphs of
 // runtime/cuda_graphs.cc): a try it does not keep, a try that fails part way, then the run it
-// keeps.
+// keeps. With `ones_for_param_0`, the kept run reads a buffer of ones of its own in place of
+// param 0 where the evaluator allows it.
 class RetryingBackend final : public InterpretingBackend {
  public:
   void run_replayable(const Device& device, std::unique_ptr<ReplayCache>* cache,
-                      const std::function<void()>& run) override {
+                      std::span<const BufferView> params, std::span<const bool> substitutable,
+                      const ReplayRun& run) override {
     EXPECT_TRUE(device.is_cpu());
+    EXPECT_EQ(params.size(), substitutable.size());
+    last_substitutable.assign(substitutable.begin(), substitutable.end());
     if (*cache == nullptr) {
       *cache = std::make_unique<ReplayCount>();
       ++replay_caches_made;
     }
     replayed_evaluations = ++static_cast<ReplayCount&>(**cache).evaluations;
-    run();
+    run({});
     fail_next_step = true;
-    EXPECT_THROW(run(), std::runtime_error);
-    run();
+    EXPECT_THROW(run({}), std::runtime_error);
+    std::vector<std::optional<BufferView>> substitutes(params.size());
+    if (ones_for_param_0 && substitutable[0]) {
+      substitutes[0] =
+          allocate_buffer(params[0].storage->device(), params[0].dtype, params[0].shape);
+      for (int64_t i = 0; i < numel(params[0].shape); ++i)
+        static_cast<double*>(substitutes[0]->data())[i] = 1.0;
+    }
+    run(substitutes);
   }
+  bool ones_for_param_0 = false;
+  std::vector<bool> last_substitutable;
   int replay_caches_made = 0, replayed_evaluations = 0;
 };
 
@@ -209,6 +224,19 @@ TEST(Backend, ReplayableRunsStartAfreshAndLeaveNothingBehind) {
     // One schedule, kept once; each evaluation ran it three times, two of them thrown away.
     EXPECT_EQ(backend.replay_caches_made, 1);
     EXPECT_EQ(backend.replayed_evaluations, 3);
+    EXPECT_EQ(backend.last_substitutable, (std::vector<bool>{true, true}));
+
+    // A substitute is what the run reads: z's ones in place of z.
+    backend.ones_for_param_0 = true;
+    Tensor r = (z + 2).exp() * y;
+    const std::vector<double> got = r.to_vector<double>();
+    for (size_t i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(got[i], std::exp(3.0) * ys[i]);
+    // An output that is a view of a param is the param's own buffer: not to be substituted.
+    Tensor view = z.reshape({3, 1});
+    Tensor again = (z + 2).exp() * y;
+    eval({again, view});
+    EXPECT_EQ(backend.last_substitutable, (std::vector<bool>{false, true}));
+    EXPECT_EQ(view.to_vector<double>(), z.to_vector<double>());
   }
   EXPECT_EQ(backend.releases, backend.allocations);
 }
