@@ -102,6 +102,7 @@ class GraphReplay final : public ReplayCache {
   // The params' addresses in the last two runs, the latest first.
   std::vector<uint64_t> last_addresses[2];
   int64_t misses = 0;     // graphs recorded since one was last replayed
+  int64_t captures = 0;   // graphs recorded in all
   bool worth_it = false;  // the first run made 2 or more launches
   bool never = false;     // a lasting NotReplayable, or a capture the driver refused
   std::list<GraphInstance> instances;
@@ -136,6 +137,9 @@ class RecordingScope {
 };
 
 constexpr size_t kGraphsPerSchedule = 4;
+// The graphs one schedule may record in its life: a capture and its instantiation cost more than
+// the run's launches, so a schedule whose runs repeat only now and then stops recording.
+constexpr int64_t kCapturesPerSchedule = 2 * kGraphsPerSchedule;
 
 void debug_line(const std::string& line) {
   if (env_config().debug >= 1) std::fprintf(stderr, "[lazyfuse] CUDA graph: %s\n", line.c_str());
@@ -342,8 +346,11 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
   debug_line(absl::StrCat("captured (", replay.instances.size(), " kept for this schedule, ",
                           copied, " input(s) copied in)"));
   // A schedule whose runs keep doing other work pays a dry run and a capture for nothing: after
-  // as many misses as it keeps graphs, it runs the ordinary way for good.
-  if (++replay.misses > static_cast<int64_t>(kGraphsPerSchedule)) {
+  // as many misses in a row as it keeps graphs, or kCapturesPerSchedule captures in all, it runs
+  // the ordinary way for good.
+  ++replay.captures;
+  if (++replay.misses > static_cast<int64_t>(kGraphsPerSchedule) ||
+      replay.captures >= kCapturesPerSchedule) {
     replay.never = true;
     debug_line("its runs differ each time; no more graphs for this schedule");
   }

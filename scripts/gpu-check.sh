@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On the GPU machine: the walkthrough, the whole test suite, and compute-sanitizer over the
-# GPU tests, each logged to $OUT (default: gpu-logs/). Run scripts/gpu-bundle.sh here first and
-# carry gpu-bundle/. Usage: scripts/gpu-check.sh [GTEST_FILTER]
+# On the GPU machine: the walkthrough, the whole test suite (also with CUDA graphs forced on),
+# and compute-sanitizer over the GPU tests, each logged to $OUT (default: gpu-logs/). Run
+# scripts/gpu-bundle.sh here first and# carry gpu-bundle/. Usage: scripts/gpu-check.sh [GTEST_FILTER]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-logs}
@@ -15,6 +15,9 @@ export LAZYFUSE_CACHE_DIR=$(mktemp -d)
 } > "$out/machine.log" 2>&1
 $bin/walkthrough > "$out/walkthrough.log" 2>&1; echo "walkthrough exit $?" >> "$out/walkthrough.log"
 $bin/lazyfuse_tests --gtest_filter="$filter" > "$out/tests.log" 2>&1; echo "tests exit $?" >> "$out/tests.log"
+# Again with every evaluation that can be recorded as a CUDA graph recorded and replayed.
+LAZYFUSE_CUDA_GRAPHS=always $bin/lazyfuse_tests --gtest_filter="$filter" > "$out/tests-graphs.log" 2>&1
+echo "tests with LAZYFUSE_CUDA_GRAPHS=always exit $?" >> "$out/tests-graphs.log"
 # Under the sanitizers: the GPU tests, less those that exhaust memory, move 17 GB, or start
 # child processes.
 sanitized='Cuda*:FastMath*:*/CudaGradcheck.*:-Cuda.OutOfMemoryIsTypedAndRecoverable:Cuda.MoreThanTwoToTheThirtyOneElements:CudaCache.TwoProcessesFillOneDirectoryAtOnce'
