@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: the walkthrough, the whole test suite (also with CUDA graphs forced on),
 # and compute-sanitizer over the GPU tests, each logged to $OUT (default: gpu-logs/). Run
-# scripts/gpu-bundle.sh here first and# carry gpu-bundle/. Usage: scripts/gpu-check.sh [GTEST_FILTER]
+# scripts/gpu-bundle.sh here first and carry gpu-bundle/. Usage: scripts/gpu-check.sh [GTEST_FILTER]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-logs}
