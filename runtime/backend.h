@@ -73,7 +73,7 @@ class Backend {
   // runs.
   using ReplayRun = std::function<void(std::span<const std::optional<BufferView>> substitutes)>;
   virtual void run_replayable(const Device& device, std::unique_ptr<ReplayCache>* cache,
-                              std::span<const BufferView> params,
+                              std::span<const BufferView* const> params,
                               std::span<const bool> substitutable, const ReplayRun& run) {
     (void)device;
     (void)cache;

@@ -214,20 +214,21 @@ void check_replayable(const char* why, bool lasting) {
 uint64_t address_of(const BufferView& view) { return reinterpret_cast<uint64_t>(view.data()); }
 
 // Copies each param that `copies` holds a buffer for into it, on the device's stream.
-void copy_inputs(std::span<const BufferView> params,
+void copy_inputs(std::span<const BufferView* const> params,
                  std::span<const std::optional<BufferView>> copies, CUstream stream) {
   for (size_t i = 0; i < copies.size(); ++i) {
     if (!copies[i]) continue;
-    const size_t bytes = static_cast<size_t>(numel(params[i].shape) * dtype_size(params[i].dtype));
+    const size_t bytes =
+        static_cast<size_t>(numel(params[i]->shape) * dtype_size(params[i]->dtype));
     if (bytes > 0)
-      check(
-          driver()->cuMemcpyDtoDAsync(address_of(*copies[i]), address_of(params[i]), bytes, stream),
-          "cuMemcpyDtoDAsync");
+      check(driver()->cuMemcpyDtoDAsync(address_of(*copies[i]), address_of(*params[i]), bytes,
+                                        stream),
+            "cuMemcpyDtoDAsync");
   }
 }
 
 void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
-                    std::span<const BufferView> params, std::span<const bool> substitutable,
+                    std::span<const BufferView* const> params, std::span<const bool> substitutable,
                     const Backend::ReplayRun& run) {
   const GraphMode mode = graph_mode();
   if (mode == GraphMode::Off) return run({});
@@ -235,7 +236,7 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
   GraphReplay& replay = static_cast<GraphReplay&>(**cache);
   if (replay.never) return run({});
   std::vector<uint64_t> addresses(params.size());
-  for (size_t i = 0; i < params.size(); ++i) addresses[i] = address_of(params[i]);
+  for (size_t i = 0; i < params.size(); ++i) addresses[i] = address_of(*params[i]);
   // Where each param is in this run, remembered for the next two whatever this one does.
   struct RememberAddresses {
     GraphReplay& replay;
@@ -302,8 +303,8 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
   for (size_t i = 0; i < params.size(); ++i) {
     const bool moves = earlier.size() == params.size() && before.size() == params.size() &&
                        before[i] != addresses[i] && earlier[i] != addresses[i];
-    if (moves && substitutable[i] && params[i].is_contiguous()) {
-      copies[i] = allocate_buffer(params[i].storage->device(), params[i].dtype, params[i].shape);
+    if (moves && substitutable[i] && params[i]->is_contiguous()) {
+      copies[i] = allocate_buffer(params[i]->storage->device(), params[i]->dtype, params[i]->shape);
       read_at[i] = 0;
     }
   }

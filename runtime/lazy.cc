@@ -356,9 +356,8 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
       run_schedule(schedule, values, cacheable ? &cached->step_caches : nullptr);
     };
     if (cacheable && cached->replay_device) {
-      absl::InlinedVector<BufferView, 8> params;
-      params.reserve(walk.params.size());
-      for (const LazyValue* param : walk.params) params.push_back(*param->buffer);
+      absl::InlinedVector<const BufferView*, 8> params;
+      for (const LazyValue* param : walk.params) params.push_back(&*param->buffer);
       backend_for(*cached->replay_device)
           .run_replayable(*cached->replay_device, &cached->replay, params,
                           cached->param_substitutable, run);

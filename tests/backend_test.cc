@@ -130,8 +130,8 @@ struct ReplayCount : ReplayCache {
 class RetryingBackend final : public InterpretingBackend {
  public:
   void run_replayable(const Device& device, std::unique_ptr<ReplayCache>* cache,
-                      std::span<const BufferView> params, std::span<const bool> substitutable,
-                      const ReplayRun& run) override {
+                      std::span<const BufferView* const> params,
+                      std::span<const bool> substitutable, const ReplayRun& run) override {
     EXPECT_TRUE(device.is_cpu());
     EXPECT_EQ(params.size(), substitutable.size());
     last_substitutable.assign(substitutable.begin(), substitutable.end());
@@ -146,8 +146,8 @@ class RetryingBackend final : public InterpretingBackend {
     std::vector<std::optional<BufferView>> substitutes(params.size());
     if (ones_for_param_0 && substitutable[0]) {
       substitutes[0] =
-          allocate_buffer(params[0].storage->device(), params[0].dtype, params[0].shape);
-      for (int64_t i = 0; i < numel(params[0].shape); ++i)
+          allocate_buffer(params[0]->storage->device(), params[0]->dtype, params[0]->shape);
+      for (int64_t i = 0; i < numel(params[0]->shape); ++i)
         static_cast<double*>(substitutes[0]->data())[i] = 1.0;
     }
     run(substitutes);
