@@ -29,6 +29,7 @@
 #include "absl/strings/str_join.h"
 #include "frontend/serialize.h"
 #include "lazyfuse/lazyfuse.h"
+#include "runtime/cuda_graphs.h"
 
 namespace {
 
@@ -148,6 +149,7 @@ int main(int argc, char** argv) {
 
   for (int64_t s = 0; s < c.warmup; ++s) step(s);
   reset_eval_stats();
+  cuda::reset_graph_stats();
   std::vector<double> micros;
   for (int64_t s = 0; s < c.steps; ++s) {
     const auto start = std::chrono::steady_clock::now();
@@ -157,6 +159,7 @@ int main(int argc, char** argv) {
             .count());
   }
   const EvalStats stats = eval_stats();
+  const cuda::GraphStats graphs = cuda::graph_stats();
   std::vector<double> sorted = micros;
   std::sort(sorted.begin(), sorted.end());
   double mean = 0;
@@ -165,11 +168,16 @@ int main(int argc, char** argv) {
       "{\"peer\": \"lazyfuse\", \"device\": \"%s\", \"dtype\": \"%s\", \"batch\": %lld, "
       "\"width\": %lld, \"layers\": %lld, \"us_per_step_median\": %.1f, \"us_per_step_mean\": "
       "%.1f, \"kernels_per_step\": %.1f, \"launches_per_step\": %.1f, "
-      "\"evaluations_per_step\": %.2f}\n",
+      "\"evaluations_per_step\": %.2f, \"cuda_graphs\": \"%s\", \"graph_replays_per_step\": "
+      "%.2f, \"graph_captures\": %lld}\n",
       c.device.str().c_str(), dtype_torch_name(c.dtype), static_cast<long long>(c.batch),
       static_cast<long long>(c.width), static_cast<long long>(c.layers), sorted[sorted.size() / 2],
       mean, static_cast<double>(stats.kernels) / c.steps,
       static_cast<double>(stats.launches) / c.steps,
-      static_cast<double>(stats.evaluations) / c.steps);
+      static_cast<double>(stats.evaluations) / c.steps,
+      cuda::graph_mode() == cuda::GraphMode::Off  ? "off"
+      : cuda::graph_mode() == cuda::GraphMode::On ? "on"
+                                                  : "always",
+      static_cast<double>(graphs.replays) / c.steps, static_cast<long long>(graphs.captures));
   return 0;
 }

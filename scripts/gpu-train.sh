@@ -5,11 +5,13 @@
 # bench/train_compare.py); then the step time of lazyfuse_train_bench under each BLAS library
 # and of the peers (bench/train_peers.py) at each batch and dtype; then, where ncu exists, the
 # kernels a lazyfuse step runs as the GPU sees them (cuBLAS's own kernels counted one by one,
-# unlike the benchmark's launches), by name (bench/ncu_kernels_per_step.py); last, where the
-# bundle has it, the host cost of an evaluation by phase (lazyfuse_host_bench). Everything goes to
+# unlike the benchmark's launches), by name (bench/ncu_kernels_per_step.py); last, the MLP
+# forward in the peers (bench/mlp_forward_peers.py) and, where the bundle has it, lazyfuse's host
+# cost of an evaluation by phase (lazyfuse_host_bench). Everything goes to
 # $OUT/train.log (default gpu-logs/). Carry a bundle with lazyfuse_train_bench
 # (scripts/gpu-bundle.sh build lazyfuse_train_bench lazyfuse_host_bench ...).
-# Usage: scripts/gpu-train.sh [BATCHES [DTYPES [PEERS [BLAS]]]]
+# lazyfuse's step is timed under each BLAS library and each LAZYFUSE_CUDA_GRAPHS setting.
+# Usage: scripts/gpu-train.sh [BATCHES [DTYPES [PEERS [BLAS [GRAPHS]]]]]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-logs}
@@ -18,6 +20,7 @@ batches=${1:-32,1024}
 dtypes=${2:-float32,bfloat16}
 peers=${3:-eager,compile,reduce-overhead,jax}
 blases=${4:-cublas,cublaslt}
+graph_settings=${5:-0,1}
 bin=gpu-bundle/bin
 export LAZYFUSE_CACHE_DIR=${LAZYFUSE_CACHE_DIR:-$(mktemp -d)}
 log="$out/train.log"
@@ -43,8 +46,11 @@ log="$out/train.log"
   for batch in ${batches//,/ }; do
     for dtype in ${dtypes//,/ }; do
       for blas in ${blases//,/ }; do
-        echo "LAZYFUSE_BLAS=$blas"
-        LAZYFUSE_BLAS=$blas $bin/lazyfuse_train_bench --device=cuda:0 --dtype=$dtype --batch=$batch
+        for graphs in ${graph_settings//,/ }; do
+          echo "LAZYFUSE_BLAS=$blas LAZYFUSE_CUDA_GRAPHS=$graphs"
+          LAZYFUSE_BLAS=$blas LAZYFUSE_CUDA_GRAPHS=$graphs $bin/lazyfuse_train_bench \
+            --device=cuda:0 --dtype=$dtype --batch=$batch
+        done
       done
       python3 bench/train_peers.py --dtype=$dtype --batch=$batch --peers=$peers
     done
@@ -60,11 +66,17 @@ log="$out/train.log"
       done
     done
   fi
+  # The MLP forwards of lazyfuse_host_bench's BM_MlpForward in the peers (the many-small-kernels
+  # issue's table), beside lazyfuse's figures below.
+  python3 bench/mlp_forward_peers.py
   if [ -x $bin/lazyfuse_host_bench ]; then
     for blas in ${blases//,/ }; do
-      echo "LAZYFUSE_BLAS=$blas"
-      LAZYFUSE_BLAS=$blas $bin/lazyfuse_host_bench --device=cuda:0 --benchmark_min_time=0.5s \
-        --benchmark_filter='Mlp|Train|Elementwise64|Evaluate|DriverLaunch' 2>&1 | grep BM_
+      for graphs in ${graph_settings//,/ }; do
+        echo "LAZYFUSE_BLAS=$blas LAZYFUSE_CUDA_GRAPHS=$graphs"
+        LAZYFUSE_BLAS=$blas LAZYFUSE_CUDA_GRAPHS=$graphs $bin/lazyfuse_host_bench \
+          --device=cuda:0 --benchmark_min_time=0.5s \
+          --benchmark_filter='Mlp|Train|Elementwise64|Evaluate|DriverLaunch' 2>&1 | grep BM_
+      done
     done
   fi
 } > "$log" 2>&1
