@@ -12,11 +12,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 
+#include "absl/functional/function_ref.h"
 #include "ir/schedule.h"
 #include "runtime/storage.h"
 
@@ -71,10 +71,11 @@ class Backend {
   // record a run's work and replay it for a later run that would do the same does so; `cache`
   // is the schedule's entry kept between evaluations (empty on the first). The default just
   // runs.
-  using ReplayRun = std::function<void(std::span<const std::optional<BufferView>> substitutes)>;
+  // A reference to the caller's callable, not a copy: nothing is allocated per evaluation.
+  using ReplayRun = absl::FunctionRef<void(std::span<const std::optional<BufferView>>)>;
   virtual void run_replayable(const Device& device, std::unique_ptr<ReplayCache>* cache,
                               std::span<const BufferView* const> params,
-                              std::span<const bool> substitutable, const ReplayRun& run) {
+                              std::span<const bool> substitutable, ReplayRun run) {
     (void)device;
     (void)cache;
     (void)params;

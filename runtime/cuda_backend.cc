@@ -1153,7 +1153,7 @@ class CudaBackend final : public Backend {
 
   void run_replayable(const Device& device, std::unique_ptr<ReplayCache>* cache,
                       std::span<const BufferView* const> params,
-                      std::span<const bool> substitutable, const ReplayRun& run) override {
+                      std::span<const bool> substitutable, ReplayRun run) override {
     cuda::run_replayable(device.index(), cache, params, substitutable, run);
   }
 

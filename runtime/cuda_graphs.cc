@@ -229,7 +229,7 @@ void copy_inputs(std::span<const BufferView* const> params,
 
 void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
                     std::span<const BufferView* const> params, std::span<const bool> substitutable,
-                    const Backend::ReplayRun& run) {
+                    Backend::ReplayRun run) {
   const GraphMode mode = graph_mode();
   if (mode == GraphMode::Off) return run({});
   if (*cache == nullptr) *cache = std::make_unique<GraphReplay>();

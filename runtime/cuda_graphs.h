@@ -58,6 +58,6 @@ void check_replayable(const char* why, bool lasting);
 // The CUDA backend's Backend::run_replayable.
 void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
                     std::span<const BufferView* const> params, std::span<const bool> substitutable,
-                    const Backend::ReplayRun& run);
+                    Backend::ReplayRun run);
 
 }  // namespace lazyfuse::cuda

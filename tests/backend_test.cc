@@ -131,7 +131,7 @@ class RetryingBackend final : public InterpretingBackend {
  public:
   void run_replayable(const Device& device, std::unique_ptr<ReplayCache>* cache,
                       std::span<const BufferView* const> params,
-                      std::span<const bool> substitutable, const ReplayRun& run) override {
+                      std::span<const bool> substitutable, ReplayRun run) override {
     EXPECT_TRUE(device.is_cpu());
     EXPECT_EQ(params.size(), substitutable.size());
     last_substitutable.assign(substitutable.begin(), substitutable.end());
