@@ -12,6 +12,7 @@
 #include "ir/dtype.h"
 #include "ir/errors.h"
 #include "runtime/cublas.h"
+#include "runtime/cuda_graphs.h"
 #include "runtime/cuda_memory.h"
 #include "runtime/devices.h"
 #include "runtime/storage.h"
