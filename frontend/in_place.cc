@@ -15,7 +15,10 @@ namespace lazyfuse {
 // it, and bumps the version counter. Everything made from the old value — a pending loss, a
 // gradient, a view — keeps meaning what it meant, so there are no write-after-read hazards for
 // the scheduler to find. The version counter gives PyTorch's error when backward() would read a
-// value the user has since changed in place. The old buffer is freed when nothing reads it.
+// value the user has since changed in place. The old buffer is freed when nothing reads it;
+// where nothing can read it after the evaluation that computes the new value, that evaluation
+// writes the new value into it (Note [Writing an update into its own buffer] in
+// runtime/lazy.cc), which is safe exactly because nothing can tell.
 namespace {
 
 std::string at(const Loc& where) {
@@ -52,6 +55,7 @@ Tensor& update_in_place(Tensor& self, const char* what, bool cast_any, const Loc
                                       dtype_torch_name(self.dtype()), at(where)));
       result = result.to(self.dtype(), where);
     }
+    note_replaced(result.value(), impl.value);
     impl.value = result.value();
     // Under no_grad a leaf keeps its grad() and stays a leaf (an optimizer's step); otherwise
     // the tensor's history is now the result's.

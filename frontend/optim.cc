@@ -118,8 +118,11 @@ std::vector<Tensor> Adam::update(size_t index, Tensor& parameter, const Tensor& 
       g = g + parameter * weight_decay;
     }
   }
-  s.exp_avg = s.exp_avg + (g - s.exp_avg) * (1 - beta1);
-  s.exp_avg_sq = s.exp_avg_sq * beta2 + g * g * (1 - beta2);
+  // In place, as PyTorch's Adam updates its moments: each is then written into its own buffer
+  // (Note [Writing an update into its own buffer] in runtime/lazy.cc). The same expressions as
+  // the update rule's, so the same bits.
+  s.exp_avg.add_((g - s.exp_avg) * (1 - beta1));
+  s.exp_avg_sq.mul_(beta2).add_(g * g * (1 - beta2));
   const Tensor denominator = s.exp_avg_sq.sqrt() / scalars.bias_correction2_sqrt + options_.eps();
   parameter.sub_(s.exp_avg / denominator * scalars.step_size);
   return {s.step, s.exp_avg, s.exp_avg_sq};

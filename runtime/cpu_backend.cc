@@ -39,7 +39,9 @@ void run_elementwise(const Graph& graph, const Step& step, ValueBuffers& values,
   std::vector<CpuResult> results;
   for (ValueId v : step.outputs) {
     const Node& node = graph.nodes[v];
-    values[v] = allocate_buffer(node.device, node.dtype, node.shape);
+    // An output the evaluator bound already is written where it lies (Note [Writing an update
+    // into its own buffer] in runtime/lazy.cc).
+    if (!values[v]) values[v] = allocate_buffer(node.device, node.dtype, node.shape);
     results.push_back({values[v]->data(), node.dtype});
   }
   const int64_t total = program.numel();

@@ -92,13 +92,16 @@ Operands operands_of(const Step& step, const ValueBuffers& values) {
   return operands;
 }
 
-// Fresh buffers for the step's results; their addresses, in step order.
+// Buffers for the step's results (fresh, or the one the evaluator bound); their addresses, in step
+// order.
 absl::InlinedVector<uint64_t, 4> allocate_outputs(const Graph& graph, const Step& step,
                                                   ValueBuffers& values) {
   absl::InlinedVector<uint64_t, 4> addresses;
   for (ValueId v : step.outputs) {
     const Node& node = graph.nodes[v];
-    values[v] = allocate_buffer(node.device, node.dtype, node.shape);
+    // An output the evaluator bound already is written where it lies (Note [Writing an update
+    // into its own buffer] in runtime/lazy.cc).
+    if (!values[v]) values[v] = allocate_buffer(node.device, node.dtype, node.shape);
     addresses.push_back(address(*values[v]));
   }
   return addresses;

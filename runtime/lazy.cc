@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -46,6 +47,16 @@ LazyRef make_leaf(BufferView buffer, SourceLoc where) {
   return value;
 }
 
+void note_replaced(const LazyRef& result, const LazyRef& old_value) {
+  std::lock_guard lock(eval_mutex);
+  if (result->computed() || !result->replaces.expired() || result == old_value) return;
+  // A chain of updates still pending (m.mul_(b).add_(x)) replaces what its first one did.
+  LazyRef replaced = old_value;
+  if (!replaced->computed())
+    if (LazyRef earlier = replaced->replaces.lock()) replaced = std::move(earlier);
+  result->replaces = replaced;
+}
+
 LazyRef make_pending(Node node, LazyInputs inputs, Strides strides) {
   auto value = make_pooled<LazyValue>();
   value->pending_nodes = 1;
@@ -68,6 +79,7 @@ namespace {
 // value's position is left in its `walk_index` (valid until the next walk; under eval_mutex).
 // Small graphs, the ones evaluated in a loop, walk without touching the heap.
 struct Walk {
+  uint64_t id = 0;  // the walk_id it left in the values it reached
   absl::InlinedVector<LazyValue*, 8> params;
   absl::InlinedVector<LazyValue*, 16> pending;
 };
@@ -76,6 +88,7 @@ Walk walk_pending(std::span<const LazyRef> outputs) {
   static uint64_t walks = 0;
   const uint64_t walk = ++walks;
   Walk result;
+  result.id = walk;
   // Post-order DFS without recursion (deep chains must not overflow the stack).
   absl::InlinedVector<std::pair<LazyValue*, bool>, 32> stack;
   for (auto it = outputs.rbegin(); it != outputs.rend(); ++it) stack.push_back({it->get(), false});
@@ -153,7 +166,128 @@ struct CachedSchedule {
   std::unique_ptr<ReplayCache> replay;  // the backend's
   // Per param: no output is the param or a view of it (a backend may read a copy instead).
   absl::InlinedVector<bool, 8> param_substitutable;
+  // Whether the schedule lets an output be written into a param's buffer, by (output << 32 |
+  // param): schedule_allows_writing_into.
+  absl::flat_hash_map<uint64_t, bool> writes_into_param;
 };
+
+// Note [Writing an update into its own buffer]
+// An in-place op computes its result out of place and rebinds the tensor (Note [In-place
+// updates] in frontend/in_place.cc). Left at that, an optimizer step allocates every parameter
+// and its state anew and frees the old buffers: memory churns and a parameter's address changes
+// every step, which keeps a training step out of CUDA graphs (Note [CUDA graph replay]). So
+// evaluation writes such a result into the replaced value's own buffer when no one can tell:
+// - the replaced value is one of the graph's params, computed, the sole owner of a dense buffer
+//   of the result's dtype and shape on its device;
+// - every reference to it comes from values pending in this evaluation, and no value that will
+//   stay pending afterwards (one held outside the evaluation that is not one of its outputs)
+//   reaches it: once the outputs are computed, nothing reads the old value again;
+// - in the schedule, the result is computed by an elementwise step (or group member) that reads
+//   the param itself, not a view of it, with no member after the result's node reading it (a
+//   kernel stores each output as it is computed); no later step, no other member of its group
+//   and no output reads the param or a view of it. An elementwise kernel reads and writes each
+//   element at the same place, so reading the old value and writing the new one there is safe.
+// A value the user still holds, one a retained autograd graph saved, or a pending expression
+// over the old value keeps the update out of place.
+
+// Whether `schedule` computes `output` where it may be written into param `param`'s buffer
+// (the schedule's part of the Note above).
+bool schedule_allows_writing_into(const Schedule& schedule, ValueId output, ValueId param) {
+  const Graph& graph = schedule.graph;
+  // The param and the views of it.
+  absl::flat_hash_set<ValueId> param_views = {param};
+  for (const Step& step : schedule.steps)
+    if (step.kind == StepKind::View && param_views.contains(graph.nodes[step.nodes[0]].inputs[0]))
+      param_views.insert(step.nodes[0]);
+  for (ValueId v : graph.outputs)
+    if (param_views.contains(v)) return false;
+  auto reads_param = [&](const Step& step) {
+    return std::any_of(step.inputs.begin(), step.inputs.end(),
+                       [&](ValueId v) { return param_views.contains(v); });
+  };
+  auto computes_output = [&](const Step& step) {
+    return std::find(step.outputs.begin(), step.outputs.end(), output) != step.outputs.end();
+  };
+  size_t at = 0;
+  while (at < schedule.steps.size() && !computes_output(schedule.steps[at])) ++at;
+  if (at == schedule.steps.size()) return false;
+  const Step& writer = schedule.steps[at];
+  const Step* member = &writer;
+  if (writer.kind == StepKind::Group) {
+    member = nullptr;
+    for (const Step& m : writer.members) {
+      if (computes_output(m))
+        member = &m;
+      else if (reads_param(m))
+        return false;
+    }
+    if (member == nullptr) return false;
+  }
+  if (member->kind != StepKind::Elementwise) return false;
+  for (ValueId v : member->inputs)
+    if (v != param && param_views.contains(v)) return false;
+  const auto position = std::find(member->nodes.begin(), member->nodes.end(), output);
+  if (position == member->nodes.end()) return false;
+  for (auto it = std::next(position); it != member->nodes.end(); ++it) {
+    const std::vector<ValueId>& inputs = graph.nodes[*it].inputs;
+    if (std::find(inputs.begin(), inputs.end(), param) != inputs.end()) return false;
+  }
+  for (size_t later = at + 1; later < schedule.steps.size(); ++later)
+    if (reads_param(schedule.steps[later])) return false;
+  return true;
+}
+
+// The outputs this evaluation writes into the buffer of the param their in-place op replaced,
+// as (output, param) value ids (the evaluation's part of the Note above). Under eval_mutex.
+absl::InlinedVector<std::pair<ValueId, ValueId>, 8> outputs_written_in_place(
+    const Walk& walk, std::span<const LazyRef> outputs, const Graph& graph,
+    CachedSchedule* cached) {
+  absl::InlinedVector<std::pair<ValueId, ValueId>, 8> written;
+  absl::InlinedVector<std::pair<size_t, LazyValue*>, 8> candidates;  // output index, old value
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    LazyValue* old_value = outputs[i]->replaces.lock().get();
+    if (old_value != nullptr && old_value->walk_id == walk.id && old_value->computed())
+      candidates.push_back({i, old_value});
+  }
+  if (candidates.empty()) return written;
+  // References to each walked value from the evaluation itself: its pending values' inputs and
+  // the list of outputs.
+  const size_t count = walk.params.size() + walk.pending.size();
+  absl::InlinedVector<int64_t, 32> internal(count, 0);
+  for (const LazyValue* value : walk.pending)
+    for (const LazyRef& input : value->inputs) ++internal[input->walk_index];
+  absl::InlinedVector<bool, 32> is_output(count, false);
+  for (const LazyRef& output : outputs) {
+    ++internal[output->walk_index];
+    is_output[output->walk_index] = true;
+  }
+  // What values that stay pending after this evaluation (held outside it, not outputs) reach.
+  absl::InlinedVector<bool, 32> reached(count, false);
+  for (size_t k = walk.pending.size(); k-- > 0;) {
+    const LazyValue* value = walk.pending[k];
+    const ValueId id = value->walk_index;
+    const bool stays = !is_output[id] && value->weak_from_this().use_count() > internal[id];
+    if (!(reached[id] || stays)) continue;
+    for (const LazyRef& input : value->inputs) reached[input->walk_index] = true;
+  }
+  for (const auto& [index, old_value] : candidates) {
+    const ValueId param = old_value->walk_index;
+    const ValueId output = graph.outputs[index];
+    const BufferView& buffer = *old_value->buffer;
+    const Node& result = graph.nodes[output];
+    if (reached[param] || old_value->weak_from_this().use_count() != internal[param] ||
+        buffer.dtype != result.dtype || buffer.shape != result.shape ||
+        buffer.storage->device() != result.device || buffer.offset != 0 ||
+        !buffer.is_contiguous() || buffer.storage.use_count() != 1 ||
+        buffer.storage->nbytes() != numel(buffer.shape) * dtype_size(buffer.dtype))
+      continue;
+    const uint64_t key = static_cast<uint64_t>(output) << 32 | static_cast<uint32_t>(param);
+    auto [it, fresh] = cached->writes_into_param.try_emplace(key, false);
+    if (fresh) it->second = schedule_allows_writing_into(cached->schedule, output, param);
+    if (it->second) written.push_back({output, param});
+  }
+  return written;
+}
 
 // Whether each of the graph's first `params` values (its params) is read by no output except
 // through work: an output that is a param, or views of one, would alias whatever buffer the
@@ -343,6 +477,9 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   const Schedule& schedule = cached->schedule;
 
   ValueBuffers values(schedule.graph.nodes.size());
+  const absl::InlinedVector<std::pair<ValueId, ValueId>, 8> in_place =
+      cacheable ? outputs_written_in_place(walk, pending, cached->schedule.graph, cached.get())
+                : absl::InlinedVector<std::pair<ValueId, ValueId>, 8>();
   const int64_t launches_before = launches_started();
   {
     ScopedHostPhase phase(HostPhase::Run);
@@ -353,6 +490,8 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
       for (size_t i = 0; i < walk.params.size(); ++i)
         values[i] =
             i < substitutes.size() && substitutes[i] ? *substitutes[i] : *walk.params[i]->buffer;
+      // Bound before the run: the step computing each of these writes there.
+      for (const auto& [output, param] : in_place) values[output] = *walk.params[param]->buffer;
       run_schedule(schedule, values, cacheable ? &cached->step_caches : nullptr);
     };
     if (cacheable && cached->replay_device) {
@@ -378,6 +517,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
     pending[i]->pending_nodes = 0;
   }
   ++stats.evaluations;
+  stats.in_place_outputs += static_cast<int64_t>(in_place.size());
   stats.nodes += static_cast<int64_t>(schedule.graph.nodes.size());
   stats.kernels += schedule.num_kernels();
   stats.launches += launches;

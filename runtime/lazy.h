@@ -27,6 +27,9 @@ struct LazyValue : std::enable_shared_from_this<LazyValue> {
   // reached this value, and its position in that walk's graph.
   uint64_t walk_id = 0;
   ValueId walk_index = -1;
+  // The value an in-place op replaced with this one (Note [Writing an update into its own
+  // buffer] in lazy.cc): its buffer may become this value's. Weak: it keeps nothing alive.
+  std::weak_ptr<LazyValue> replaces;
 
   bool computed() const { return buffer.has_value(); }
 };
@@ -43,6 +46,10 @@ bool is_computed(const LazyRef& value);
 LazyRef make_leaf(BufferView buffer, SourceLoc where);
 // A pending node over `inputs`; dtype, shape and device already decided by the caller.
 LazyRef make_pending(Node node, LazyInputs inputs, Strides strides);
+// Records that an in-place op rebound a tensor from `old_value` to `result`, so that evaluation
+// may write `result` into `old_value`'s buffer where nothing can read that again. Only a pending
+// result that replaces nothing yet takes it.
+void note_replaced(const LazyRef& result, const LazyRef& old_value);
 
 // The graph that computes `outputs` from computed values (params, in order of first use).
 struct BuiltGraph {
@@ -72,6 +79,9 @@ struct EvalStats {
   // not be cached (dumping, or too many nodes); the rest ran the passes and cached the result.
   int64_t schedule_cache_hits = 0;
   int64_t schedule_cache_bypasses = 0;
+  // Outputs written into the buffer of the value an in-place op replaced (Note [Writing an
+  // update into its own buffer] in lazy.cc).
+  int64_t in_place_outputs = 0;
 };
 EvalStats eval_stats();
 void reset_eval_stats();

@@ -438,6 +438,65 @@ TEST(InPlace, RebindsEveryCopyOfTheHandle) {
   EXPECT_EQ(alias.to_vector<float>(), (std::vector<float>{3, 3}));
 }
 
+const void* buffer_of(const Tensor& t) { return t.value()->buffer->data(); }
+
+// An update whose old value nothing else can read is written into the old value's own buffer
+// (Note [Writing an update into its own buffer] in runtime/lazy.cc); each way of still reading
+// the old value keeps the update out of place, and every value is what it means.
+TEST(InPlace, AnUpdateGoesIntoTheOldBufferOnlyWhereNoOneCanReadIt) {
+  Tensor w = tensor({1.0, 2.0, 3.0, 4.0}).reshape({2, 2});
+  eval(w);
+  // Nothing else holds the old value: the new one is written over it.
+  const void* before = buffer_of(w);
+  reset_eval_stats();
+  w.add_(1);
+  eval(w);
+  EXPECT_EQ(eval_stats().in_place_outputs, 1);
+  EXPECT_EQ(buffer_of(w), before);
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{2, 3, 4, 5}));
+
+  // A handle on the old value, a pending expression over it, a view of it evaluated beside
+  // the update, and an expression over it evaluated beside the update: each still reads it.
+  Tensor held = w.detach();
+  Tensor pending = w * 10;
+  w.add_(1);
+  reset_eval_stats();
+  eval(w);
+  EXPECT_EQ(eval_stats().in_place_outputs, 0);
+  EXPECT_EQ(held.to_vector<float>(), (std::vector<float>{2, 3, 4, 5}));
+  EXPECT_EQ(pending.to_vector<float>(), (std::vector<float>{20, 30, 40, 50}));
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{3, 4, 5, 6}));
+  held = Tensor();
+  pending = Tensor();
+
+  Tensor transposed = w.t();
+  w.mul_(2);
+  eval({w, transposed});
+  EXPECT_EQ(transposed.to_vector<float>(), (std::vector<float>{3, 5, 4, 6}));
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{6, 8, 10, 12}));
+  transposed = Tensor();
+
+  Tensor sum_before = w.sum();
+  Tensor doubled_before = w * 2;
+  w.sub_(1);
+  eval({w, sum_before, doubled_before});
+  EXPECT_EQ(sum_before.item<float>(), 36);
+  EXPECT_EQ(doubled_before.to_vector<float>(), (std::vector<float>{12, 16, 20, 24}));
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{5, 7, 9, 11}));
+
+  // A view's own update never writes into the buffer it shares.
+  Tensor base = tensor({1.0, 2.0, 3.0, 4.0});
+  eval(base);
+  Tensor tail = base.narrow(0, 2, 2);
+  eval(tail);
+  reset_eval_stats();
+  tail.add_(100);
+  eval(tail);
+  EXPECT_EQ(eval_stats().in_place_outputs, 0);
+  EXPECT_EQ(base.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(tail.to_vector<float>(), (std::vector<float>{103, 104}));
+}
+
 TEST(InPlace, BadUpdatesChangeNothing) {
   Tensor i = tensor({1.0, 2.0}, kInt64);
   EXPECT_THROW(i.add_(0.5), DTypeError);  // a float result cannot go into an int64 tensor

@@ -204,6 +204,35 @@ TEST(Optim, AStepIsOneEvaluationAndReusesItsSchedule) {
   }
 }
 
+// From its third step on, an Adam step writes every parameter and every moment into the buffer
+// it had (Note [Writing an update into its own buffer] in runtime/lazy.cc): nothing moves, and
+// the values are those of the update rule (Optim.AdamAndAdamWMatchTheUpdateRule).
+TEST(Optim, AStepWritesParametersAndStateIntoTheirOwnBuffers) {
+  manual_seed(4);
+  nn::Sequential net(nn::Linear(4, 8), nn::ReLU(), nn::Linear(8, 3));
+  optim::Adam optimizer(net.parameters(), optim::AdamOptions(1e-2));
+  Tensor x = randn({16, 4});
+  Tensor y = tensor({0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0}, kInt64);
+  eval({x, y});
+  std::vector<const void*> buffers;
+  for (int step = 0; step < 4; ++step) {
+    optimizer.zero_grad();
+    Tensor loss = nn::functional::cross_entropy(net(x), y);
+    loss.backward();
+    reset_eval_stats();
+    optimizer.step();
+    std::vector<const void*> now;
+    for (const Tensor& parameter : net.parameters())
+      now.push_back(parameter.value()->buffer->data());
+    if (step >= 2) {
+      // Four parameters and their two moments each.
+      EXPECT_GE(eval_stats().in_place_outputs, 12) << "step " << step;
+      EXPECT_EQ(now, buffers) << "step " << step;
+    }
+    buffers = now;
+  }
+}
+
 // ---- Losses and row ops against float64 references ----
 
 TEST(Losses, MatchFloat64References) {
