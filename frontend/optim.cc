@@ -52,9 +52,14 @@ std::vector<Tensor> SGD::update(size_t index, Tensor& parameter, const Tensor& g
   std::vector<Tensor> state;
   if (options_.momentum() != 0) {
     Tensor& buffer = momentum_buffers_[index];
-    buffer = buffer.defined()
-                 ? buffer * options_.momentum() + direction * (1 - options_.dampening())
-                 : direction;
+    // A handle of its own from the first step (detach: the same value, another handle), then
+    // updated in place as PyTorch's is, so that it is written into its own buffer (Note
+    // [Writing an update into its own buffer] in runtime/lazy.cc); the same expression as the
+    // update rule's, so the same bits.
+    if (buffer.defined())
+      buffer.mul_(options_.momentum()).add_(direction * (1 - options_.dampening()));
+    else
+      buffer = direction.detach();
     direction = options_.nesterov() ? direction + buffer * options_.momentum() : buffer;
     state.push_back(buffer);
   }

@@ -204,6 +204,25 @@ TEST(Optim, AStepIsOneEvaluationAndReusesItsSchedule) {
   }
 }
 
+// SGD's momentum buffer starts as the first gradient's value and is then updated in place: a
+// gradient the user still holds from that step keeps its values, and so does each parameter
+// value the user kept.
+TEST(Optim, MomentumInPlaceChangesNothingTheUserHolds) {
+  Tensor p = from_vector({1.0, 2.0}, {2}, kFloat64).requires_grad_();
+  optim::SGD optimizer({p}, optim::SGDOptions(0.5).momentum(0.9));
+  p.mutable_grad() = from_vector({1.0, -1.0}, {2}, kFloat64);
+  const Tensor first_grad = p.grad();
+  optimizer.step();
+  const Tensor after_first = p.detach();
+  for (int step = 0; step < 3; ++step) {
+    optimizer.zero_grad();
+    p.mutable_grad() = from_vector({2.0, 4.0}, {2}, kFloat64);
+    optimizer.step();
+  }
+  EXPECT_EQ(first_grad.to_vector<double>(), (std::vector<double>{1.0, -1.0}));
+  EXPECT_EQ(after_first.to_vector<double>(), (std::vector<double>{0.5, 2.5}));
+}
+
 // From its third step on, an Adam step writes every parameter and every moment into the buffer
 // it had (Note [Writing an update into its own buffer] in runtime/lazy.cc): nothing moves, and
 // the values are those of the update rule (Optim.AdamAndAdamWMatchTheUpdateRule).
