@@ -83,9 +83,11 @@ void Adam::end_step() { begin_step(); }
 
 const Adam::StepScalars& Adam::step_scalars(const Tensor& count, DType dtype) {
   for (const StepScalars& scalars : step_scalars_)
-    if (scalars.count.value() == count.value() && scalars.dtype == dtype) return scalars;
+    if (scalars.count == count.value().get() && scalars.dtype == dtype) return scalars;
   const auto [beta1, beta2] = options_.betas();
-  StepScalars scalars{count, dtype, count + 1, {}, {}};
+  StepScalars scalars{count.value().get(), dtype, count + 1, {}, {}};
+  // The next count replaces this one, as an in-place increment would.
+  note_replaced(scalars.next_count.value(), count.value());
   // The bias corrections in float64 from the step count on the device, as PyTorch computes
   // them in Python floats; rounded once to the update's dtype.
   const TensorOptions wide = TensorOptions(kFloat64).device(count.device());

@@ -127,8 +127,11 @@ class Adam : public Optimizer {
   // update, and nodes are most of a small model's step on the host: docs/bench/
   // 2026-12-04-1001-h200-train.md). Kept for the current step() only.
   struct StepScalars {
-    Tensor count;  // the count they follow from, held so that its identity stays its own
-    DType dtype;   // of step_size and bias_correction2_sqrt
+    // The count they follow from, by identity. Not held: the pending next count holds it for
+    // the step, and holding it here would keep the next count out of its buffer (Note [Writing
+    // an update into its own buffer] in runtime/lazy.cc).
+    const LazyValue* count;
+    DType dtype;  // of step_size and bias_correction2_sqrt
     Tensor next_count, step_size, bias_correction2_sqrt;
   };
   const StepScalars& step_scalars(const Tensor& count, DType dtype);

@@ -262,17 +262,22 @@ absl::InlinedVector<std::pair<ValueId, ValueId>, 8> outputs_written_in_place(
     is_output[output->walk_index] = true;
   }
   // What values that stay pending after this evaluation (held outside it, not outputs) reach.
+  // Not through an output: computed, it is read from its own buffer from then on.
   absl::InlinedVector<bool, 32> reached(count, false);
   for (size_t k = walk.pending.size(); k-- > 0;) {
     const LazyValue* value = walk.pending[k];
     const ValueId id = value->walk_index;
-    const bool stays = !is_output[id] && value->weak_from_this().use_count() > internal[id];
-    if (!(reached[id] || stays)) continue;
+    if (is_output[id]) continue;
+    if (!reached[id] && value->weak_from_this().use_count() <= internal[id]) continue;
     for (const LazyRef& input : value->inputs) reached[input->walk_index] = true;
   }
   for (const auto& [index, old_value] : candidates) {
     const ValueId param = old_value->walk_index;
     const ValueId output = graph.outputs[index];
+    // An output listed twice (a count every parameter's state returns) is written once.
+    if (std::any_of(written.begin(), written.end(),
+                    [&](const auto& w) { return w.first == output; }))
+      continue;
     const BufferView& buffer = *old_value->buffer;
     const Node& result = graph.nodes[output];
     if (reached[param] || old_value->weak_from_this().use_count() != internal[param] ||
