@@ -217,7 +217,10 @@ TEST(Optim, MomentumInPlaceChangesNothingTheUserHolds) {
   for (int step = 0; step < 3; ++step) {
     optimizer.zero_grad();
     p.mutable_grad() = from_vector({2.0, 4.0}, {2}, kFloat64);
+    reset_eval_stats();
     optimizer.step();
+    // From the third step on, the parameter and the buffer go into their own buffers.
+    if (step >= 1) EXPECT_EQ(eval_stats().in_place_outputs, 2) << "step " << step;
   }
   EXPECT_EQ(first_grad.to_vector<double>(), (std::vector<double>{1.0, -1.0}));
   EXPECT_EQ(after_first.to_vector<double>(), (std::vector<double>{0.5, 2.5}));
