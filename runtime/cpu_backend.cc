@@ -166,8 +166,21 @@ class CpuBackend final : public Backend {
           group = &static_cast<CpuGroupCache&>(**cache);
           group->members.resize(step.members.size());
         }
-        for (size_t m = 0; m < step.members.size(); ++m)
-          run_step(graph, step.members[m], values, group ? &group->members[m] : nullptr);
+        // The members are independent, so the order they run in is free: the others first,
+        // then the elementwise ones, whose outputs are allocated before any of them runs. So
+        // once an elementwise member has written, nothing in the group can fail (Note [Writing
+        // an update into its own buffer] in runtime/lazy.cc).
+        for (const Step& member : step.members) {
+          if (member.kind != StepKind::Elementwise) continue;
+          for (ValueId v : member.outputs)
+            if (!values[v])
+              values[v] = allocate_buffer(graph.nodes[v].device, graph.nodes[v].dtype,
+                                          graph.nodes[v].shape);
+        }
+        for (bool elementwise : {false, true})
+          for (size_t m = 0; m < step.members.size(); ++m)
+            if ((step.members[m].kind == StepKind::Elementwise) == elementwise)
+              run_step(graph, step.members[m], values, group ? &group->members[m] : nullptr);
         return;
       }
       case StepKind::Matmul: {

@@ -748,8 +748,14 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
       counters_needed > 0 ? reduction_counters(step.device, counters_needed) : 0;
   int64_t counters_used = 0;
   std::vector<std::optional<BufferView>> partials(count);
+  // Every launch's arguments (and buffers) first, then the launches: once a member's kernel is
+  // queued nothing here can fail (Note [Writing an update into its own buffer] in
+  // runtime/lazy.cc).
+  std::vector<KernelArgs> call_args;
+  std::vector<int64_t> call_blocks;
+  call_args.reserve(kept.launches.size());
   for (const GroupMemo::Launch& call : kept.launches) {
-    KernelArgs args;
+    KernelArgs& args = call_args.emplace_back();
     absl::InlinedVector<int64_t, 16> starts = {0};
     for (size_t m : call.members) {
       const Step& member = step.members[m];
@@ -787,9 +793,11 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
     }
     if (call.members.size() > 1)
       for (int64_t start : starts) args.push_back(static_cast<uint64_t>(start));
-    launch(device, static_cast<cuda::CUfunction>(call.function), starts.back(), kThreadsPerBlock,
-           args, call.name);
+    call_blocks.push_back(starts.back());
   }
+  for (size_t c = 0; c < kept.launches.size(); ++c)
+    launch(device, static_cast<cuda::CUfunction>(kept.launches[c].function), call_blocks[c],
+           kThreadsPerBlock, call_args[c], kept.launches[c].name);
 }
 
 // A [batch..., rows, cols] view as cuBLAS can read it in place, when its layout allows: each

@@ -169,6 +169,7 @@ struct CachedSchedule {
   // Whether the schedule lets an output be written into a param's buffer, by (output << 32 |
   // param): schedule_allows_writing_into.
   absl::flat_hash_map<uint64_t, bool> writes_into_param;
+  bool ran = false;  // a run completed: its kernels are compiled, its plans made
 };
 
 // Note [Writing an update into its own buffer]
@@ -184,9 +185,14 @@ struct CachedSchedule {
 //   reaches it: once the outputs are computed, nothing reads the old value again;
 // - in the schedule, the result is computed by an elementwise step (or group member) that reads
 //   the param itself, not a view of it, with no member after the result's node reading it (a
-//   kernel stores each output as it is computed); no later step, no other member of its group
-//   and no output reads the param or a view of it. An elementwise kernel reads and writes each
-//   element at the same place, so reading the old value and writing the new one there is safe.
+//   kernel stores each output as it is computed); no other member of its group and no output
+//   reads the param or a view of it. An elementwise kernel reads and writes each element at the
+//   same place, so reading the old value and writing the new one there is safe;
+// - nothing can fail once the old value is overwritten, since a failed evaluation must leave the
+//   old value to the pending values that read it: the writing step is the schedule's last
+//   compute step (only views follow), a group does all that can fail (allocating, staging)
+//   before any member writes (both backends), and the schedule has completed a run before (its
+//   kernels are compiled and its plans made).
 // A value the user still holds, one a retained autograd graph saved, or a pending expression
 // over the old value keeps the update out of place.
 
@@ -233,7 +239,8 @@ bool schedule_allows_writing_into(const Schedule& schedule, ValueId output, Valu
     if (std::find(inputs.begin(), inputs.end(), param) != inputs.end()) return false;
   }
   for (size_t later = at + 1; later < schedule.steps.size(); ++later)
-    if (reads_param(schedule.steps[later])) return false;
+    if (schedule.steps[later].kind != StepKind::View || reads_param(schedule.steps[later]))
+      return false;
   return true;
 }
 
@@ -243,6 +250,7 @@ absl::InlinedVector<std::pair<ValueId, ValueId>, 8> outputs_written_in_place(
     const Walk& walk, std::span<const LazyRef> outputs, const Graph& graph,
     CachedSchedule* cached) {
   absl::InlinedVector<std::pair<ValueId, ValueId>, 8> written;
+  if (!cached->ran) return written;
   absl::InlinedVector<std::pair<size_t, LazyValue*>, 8> candidates;  // output index, old value
   for (size_t i = 0; i < outputs.size(); ++i) {
     LazyValue* old_value = outputs[i]->replaces.lock().get();
@@ -508,6 +516,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
     } else {
       run({});
     }
+    cached->ran = true;
   }
   const int64_t launches = launches_started() - launches_before;
 

@@ -247,8 +247,9 @@ TEST(Optim, AStepWritesParametersAndStateIntoTheirOwnBuffers) {
     for (const Tensor& parameter : net.parameters())
       now.push_back(parameter.value()->buffer->data());
     if (step >= 2) {
-      // Four parameters, their two moments each, and the step count they share.
-      EXPECT_EQ(eval_stats().in_place_outputs, 13) << "step " << step;
+      // Four parameters and their two moments each. (The step count they share is computed
+      // in an earlier kernel than the last, so it is not.)
+      EXPECT_EQ(eval_stats().in_place_outputs, 12) << "step " << step;
       EXPECT_EQ(now, buffers) << "step " << step;
     }
     buffers = now;
