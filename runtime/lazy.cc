@@ -543,8 +543,8 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
             .count();
     std::cerr << "[lazyfuse] evaluated " << pending.size()
               << " value(s): " << schedule.graph.nodes.size() << " nodes, "
-              << schedule.num_kernels() << " kernel(s) in " << launches << " launch(es), " << ms
-              << " ms\n";
+              << schedule.num_kernels() << " kernel(s) in " << launches << " launch(es), "
+              << in_place.size() << " written in place, " << ms << " ms\n";
   }
 }
 
