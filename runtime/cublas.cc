@@ -317,6 +317,15 @@ LtDevice& lt_device(int device) {
   return state;
 }
 
+// D = the product by `plan` with `algo`, on the device's stream: cuBLASLt's status.
+cublasStatus_t lt_call(const LtDevice& state, const LtPlan& plan, const cublasLtMatmulAlgo_t& algo,
+                       const GemmOperand& a, const GemmOperand& b, void* d) {
+  const float one = 1, zero = 0;
+  return cublas_lt().matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b, &zero, d,
+                            plan.d, d, plan.d, &algo, state.workspace, kLtWorkspaceBytes,
+                            state.stream);
+}
+
 // One call of `plan` with `algo` on the device's stream (`bias`: the pointer its epilogue was
 // given, or null), or its record while a run is recorded (Note [CUDA graph replay]).
 void lt_matmul(LtDevice& state, const LtPlan& plan, const cublasLtMatmulAlgo_t& algo,
@@ -330,11 +339,7 @@ void lt_matmul(LtDevice& state, const LtPlan& plan, const cublasLtMatmulAlgo_t& 
     record_words(algo.data);
     if (recording() == Recording::Dry) return;
   }
-  const float one = 1, zero = 0;
-  check_lt(cublas_lt().matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b, &zero,
-                              d, plan.d, d, plan.d, &algo, state.workspace, kLtWorkspaceBytes,
-                              state.stream),
-           "matmul");
+  check_lt(lt_call(state, plan, algo, a, b, d), "matmul");
 }
 
 // Two events on the device's stream, destroyed however their scope ends.
@@ -530,12 +535,8 @@ std::optional<size_t> algorithm_with_bare_product_bits(
   }
   const CublasLt& lt = cublas_lt();
   check_lt(lt.desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)), "bias pointer");
-  const float one = 1, zero = 0;
   for (size_t index = 0; index < candidates.size() && !chosen; ++index) {
-    if (lt.matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b, &zero, trial,
-                  plan.d, trial, plan.d, &candidates[index], state.workspace, kLtWorkspaceBytes,
-                  state.stream) != 0)
-      continue;
+    if (lt_call(state, plan, candidates[index], a, b, trial) != 0) continue;
     copy_rows(trial, got);
     bool same = true;
     for (size_t i = 0; same && i < got.size(); ++i)
@@ -615,10 +616,7 @@ bool relu_keeps_nan(int device, LtDevice& state, const LtPlan& plan,
         "cuMemcpyHtoD");
   check_lt(cublas_lt().desc_set(plan.desc, kLtDescBiasPointer, &probe_bias, sizeof(probe_bias)),
            "bias pointer");
-  const float one = 1, zero = 0;
-  const bool ran = cublas_lt().matmul(state.handle, plan.desc, &one, b.data, plan.a, a.data, plan.b,
-                                      &zero, out, plan.d, out, plan.d, &algo, state.workspace,
-                                      kLtWorkspaceBytes, state.stream) == 0;
+  const bool ran = lt_call(state, plan, algo, a, b, out) == 0;
   check_lt(cublas_lt().desc_set(plan.desc, kLtDescBiasPointer, &bias, sizeof(bias)),
            "bias pointer");
   if (!ran) return false;

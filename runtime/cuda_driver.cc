@@ -3,6 +3,8 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -123,17 +125,22 @@ CUcontext activate(int index) {
 }
 
 CUstream device_stream(int index) {
+  // Read on every launch: the streams made so far are read without a lock (each slot is set
+  // once); a slot past them, or a first use, takes it.
+  constexpr int kFastSlots = 64;
+  static std::atomic<CUstream> fast[kFastSlots] = {};
+  if (index >= 0 && index < kFastSlots)
+    if (CUstream stream = fast[index].load(std::memory_order_acquire)) return stream;
   static std::mutex mutex;
-  static std::vector<CUstream> streams;
+  static std::map<int, CUstream> streams;
   std::lock_guard lock(mutex);
-  if (streams.size() <= static_cast<size_t>(index)) streams.resize(index + 1, nullptr);
-  if (streams[index] == nullptr) {
+  CUstream& stream = streams[index];
+  if (stream == nullptr) {
     // Flags 0: a blocking stream, ordered with the legacy default stream both ways.
-    CUstream stream = nullptr;
     check(driver()->cuStreamCreate(&stream, 0), "cuStreamCreate");
-    streams[index] = stream;
+    if (index >= 0 && index < kFastSlots) fast[index].store(stream, std::memory_order_release);
   }
-  return streams[index];
+  return stream;
 }
 
 }  // namespace lazyfuse::cuda

@@ -98,7 +98,7 @@ class GraphReplay final : public ReplayCache {
     --stats().kept;
   }
 
-  int64_t runs = 0;  // runs that launched their own work before graphs were tried
+  bool ran = false;  // a run launched its own work (compiling its kernels) before graphs were tried
   // The params' addresses in the last two runs, the latest first.
   std::vector<uint64_t> last_addresses[2];
   int64_t misses = 0;     // graphs recorded since one was last replayed
@@ -246,11 +246,11 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
       replay.last_addresses[0] = std::move(addresses);
     }
   } remember{replay, addresses};
-  if (mode == GraphMode::On && replay.runs == 0) {
+  if (mode == GraphMode::On && !replay.ran) {
     const int64_t before = launches_started();
     run({});
     replay.worth_it = launches_started() - before >= 2;
-    ++replay.runs;
+    replay.ran = true;
     return;
   }
   if (mode == GraphMode::On && !replay.worth_it) return run({});

@@ -10,7 +10,6 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -164,6 +163,8 @@ struct CachedSchedule {
   // its backend may replay the schedule's runs (Backend::run_replayable).
   std::optional<Device> replay_device;
   std::unique_ptr<ReplayCache> replay;  // the backend's
+  // Per value: the value it is a view of, through any chain of views (itself when it is none).
+  std::vector<ValueId> view_root;
   // Per param: no output is the param or a view of it (a backend may read a copy instead).
   absl::InlinedVector<bool, 8> param_substitutable;
   // Whether the schedule lets an output be written into a param's buffer, by (output << 32 |
@@ -198,18 +199,14 @@ struct CachedSchedule {
 
 // Whether `schedule` computes `output` where it may be written into param `param`'s buffer
 // (the schedule's part of the Note above).
-bool schedule_allows_writing_into(const Schedule& schedule, ValueId output, ValueId param) {
+bool schedule_allows_writing_into(const Schedule& schedule, std::span<const ValueId> view_root,
+                                  ValueId output, ValueId param) {
   const Graph& graph = schedule.graph;
   // The param and the views of it.
-  absl::flat_hash_set<ValueId> param_views = {param};
-  for (const Step& step : schedule.steps)
-    if (step.kind == StepKind::View && param_views.contains(graph.nodes[step.nodes[0]].inputs[0]))
-      param_views.insert(step.nodes[0]);
-  for (ValueId v : graph.outputs)
-    if (param_views.contains(v)) return false;
+  auto is_param_view = [&](ValueId v) { return view_root[v] == param; };
+  if (std::any_of(graph.outputs.begin(), graph.outputs.end(), is_param_view)) return false;
   auto reads_param = [&](const Step& step) {
-    return std::any_of(step.inputs.begin(), step.inputs.end(),
-                       [&](ValueId v) { return param_views.contains(v); });
+    return std::any_of(step.inputs.begin(), step.inputs.end(), is_param_view);
   };
   auto computes_output = [&](const Step& step) {
     return std::find(step.outputs.begin(), step.outputs.end(), output) != step.outputs.end();
@@ -231,7 +228,7 @@ bool schedule_allows_writing_into(const Schedule& schedule, ValueId output, Valu
   }
   if (member->kind != StepKind::Elementwise) return false;
   for (ValueId v : member->inputs)
-    if (v != param && param_views.contains(v)) return false;
+    if (v != param && is_param_view(v)) return false;
   const auto position = std::find(member->nodes.begin(), member->nodes.end(), output);
   if (position == member->nodes.end()) return false;
   for (auto it = std::next(position); it != member->nodes.end(); ++it) {
@@ -296,28 +293,33 @@ absl::InlinedVector<std::pair<ValueId, ValueId>, 8> outputs_written_in_place(
       continue;
     const uint64_t key = static_cast<uint64_t>(output) << 32 | static_cast<uint32_t>(param);
     auto [it, fresh] = cached->writes_into_param.try_emplace(key, false);
-    if (fresh) it->second = schedule_allows_writing_into(cached->schedule, output, param);
+    if (fresh)
+      it->second = schedule_allows_writing_into(cached->schedule, cached->view_root, output, param);
     if (it->second) written.push_back({output, param});
   }
   return written;
 }
 
+// Each value's view root: the value it is a view of through the schedule's View steps (which
+// come after the steps computing their inputs), or itself.
+std::vector<ValueId> view_roots(const Schedule& schedule) {
+  std::vector<ValueId> root(schedule.graph.nodes.size());
+  for (size_t v = 0; v < root.size(); ++v) root[v] = static_cast<ValueId>(v);
+  for (const Step& step : schedule.steps)
+    if (step.kind == StepKind::View)
+      root[step.nodes[0]] = root[schedule.graph.nodes[step.nodes[0]].inputs[0]];
+  return root;
+}
+
 // Whether each of the graph's first `params` values (its params) is read by no output except
 // through work: an output that is a param, or views of one, would alias whatever buffer the
 // param was bound to.
-absl::InlinedVector<bool, 8> substitutable_params(const Schedule& schedule, size_t params) {
+absl::InlinedVector<bool, 8> substitutable_params(const Schedule& schedule,
+                                                  std::span<const ValueId> view_root,
+                                                  size_t params) {
   absl::InlinedVector<bool, 8> substitutable(params, true);
-  const Graph& graph = schedule.graph;
-  absl::flat_hash_map<ValueId, ValueId> view_input;
-  for (const Step& step : schedule.steps)
-    if (step.kind == StepKind::View)
-      view_input[step.nodes[0]] = graph.nodes[step.nodes[0]].inputs[0];
-  for (ValueId output : graph.outputs) {
-    ValueId v = output;
-    for (auto it = view_input.find(v); it != view_input.end(); it = view_input.find(v))
-      v = it->second;
-    if (v >= 0 && static_cast<size_t>(v) < params) substitutable[v] = false;
-  }
+  for (ValueId output : schedule.graph.outputs)
+    if (static_cast<size_t>(view_root[output]) < params) substitutable[view_root[output]] = false;
   return substitutable;
 }
 
@@ -476,7 +478,9 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
     }
     made->schedule = run_pipeline(made->graph, pipeline);
     made->replay_device = single_compute_device(made->schedule);
-    made->param_substitutable = substitutable_params(made->schedule, walk.params.size());
+    made->view_root = view_roots(made->schedule);
+    made->param_substitutable =
+        substitutable_params(made->schedule, made->view_root, walk.params.size());
     cached = made;
     if (cacheable) {
       if (schedule_cache.size() >= kScheduleCacheEntries) schedule_cache.clear();
