@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/cuda_memory.h"
 #include "runtime/env.h"
 #include "runtime/host_profile.h"
 
@@ -44,11 +45,15 @@ namespace lazyfuse::cuda {
 // - The first run of a schedule launches its own work (its kernels are compiled and its plans
 //   made then, which no graph can record) and counts its launches: a schedule of one launch is
 //   not worth a graph (a graph launch costs what a kernel launch does) and never records one.
-// - The caching allocator hands out the lowest-addressed free block of a size, so a dry run and
-//   the capture after it get the same buffers, and a loop whose live buffers repeat (a forward
-//   over the same weights; a step whose updated parameters alternate between two buffers) finds
-//   its records repeat. A schedule that records more graphs in a row than it keeps (an input
-//   at a new address every run) stops trying: a dry run and a capture cost more than its launches.
+// - A recorded run (dry or captured) allocates from its schedule's own memory pool, which hands
+//   out the lowest-addressed free block of a size (Note [A graph's own memory pool] in
+//   cuda_memory.cc). So a dry run and the capture after it get the same buffers, and a loop whose
+//   runs leave the pool alike (a forward over the same weights; a step whose outputs are dropped
+//   before the next, or whose step count alternates between two buffers) finds its records
+//   repeat, whatever else the program allocates between runs. A graph is tried only from the
+//   pool state it was recorded from. A schedule that records more graphs in a row than it keeps
+//   (an input at a new address every run) stops trying: a dry run and a capture cost more than
+//   its launches.
 //
 // Evaluations are serialized by the evaluation lock, which covers everything here.
 
@@ -66,6 +71,7 @@ class GraphReplay;
 
 struct GraphInstance {
   std::vector<uint64_t> record;
+  uint64_t pool_fingerprint = 0;  // of its schedule's pool when its run started
   CUgraphExec exec = nullptr;
   int device = 0;
   int64_t launches = 0;  // the kernel launches and library calls it runs
@@ -87,8 +93,13 @@ GraphStats& stats() {
 // never destroyed, so no graph is destroyed after the driver at exit.
 class GraphReplay final : public ReplayCache {
  public:
-  ~GraphReplay() override {
+  ~GraphReplay() override { stop(); }
+  // No more graphs for this schedule: its graphs are destroyed and its pool given back.
+  void stop() {
+    never = true;
     while (!instances.empty()) drop(instances.begin());
+    if (pool != 0) destroy_pool(pool_device, pool);
+    pool = 0;
   }
   void drop(std::list<GraphInstance>::iterator instance) {
     least_recently_used().erase(instance->position);
@@ -106,6 +117,9 @@ class GraphReplay final : public ReplayCache {
   bool worth_it = false;  // the first run made 2 or more launches
   bool never = false;     // a lasting NotReplayable, or a capture the driver refused
   std::list<GraphInstance> instances;
+  // The memory its recorded runs allocate from (Note [A graph's own memory pool]).
+  int pool_device = 0;
+  int64_t pool = 0;
 };
 
 std::atomic<GraphMode>& mode_setting() {
@@ -159,10 +173,12 @@ void launch_graph(GraphInstance& instance, CUstream stream) {
 
 // Keeps `exec` as `replay`'s most recent graph, dropping the least recently used past the
 // bounds: kGraphsPerSchedule for the schedule, LAZYFUSE_CUDA_GRAPH_CACHE in all.
-GraphInstance& keep(GraphReplay& replay, int device, std::vector<uint64_t> record, CUgraphExec exec,
-                    int64_t launches, std::vector<std::optional<BufferView>> copies,
+GraphInstance& keep(GraphReplay& replay, int device, std::vector<uint64_t> record,
+                    uint64_t fingerprint, CUgraphExec exec, int64_t launches,
+                    std::vector<std::optional<BufferView>> copies,
                     std::vector<uint64_t> addresses) {
   replay.instances.push_front(GraphInstance{std::move(record),
+                                            fingerprint,
                                             exec,
                                             device,
                                             launches,
@@ -257,24 +273,45 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
 
   // Runs again the ordinary way after a try that could not be recorded.
   auto fall_back = [&](const NotReplayable& why) {
-    replay.never |= why.lasting;
+    if (why.lasting) replay.stop();
     ++stats().fallbacks;
     debug_line(absl::StrCat("not recorded: ", why.why, why.lasting ? " (for good)" : ""));
     run({});
   };
   activate(device);
   const CUstream stream = device_stream(device);
+  if (replay.pool == 0) {
+    replay.pool_device = device;
+    replay.pool = create_pool(device);
+  }
+  const uint64_t fingerprint = pool_fingerprint(device, replay.pool);
   std::vector<uint64_t> record;
-  // The most recently used graph that reads every param it does not copy where it is now.
+  // The most recently used graph recorded from the pool as it is now that reads every param it
+  // does not copy where it is now.
   const auto candidate = std::find_if(
       replay.instances.begin(), replay.instances.end(), [&](const GraphInstance& instance) {
+        if (instance.pool_fingerprint != fingerprint) return false;
         for (size_t i = 0; i < params.size(); ++i)
           if (!instance.copies[i] && instance.addresses[i] != addresses[i]) return false;
         return true;
       });
+  // Why this run is captured rather than replayed, for LAZYFUSE_DEBUG's line.
+  std::string why_captured = "no graph yet";
+  if (candidate == replay.instances.end() && !replay.instances.empty()) {
+    const GraphInstance& latest = replay.instances.front();
+    why_captured = "its memory pool is not as any graph's was";
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (latest.copies[i] || latest.addresses[i] == addresses[i]) continue;
+      why_captured =
+          absl::StrCat("param ", i, " of ", params.size(), " (", shape_str(params[i]->shape),
+                       ") is not where the latest graph reads it");
+      break;
+    }
+  }
   if (candidate != replay.instances.end()) {
     try {
       RecordingScope scope(Recording::Dry, record);
+      PoolScope pool(device, replay.pool);
       run(candidate->copies);
     } catch (const NotReplayable& why) {
       return fall_back(why);
@@ -291,6 +328,16 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
       debug_line("replayed");
       return;
     }
+    const auto [graphs, runs] = std::mismatch(candidate->record.begin(), candidate->record.end(),
+                                              record.begin(), record.end());
+    const auto at = graphs - candidate->record.begin();
+    why_captured = absl::StrCat(
+        "its work differs from the graph's at word ", at, " of ", record.size(), " (",
+        graphs != candidate->record.end() ? absl::StrCat(absl::Hex(*graphs)) : "end", " against ",
+        runs != record.end() ? absl::StrCat(absl::Hex(*runs)) : "end", ")");
+    if (runs != record.end())
+      for (size_t i = 0; i < params.size(); ++i)
+        if (addresses[i] == *runs) absl::StrAppend(&why_captured, ", this run's being param ", i);
   }
 
   // A param at an address neither of the last two runs had it at is an input that moves (a new
@@ -314,6 +361,7 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
   const int64_t launches_before = launches_started();
   try {
     RecordingScope scope(Recording::Capture, record);
+    PoolScope pool(device, replay.pool);
     run(copies);
   } catch (const NotReplayable& why) {
     abandon_capture(stream);
@@ -340,19 +388,20 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
   const int64_t copied = std::count_if(copies.begin(), copies.end(),
                                        [](const auto& copy) { return copy.has_value(); });
   GraphInstance& kept =
-      keep(replay, device, std::move(record), exec, launches_started() - launches_before,
-           std::move(copies), std::move(read_at));
+      keep(replay, device, std::move(record), fingerprint, exec,
+           launches_started() - launches_before, std::move(copies), std::move(read_at));
   launch_graph(kept, stream);
   ++stats().captures;
   debug_line(absl::StrCat("captured (", replay.instances.size(), " kept for this schedule, ",
-                          copied, " input(s) copied in)"));
+                          copied, " input(s) copied in): ", why_captured));
   // A schedule whose runs keep doing other work pays a dry run and a capture for nothing: after
   // as many misses in a row as it keeps graphs, or kCapturesPerSchedule captures in all, it runs
   // the ordinary way for good.
   ++replay.captures;
   if (++replay.misses > static_cast<int64_t>(kGraphsPerSchedule) ||
       replay.captures >= kCapturesPerSchedule) {
-    replay.never = true;
+    // The graph just launched goes with the others: a launched graph runs to its end.
+    replay.stop();
     debug_line("its runs differ each time; no more graphs for this schedule");
   }
 }

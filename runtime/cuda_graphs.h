@@ -14,9 +14,10 @@
 
 namespace lazyfuse::cuda {
 
-// How evaluations use CUDA graphs. LAZYFUSE_CUDA_GRAPHS sets it for the process ("1": On,
-// "always": Always, otherwise Off, the default until a training step measures faster with them:
-// docs/bench/2026-12-04-1413-h200-graphs.md); LAZYFUSE_SYNC=1 turns it off.
+// How evaluations use CUDA graphs. LAZYFUSE_CUDA_GRAPHS sets it for the process ("0": Off,
+// "always": Always, otherwise On, the default: a training step and an MLP's forward measure
+// faster with graphs, docs/bench/2026-12-04-1630-h200-graph-pools.md); LAZYFUSE_SYNC=1 turns it
+// off.
 enum class GraphMode {
   Off,     // every run launches its own work
   On,      // a schedule that launched 2 or more kernels or library calls, from its second run

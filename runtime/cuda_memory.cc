@@ -1,9 +1,13 @@
 // The caching allocator.
 #include "runtime/cuda_memory.h"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <set>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -11,17 +15,38 @@
 #include "runtime/cuda_driver.h"
 
 namespace lazyfuse::cuda {
+
+// Note [A graph's own memory pool]
+// A CUDA graph replays the addresses it was recorded with, so a schedule's run replays only when
+// its buffers land where the graph's did (Note [CUDA graph replay]). From the device's shared
+// cache they would land wherever the rest of the program left free blocks: a tensor the user
+// made between two steps, an input's copy kept by a graph, a buffer freed a step later than
+// usual, each moves every block after it, and a training loop recorded graph after graph and
+// replayed none. So a schedule's replayable runs allocate from a pool of their own: its blocks
+// return to it when freed, and it hands out the lowest-addressed free block of a size as the
+// cache does, so which blocks a run gets depends only on which of the pool's blocks are still
+// held from earlier runs (a step's outputs the user keeps, a step count read while its
+// successor is written). That state is small and is fingerprinted; a graph is tried only by a
+// run that starts from the fingerprint it was recorded from. A pool grows to what its runs
+// hold at once and is given back when its schedule stops recording graphs or is dropped.
+
 namespace {
+
+// Free blocks by rounded size, each size's by address: an allocation takes the lowest, so which
+// blocks a run gets depends on which are free, never on the order they were freed in.
+using FreeBlocks = std::map<int64_t, std::set<CUdeviceptr>>;
 
 struct DeviceCache {
   std::mutex mutex;
-  // By rounded size, each size's blocks by address: an allocation takes the lowest, so which
-  // blocks a run gets depends on which are free, never on the order they were freed in. A run
-  // made twice from the same free blocks (a dry run and its capture, Note [CUDA graph replay])
-  // gets the same ones.
-  std::map<int64_t, std::set<CUdeviceptr>> free_blocks;
+  FreeBlocks free_blocks;
+  std::map<int64_t, FreeBlocks> pools;                // a pool's free blocks, by pool
+  absl::flat_hash_map<CUdeviceptr, int64_t> pool_of;  // a live pool's blocks in use
   AllocatorStats stats;
 };
+
+std::atomic<int64_t> next_pool{1};
+thread_local int active_device = -1;
+thread_local int64_t active_pool = 0;
 
 DeviceCache& cache(int device) {
   static std::mutex mutex;
@@ -37,12 +62,28 @@ int64_t round_size(int64_t nbytes) {
   return std::max<int64_t>(unit, (nbytes + unit - 1) / unit * unit);
 }
 
-void free_cached(DeviceCache& c) {
-  for (auto& [size, blocks] : c.free_blocks) {
+void free_blocks(DeviceCache& c, FreeBlocks& blocks_by_size) {
+  for (auto& [size, blocks] : blocks_by_size) {
     for (CUdeviceptr block : blocks) driver()->cuMemFree(block);
     c.stats.cached_bytes -= size * static_cast<int64_t>(blocks.size());
   }
-  c.free_blocks.clear();
+  blocks_by_size.clear();
+}
+
+// A graph that recorded a freed block is never replayed again: no later run of its schedule
+// gets that block (or gets it new from cuMemAlloc and is then checked like any other).
+void free_cached(DeviceCache& c) {
+  free_blocks(c, c.free_blocks);
+  for (auto& [pool, blocks] : c.pools) free_blocks(c, blocks);
+}
+
+// Takes the lowest-addressed free block of `size` from `blocks`, or returns 0.
+CUdeviceptr take(FreeBlocks& blocks, int64_t size) {
+  auto it = blocks.find(size);
+  if (it == blocks.end() || it->second.empty()) return 0;
+  const CUdeviceptr block = *it->second.begin();
+  it->second.erase(it->second.begin());
+  return block;
 }
 
 }  // namespace
@@ -51,15 +92,22 @@ void* allocate(int device, int64_t nbytes) {
   const int64_t size = round_size(nbytes);
   DeviceCache& c = cache(device);
   std::lock_guard lock(c.mutex);
+  const int64_t pool = active_device == device ? active_pool : 0;
   auto record = [&](CUdeviceptr block) {
     c.stats.allocated_bytes += size;
     c.stats.peak_bytes = std::max(c.stats.peak_bytes, c.stats.allocated_bytes);
+    if (pool != 0) c.pool_of[block] = pool;
     return reinterpret_cast<void*>(block);
   };
-  auto it = c.free_blocks.find(size);
-  if (it != c.free_blocks.end() && !it->second.empty()) {
-    CUdeviceptr block = *it->second.begin();
-    it->second.erase(it->second.begin());
+  // A pool's own free blocks first, then the cache's.
+  if (pool != 0) {
+    if (const CUdeviceptr block = take(c.pools[pool], size)) {
+      c.stats.cached_bytes -= size;
+      ++c.stats.cache_hits;
+      return record(block);
+    }
+  }
+  if (const CUdeviceptr block = take(c.free_blocks, size)) {
     c.stats.cached_bytes -= size;
     ++c.stats.cache_hits;
     return record(block);
@@ -91,7 +139,15 @@ void release(int device, void* pointer, int64_t nbytes) {
   const int64_t size = round_size(nbytes);
   DeviceCache& c = cache(device);
   std::lock_guard lock(c.mutex);
-  c.free_blocks[size].insert(reinterpret_cast<CUdeviceptr>(pointer));
+  const auto block = reinterpret_cast<CUdeviceptr>(pointer);
+  FreeBlocks* home = &c.free_blocks;
+  if (!c.pool_of.empty()) {
+    if (auto owner = c.pool_of.find(block); owner != c.pool_of.end()) {
+      home = &c.pools[owner->second];
+      c.pool_of.erase(owner);
+    }
+  }
+  (*home)[size].insert(block);
   c.stats.allocated_bytes -= size;
   c.stats.cached_bytes += size;
 }
@@ -100,6 +156,47 @@ AllocatorStats allocator_stats(int device) {
   DeviceCache& c = cache(device);
   std::lock_guard lock(c.mutex);
   return c.stats;
+}
+
+int64_t create_pool(int device) {
+  DeviceCache& c = cache(device);
+  std::lock_guard lock(c.mutex);
+  const int64_t pool = next_pool++;
+  c.pools[pool];
+  return pool;
+}
+
+void destroy_pool(int device, int64_t pool) {
+  DeviceCache& c = cache(device);
+  std::lock_guard lock(c.mutex);
+  auto it = c.pools.find(pool);
+  if (it == c.pools.end()) return;
+  for (auto& [size, blocks] : it->second) c.free_blocks[size].merge(blocks);
+  c.pools.erase(it);
+  // Its blocks in use go back to the cache when freed.
+  absl::erase_if(c.pool_of, [&](const auto& entry) { return entry.second == pool; });
+}
+
+uint64_t pool_fingerprint(int device, int64_t pool) {
+  DeviceCache& c = cache(device);
+  std::lock_guard lock(c.mutex);
+  auto it = c.pools.find(pool);
+  if (it == c.pools.end()) return 0;
+  uint64_t hash = 0;
+  for (const auto& [size, blocks] : it->second)
+    for (CUdeviceptr block : blocks) hash = absl::HashOf(hash, size, block);
+  return hash;
+}
+
+PoolScope::PoolScope(int device, int64_t pool)
+    : previous_device_(active_device), previous_pool_(active_pool) {
+  active_device = device;
+  active_pool = pool;
+}
+
+PoolScope::~PoolScope() {
+  active_device = previous_device_;
+  active_pool = previous_pool_;
 }
 
 void empty_cache(int device) {

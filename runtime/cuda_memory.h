@@ -15,10 +15,34 @@ struct AllocatorStats {
   int64_t cache_hits = 0;
 };
 
+// A block of `nbytes` (rounded up) from the active pool where one is active on this thread for
+// `device`, otherwise from the device's cache.
 void* allocate(int device, int64_t nbytes);
 void release(int device, void* pointer, int64_t nbytes);
 AllocatorStats allocator_stats(int device);
-// Returns every cached block to the driver.
+// Returns every cached block to the driver, the pools' free blocks included.
 void empty_cache(int device);
+
+// Private pools (Note [A graph's own memory pool] in cuda_memory.cc). A pool's blocks return to
+// it when freed and are handed out only while it is active; a destroyed pool's blocks go back to
+// the device's cache, now or when freed.
+int64_t create_pool(int device);
+void destroy_pool(int device, int64_t pool);
+// A hash of which blocks `pool` holds free now, by size: two runs that start from equal
+// fingerprints and allocate alike get the same blocks.
+uint64_t pool_fingerprint(int device, int64_t pool);
+
+// Makes `pool` the one allocations for `device` on this thread come from while it lives.
+class PoolScope {
+ public:
+  PoolScope(int device, int64_t pool);
+  ~PoolScope();
+  PoolScope(const PoolScope&) = delete;
+  PoolScope& operator=(const PoolScope&) = delete;
+
+ private:
+  int previous_device_;
+  int64_t previous_pool_;
+};
 
 }  // namespace lazyfuse::cuda

@@ -39,9 +39,9 @@ EnvConfig& mutable_env_config() {
     if (const char* blas = std::getenv("LAZYFUSE_BLAS"))
       c.blas_cublaslt = std::string_view(blas) == "cublaslt";
     if (const char* graphs = std::getenv("LAZYFUSE_CUDA_GRAPHS"))
-      c.cuda_graphs = std::string_view(graphs) == "1"        ? 1
+      c.cuda_graphs = std::string_view(graphs) == "0"        ? 0
                       : std::string_view(graphs) == "always" ? 2
-                                                             : 0;
+                                                             : 1;
     if (const char* graphs = std::getenv("LAZYFUSE_CUDA_GRAPH_CACHE"))
       (void)absl::SimpleAtoi(graphs, &c.cuda_graph_cache);
     if (const char* cache = std::getenv("LAZYFUSE_CACHE_DIR")) {

@@ -18,9 +18,9 @@ struct EnvConfig {
   std::string cache_dir;       // LAZYFUSE_CACHE_DIR (default ~/.cache/lazyfuse; "" disables)
   bool fast_math = false;      // LAZYFUSE_FAST_MATH=1: hardware approximations on the GPU
   bool blas_cublaslt = false;  // LAZYFUSE_BLAS=cublaslt: products by cuBLASLt (runtime/cublas.h)
-  // LAZYFUSE_CUDA_GRAPHS (runtime/cuda_graphs.h): 0 off (the default), 1 on, 2 ("always") for
+  // LAZYFUSE_CUDA_GRAPHS (runtime/cuda_graphs.h): 0 off, 1 on (the default), 2 ("always") for
   // every schedule from its first run that can be.
-  int cuda_graphs = 0;
+  int cuda_graphs = 1;
   // LAZYFUSE_CUDA_GRAPH_CACHE: the CUDA graphs kept in all, least recently used dropped first.
   int64_t cuda_graph_cache = 64;
   // LAZYFUSE_BLOCKS_PER_SM: a cap on an elementwise kernel's grid, in blocks per

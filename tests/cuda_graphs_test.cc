@@ -208,5 +208,49 @@ TEST_F(CudaGraphs, AnEmptiedAllocatorCacheRecordsAnew) {
   EXPECT_EQ(held.size(0), 64);
 }
 
+// A training loop as users write it: batches read as views of one tensor in turn, Adam (whose
+// step count alternates between two buffers), the loss read back, and between steps tensors the
+// program makes and keeps. A recorded step allocates from its schedule's own pool (Note [A
+// graph's own memory pool]), so what the program allocates between steps moves nothing: after a
+// few recorded steps every step replays, and the parameters have the bits of the same loop
+// launched kernel by kernel.
+TEST_F(CudaGraphs, ATrainingLoopReplaysWhateverItAllocatesBetweenSteps) {
+  auto train = [](cuda::GraphMode mode, int steps) {
+    cuda::set_graph_mode(mode);
+    manual_seed(3);
+    nn::Sequential net(nn::Linear(24, 32), nn::ReLU(), nn::Linear(32, 5));
+    net.to(Device("cuda"));
+    optim::Adam optimizer(net.parameters(), optim::AdamOptions(0.01));
+    const TensorOptions gpu = TensorOptions(kFloat32).device("cuda");
+    Tensor inputs = from_vector(random_floats(4 * 16 * 24, 40), {4, 16, 24}, gpu);
+    std::vector<double> classes(64);
+    for (size_t i = 0; i < classes.size(); ++i) classes[i] = static_cast<double>(i * 7 % 5);
+    Tensor labels = from_vector(classes, {4, 16}, TensorOptions(kInt64).device("cuda"));
+    eval({inputs, labels});
+    std::vector<Tensor> kept;
+    cuda::reset_graph_stats();
+    for (int step = 0; step < steps; ++step) {
+      optimizer.zero_grad();
+      // A batch: a view into the inputs, at another offset each step.
+      Tensor batch = inputs.narrow(0, step % 4, 1).squeeze(0);
+      Tensor loss =
+          nn::functional::cross_entropy(net(batch), labels.narrow(0, step % 4, 1).squeeze(0));
+      loss.backward();
+      optimizer.step();
+      loss.item<double>();
+      // Something else on the device, made between steps and kept.
+      kept.push_back((batch * static_cast<float>(step)).sum({1}));
+      eval(kept.back());
+    }
+    return host_values(net.parameters());
+  };
+  const int steps = 16;
+  const std::vector<std::vector<float>> launched = train(cuda::GraphMode::Off, steps);
+  EXPECT_EQ(train(cuda::GraphMode::On, steps), launched);
+  const cuda::GraphStats stats = cuda::graph_stats();
+  EXPECT_LE(stats.captures, 5);
+  EXPECT_GE(stats.replays, steps - 6);
+}
+
 }  // namespace
 }  // namespace lazyfuse
