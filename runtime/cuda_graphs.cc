@@ -153,7 +153,7 @@ class RecordingScope {
 constexpr size_t kGraphsPerSchedule = 4;
 // The graphs one schedule may record in its life: a capture and its instantiation cost more than
 // the run's launches, so a schedule whose runs repeat only now and then stops recording.
-constexpr int64_t kCapturesPerSchedule = 2 * kGraphsPerSchedule;
+constexpr int64_t kCapturesPerSchedule = 4 * kGraphsPerSchedule;
 
 void debug_line(const std::string& line) {
   if (env_config().debug >= 1) std::fprintf(stderr, "[lazyfuse] CUDA graph: %s\n", line.c_str());
@@ -356,6 +356,7 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
     }
   }
   copy_inputs(params, copies, stream);
+  const int64_t pool_blocks_before = pool_blocks(device, replay.pool);
   const DriverApi& api = *driver();
   check(api.cuStreamBeginCapture(stream, kStreamCaptureModeRelaxed), "cuStreamBeginCapture");
   const int64_t launches_before = launches_started();
@@ -393,12 +394,15 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
   launch_graph(kept, stream);
   ++stats().captures;
   debug_line(absl::StrCat("captured (", replay.instances.size(), " kept for this schedule, ",
-                          copied, " input(s) copied in): ", why_captured));
+                          copied, " input(s) copied in, a pool of ",
+                          pool_blocks(device, replay.pool), " blocks): ", why_captured));
   // A schedule whose runs keep doing other work pays a dry run and a capture for nothing: after
   // as many misses in a row as it keeps graphs, or kCapturesPerSchedule captures in all, it runs
-  // the ordinary way for good.
+  // the ordinary way for good. A run whose pool had to grow was not a miss: the pool was not yet
+  // what the loop's runs need, and the state that repeats comes after it.
   ++replay.captures;
-  if (++replay.misses > static_cast<int64_t>(kGraphsPerSchedule) ||
+  if (pool_blocks(device, replay.pool) == pool_blocks_before) ++replay.misses;
+  if (replay.misses > static_cast<int64_t>(kGraphsPerSchedule) ||
       replay.captures >= kCapturesPerSchedule) {
     // The graph just launched goes with the others: a launched graph runs to its end.
     replay.stop();

@@ -36,10 +36,15 @@ namespace {
 // blocks a run gets depends on which are free, never on the order they were freed in.
 using FreeBlocks = std::map<int64_t, std::set<CUdeviceptr>>;
 
+struct Pool {
+  FreeBlocks free_blocks;
+  int64_t blocks = 0;  // it has taken from the cache or the driver, free or not
+};
+
 struct DeviceCache {
   std::mutex mutex;
   FreeBlocks free_blocks;
-  std::map<int64_t, FreeBlocks> pools;                // a pool's free blocks, by pool
+  std::map<int64_t, Pool> pools;
   absl::flat_hash_map<CUdeviceptr, int64_t> pool_of;  // a live pool's blocks in use
   AllocatorStats stats;
 };
@@ -74,7 +79,11 @@ void free_blocks(DeviceCache& c, FreeBlocks& blocks_by_size) {
 // gets that block (or gets it new from cuMemAlloc and is then checked like any other).
 void free_cached(DeviceCache& c) {
   free_blocks(c, c.free_blocks);
-  for (auto& [pool, blocks] : c.pools) free_blocks(c, blocks);
+  for (auto& [id, pool] : c.pools) {
+    for (const auto& [size, blocks] : pool.free_blocks)
+      pool.blocks -= static_cast<int64_t>(blocks.size());
+    free_blocks(c, pool.free_blocks);
+  }
 }
 
 // Takes the lowest-addressed free block of `size` from `blocks`, or returns 0.
@@ -101,11 +110,12 @@ void* allocate(int device, int64_t nbytes) {
   };
   // A pool's own free blocks first, then the cache's.
   if (pool != 0) {
-    if (const CUdeviceptr block = take(c.pools[pool], size)) {
+    if (const CUdeviceptr block = take(c.pools[pool].free_blocks, size)) {
       c.stats.cached_bytes -= size;
       ++c.stats.cache_hits;
       return record(block);
     }
+    ++c.pools[pool].blocks;
   }
   if (const CUdeviceptr block = take(c.free_blocks, size)) {
     c.stats.cached_bytes -= size;
@@ -143,7 +153,7 @@ void release(int device, void* pointer, int64_t nbytes) {
   FreeBlocks* home = &c.free_blocks;
   if (!c.pool_of.empty()) {
     if (auto owner = c.pool_of.find(block); owner != c.pool_of.end()) {
-      home = &c.pools[owner->second];
+      home = &c.pools[owner->second].free_blocks;
       c.pool_of.erase(owner);
     }
   }
@@ -171,7 +181,7 @@ void destroy_pool(int device, int64_t pool) {
   std::lock_guard lock(c.mutex);
   auto it = c.pools.find(pool);
   if (it == c.pools.end()) return;
-  for (auto& [size, blocks] : it->second) c.free_blocks[size].merge(blocks);
+  for (auto& [size, blocks] : it->second.free_blocks) c.free_blocks[size].merge(blocks);
   c.pools.erase(it);
   // Its blocks in use go back to the cache when freed.
   absl::erase_if(c.pool_of, [&](const auto& entry) { return entry.second == pool; });
@@ -183,9 +193,16 @@ uint64_t pool_fingerprint(int device, int64_t pool) {
   auto it = c.pools.find(pool);
   if (it == c.pools.end()) return 0;
   uint64_t hash = 0;
-  for (const auto& [size, blocks] : it->second)
+  for (const auto& [size, blocks] : it->second.free_blocks)
     for (CUdeviceptr block : blocks) hash = absl::HashOf(hash, size, block);
   return hash;
+}
+
+int64_t pool_blocks(int device, int64_t pool) {
+  DeviceCache& c = cache(device);
+  std::lock_guard lock(c.mutex);
+  auto it = c.pools.find(pool);
+  return it == c.pools.end() ? 0 : it->second.blocks;
 }
 
 PoolScope::PoolScope(int device, int64_t pool)

@@ -32,6 +32,9 @@ void destroy_pool(int device, int64_t pool);
 // fingerprints and allocate alike get the same blocks.
 uint64_t pool_fingerprint(int device, int64_t pool);
 
+// The blocks `pool` has taken, free or in use: it grows until its runs find what they need in it.
+int64_t pool_blocks(int device, int64_t pool);
+
 // Makes `pool` the one allocations for `device` on this thread come from while it lives.
 class PoolScope {
  public:
