@@ -16,7 +16,7 @@ namespace lazyfuse::cuda {
 
 // How evaluations use CUDA graphs. LAZYFUSE_CUDA_GRAPHS sets it for the process ("0": Off,
 // "always": Always, otherwise On, the default: a training step and an MLP's forward measure
-// faster with graphs, docs/bench/2026-12-04-1630-h200-graph-pools.md); LAZYFUSE_SYNC=1 turns it
+// faster with graphs, docs/bench/2026-12-04-1635-h200-graph-pools.md); LAZYFUSE_SYNC=1 turns it
 // off.
 enum class GraphMode {
   Off,     // every run launches its own work
