@@ -1,7 +1,8 @@
 // Where the host time of an evaluation goes. First `(z + 2).exp() * y` on a few elements, split
 // into writing the expression (frontend), building the graph from pending values, running the
 // pass pipeline, and the whole evaluation; then whole graphs users run in a loop (an MLP's
-// forward, a training step, a 64-op elementwise graph), each iteration synchronized, with the
+// forward, a training step, a 64-op elementwise graph, 64 unfused kernels in a row), each
+// iteration synchronized, with the
 // evaluation's phases (runtime/host_profile.h) as counters in microseconds per iteration:
 // frontend (writing the expressions, autograd and the optimizer included), walk, lookup,
 // passes, run and within it allocate, library (cuBLAS), launch, transfer (reading a result
@@ -223,6 +224,21 @@ void profile_iterations(benchmark::State& state, Iteration iteration) {
   state.counters["us_per_launch"] =
       stats.launches > 0 ? per_iteration_us(wall_ns) * iterations / stats.launches : 0;
 }
+
+// Kernels back to back: a chain of `count` negations of 4096 elements evaluated with fusion off,
+// so one kernel each, synchronized once per evaluation. With CUDA graphs the whole chain is one
+// cuGraphLaunch, and us_per_launch is then the time a kernel takes in a replayed graph, to set
+// beside BM_DriverLaunch's bare cuLaunchKernel.
+void BM_KernelChain(benchmark::State& state) {
+  const int64_t count = state.range(0);
+  Inputs in;
+  profile_iterations(state, [&] {
+    Tensor t = in.z;
+    for (int64_t k = 0; k < count; ++k) t = t.neg();
+    eval({t}, EvalOptions{.fusion = false});
+  });
+}
+BENCHMARK(BM_KernelChain)->Arg(64)->Unit(benchmark::kMicrosecond);
 
 // An MLP's forward (nn::Linear + relu layers), evaluated and synchronized once per pass.
 // Arguments: layers, width, batch.

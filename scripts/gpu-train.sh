@@ -75,7 +75,7 @@ log="$out/train.log"
         echo "LAZYFUSE_BLAS=$blas LAZYFUSE_CUDA_GRAPHS=$graphs"
         LAZYFUSE_BLAS=$blas LAZYFUSE_CUDA_GRAPHS=$graphs $bin/lazyfuse_host_bench \
           --device=cuda:0 --benchmark_min_time=0.5s \
-          --benchmark_filter='Mlp|Train|Elementwise64|Evaluate|DriverLaunch' 2>&1 | grep BM_
+          --benchmark_filter='Mlp|Train|Elementwise64|Evaluate|DriverLaunch|KernelChain' 2>&1 | grep BM_
       done
     done
   fi
