@@ -2,14 +2,12 @@
 // into writing the expression (frontend), building the graph from pending values, running the
 // pass pipeline, and the whole evaluation; then whole graphs users run in a loop (an MLP's
 // forward, a training step, a 64-op elementwise graph, 64 unfused kernels in a row), each
-// iteration synchronized, with the
-// evaluation's phases (runtime/host_profile.h) as counters in microseconds per iteration:
-// frontend (writing the expressions, autograd and the optimizer included), walk, lookup,
-// passes, run and within it allocate, library (cuBLAS), launch, transfer (reading a result
-// back, which waits for the device), and finish; then wait (for the device, after the
-// iteration's work was issued); with nodes, kernels and launches per iteration. Google Benchmark;
-// runs on the CPU (no GPU needed), or on a GPU with
-// --device=cuda:0.
+// iteration synchronized, with the evaluation's phases (runtime/host_profile.h) as counters in
+// microseconds per iteration: frontend (writing the expressions, autograd and the optimizer
+// included), walk, lookup, passes, run and within it allocate, library (cuBLAS), launch,
+// transfer (reading a result back, which waits for the device), and finish; then wait (for the
+// device, after the iteration's work was issued); with nodes, kernels and launches per
+// iteration. Google Benchmark; runs on the CPU (no GPU needed), or on a GPU with --device=cuda:0.
 //
 //   build/bin/lazyfuse_host_bench [--benchmark_filter=...] [--device=cuda:0]
 #include <benchmark/benchmark.h>
