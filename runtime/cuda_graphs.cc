@@ -250,7 +250,8 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
   if (mode == GraphMode::Off) return run({});
   if (*cache == nullptr) *cache = std::make_unique<GraphReplay>();
   GraphReplay& replay = static_cast<GraphReplay&>(**cache);
-  if (replay.never) return run({});
+  // Most evaluations of one launch end here, before anything is allocated.
+  if (replay.never || (mode == GraphMode::On && replay.ran && !replay.worth_it)) return run({});
   std::vector<uint64_t> addresses(params.size());
   for (size_t i = 0; i < params.size(); ++i) addresses[i] = address_of(*params[i]);
   // Where each param is in this run, remembered for the next two whatever this one does.
@@ -269,7 +270,6 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
     replay.ran = true;
     return;
   }
-  if (mode == GraphMode::On && !replay.worth_it) return run({});
 
   // Runs again the ordinary way after a try that could not be recorded.
   auto fall_back = [&](const NotReplayable& why) {

@@ -12,6 +12,7 @@
 #include "ir/errors.h"
 #include "runtime/backend.h"
 #include "runtime/host_profile.h"
+#include "runtime/pool_allocator.h"
 
 namespace lazyfuse {
 namespace {
@@ -34,7 +35,8 @@ std::shared_ptr<Storage> Storage::allocate(const Device& device, int64_t nbytes)
     stats.peak_bytes = std::max(stats.peak_bytes, stats.allocated_bytes);
     ++stats.allocations;
   }
-  return std::shared_ptr<Storage>(new Storage(device, data, nbytes));
+  // One block for the storage and its count, from the pools (runtime/pool_allocator.h).
+  return make_pooled<Storage>(Private{}, device, data, nbytes);
 }
 
 Storage::~Storage() {

@@ -22,13 +22,18 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
+  // For make_pooled in allocate() only.
+  struct Private {
+    explicit Private() = default;
+  };
+  Storage(Private, const Device& device, void* data, int64_t nbytes)
+      : device_(device), data_(data), nbytes_(nbytes) {}
+
   void* data() const { return data_; }
   int64_t nbytes() const { return nbytes_; }
   const Device& device() const { return device_; }
 
  private:
-  Storage(const Device& device, void* data, int64_t nbytes)
-      : device_(device), data_(data), nbytes_(nbytes) {}
   Device device_;
   void* data_;
   int64_t nbytes_;
