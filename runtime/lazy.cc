@@ -83,7 +83,46 @@ struct Walk {
   absl::InlinedVector<LazyValue*, 16> pending;
 };
 
-Walk walk_pending(std::span<const LazyRef> outputs) {
+// Note [Views of computed values]
+// A narrow of a computed value needs no kernel: it is the value's buffer at another offset, with
+// other sizes, which is what a View step computes anyway. Evaluation takes such a view (and the
+// reshapes, permutes and expands over it) when it meets one, so the view is a param of the graph
+// rather than a node whose offset is an attribute in the schedule's key. A loop that slices each
+// step's batch out of one tensor (x.narrow(0, i * b, b)) then repeats one cached schedule
+// instead of making one per offset, and a CUDA graph reads each batch where it is. Only chains
+// with a narrow in them: other views' attributes are the same every run, and a view taken shares
+// its base's storage, which stops an update being written into the base's buffer (Note
+// [Writing an update into its own buffer]; a Linear's weight is read through its transpose).
+// t.ir() and t.fused_ir() still show the views: they do not evaluate. A reshape that no strides
+// express stays a node (the pipeline copies there).
+// Takes the views between `value` and the computed value under them where they qualify; returns
+// whether `value` is computed now.
+bool take_views_of_computed(LazyValue* value) {
+  absl::InlinedVector<LazyValue*, 4> chain;
+  bool narrows = false;
+  for (LazyValue* v = value; !v->computed(); v = v->inputs[0].get()) {
+    if (!is_view(v->node.op) || v->inputs.size() != 1) return false;
+    narrows |= v->node.op == Op::Narrow;
+    chain.push_back(v);
+  }
+  if (!narrows) return false;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    LazyValue& view = **it;
+    const BufferView& base = *view.inputs[0]->buffer;
+    Strides strides;
+    if (view.node.device != base.storage->device() || view.node.dtype != base.dtype ||
+        (view.node.op == Op::Reshape &&
+         !view_strides(base.shape, base.strides, view.node.shape, &strides)))
+      return false;
+    view.buffer = apply_view(view.node, base);
+    view.strides = view.buffer->strides;
+    view.inputs.clear();
+    view.pending_nodes = 0;
+  }
+  return true;
+}
+
+Walk walk_pending(std::span<const LazyRef> outputs, bool take_views = false) {
   static uint64_t walks = 0;
   const uint64_t walk = ++walks;
   Walk result;
@@ -100,7 +139,8 @@ Walk walk_pending(std::span<const LazyRef> outputs) {
     }
     if (value->walk_id == walk) continue;
     value->walk_id = walk;
-    if (value->computed()) {
+    if (value->computed() ||
+        (take_views && is_view(value->node.op) && take_views_of_computed(value))) {
       result.params.push_back(value);
       continue;
     }
@@ -438,14 +478,15 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   std::lock_guard lock(eval_mutex);
   absl::InlinedVector<LazyRef, 4> pending;
   for (const LazyRef& output : outputs)
-    if (!output->computed()) pending.push_back(output);
+    if (!output->computed() && !(is_view(output->node.op) && take_views_of_computed(output.get())))
+      pending.push_back(output);
   if (pending.empty()) return;
   const EnvConfig& env = env_config();
   std::chrono::steady_clock::time_point started;
   if (env.debug >= 1) started = std::chrono::steady_clock::now();
   const Walk walk = [&] {
     ScopedHostPhase phase(HostPhase::Walk);
-    return walk_pending(pending);
+    return walk_pending(pending, /*take_views=*/true);
   }();
   const bool fusion = options.fusion && env.fusion;
   const bool dumping = env.dump_ir || env.dump_fusion;

@@ -213,6 +213,34 @@ TEST(Lazy, ViewsShareStorageWithTheirBase) {
   EXPECT_FALSE((base + 0).shares_storage_with(base));
 }
 
+// Note [Views of computed values]: a loop that slices each step's batch out of one tensor runs
+// one cached schedule for every offset, the batch read in place as a param, and every step's
+// result is its own slice's (against float64 on the host).
+TEST(Lazy, BatchesSlicedInsideTheLoopShareOneSchedule) {
+  const int64_t batches = 6, rows = 4, columns = 5;
+  std::vector<double> data(batches * rows * columns);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = 0.25 * static_cast<double>(i % 17) - 1.5;
+  Tensor all = from_vector(data, {batches * rows, columns}, DType::Float32);
+  Tensor weights = from_vector({1, -2, 0.5, 3, -1}, {columns}, DType::Float32);
+  reset_eval_stats();
+  for (int64_t b = 0; b < batches; ++b) {
+    SCOPED_TRACE(b);
+    Tensor batch = all.narrow(0, b * rows, rows).reshape({rows, columns});
+    Tensor scores = ((batch * weights).sum({1}) + 1).relu();
+    const std::vector<double> got = scores.to_vector<double>();
+    for (int64_t r = 0; r < rows; ++r) {
+      double want = 1;
+      for (int64_t c = 0; c < columns; ++c)
+        want += data[static_cast<size_t>((b * rows + r) * columns + c)] *
+                std::vector<double>{1, -2, 0.5, 3, -1}[static_cast<size_t>(c)];
+      EXPECT_NEAR(got[static_cast<size_t>(r)], std::max(want, 0.0), 1e-5);
+    }
+    EXPECT_TRUE(batch.shares_storage_with(all));
+  }
+  EXPECT_EQ(eval_stats().evaluations, batches);
+  EXPECT_EQ(eval_stats().schedule_cache_hits, batches - 1);
+}
+
 TEST(Lazy, TransposeOfAComputedTensorIsNotACopy) {
   Tensor base = tensor({{1, 2, 3}, {4, 5, 6}});
   Tensor transposed = base.t();
