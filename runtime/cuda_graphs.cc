@@ -51,9 +51,9 @@ namespace lazyfuse::cuda {
 //   runs leave the pool alike (a forward over the same weights; a step whose outputs are dropped
 //   before the next, or whose step count alternates between two buffers) finds its records
 //   repeat, whatever else the program allocates between runs. A graph is tried only from the
-//   pool state it was recorded from. A schedule that records more graphs in a row than it keeps
-//   (an input at a new address every run) stops trying: a dry run and a capture cost more than
-//   its launches.
+//   pool state it was recorded from. A schedule whose captures outrun its replays by twice the
+//   graphs it keeps (its runs never repeat) stops trying: a dry run and a capture cost more
+//   than its launches.
 //
 // Evaluations are serialized by the evaluation lock, which covers everything here.
 
@@ -112,8 +112,9 @@ class GraphReplay final : public ReplayCache {
   bool ran = false;  // a run launched its own work (compiling its kernels) before graphs were tried
   // The params' addresses in the last two runs, the latest first.
   std::vector<uint64_t> last_addresses[2];
-  int64_t misses = 0;     // graphs recorded since one was last replayed
-  int64_t captures = 0;   // graphs recorded in all
+  // Captures not yet paid for by replays: one more for each capture, one less (down to 0) for
+  // each replay.
+  int64_t capture_debt = 0;
   bool worth_it = false;  // the first run made 2 or more launches
   bool never = false;     // a lasting NotReplayable, or a capture the driver refused
   std::list<GraphInstance> instances;
@@ -151,9 +152,9 @@ class RecordingScope {
 };
 
 constexpr size_t kGraphsPerSchedule = 4;
-// The graphs one schedule may record in its life: a capture and its instantiation cost more than
-// the run's launches, so a schedule whose runs repeat only now and then stops recording.
-constexpr int64_t kCapturesPerSchedule = 4 * kGraphsPerSchedule;
+// A capture and its instantiation cost more than the run's launches: a schedule whose captures
+// outrun its replays by this many stops recording.
+constexpr int64_t kMaxCaptureDebt = 2 * kGraphsPerSchedule;
 
 void debug_line(const std::string& line) {
   if (env_config().debug >= 1) std::fprintf(stderr, "[lazyfuse] CUDA graph: %s\n", line.c_str());
@@ -324,7 +325,7 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
       least_recently_used().splice(least_recently_used().begin(), least_recently_used(),
                                    candidate->position);
       ++stats().replays;
-      replay.misses = 0;
+      replay.capture_debt = std::max<int64_t>(replay.capture_debt - 1, 0);
       debug_line("replayed");
       return;
     }
@@ -396,14 +397,14 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
   debug_line(absl::StrCat("captured (", replay.instances.size(), " kept for this schedule, ",
                           copied, " input(s) copied in, a pool of ",
                           pool_blocks(device, replay.pool), " blocks): ", why_captured));
-  // A schedule whose runs keep doing other work pays a dry run and a capture for nothing: after
-  // as many misses in a row as it keeps graphs, or kCapturesPerSchedule captures in all, it runs
-  // the ordinary way for good. A run whose pool had to grow was not a miss: the pool was not yet
-  // what the loop's runs need, and the state that repeats comes after it.
-  ++replay.captures;
-  if (pool_blocks(device, replay.pool) == pool_blocks_before) ++replay.misses;
-  if (replay.misses > static_cast<int64_t>(kGraphsPerSchedule) ||
-      replay.captures >= kCapturesPerSchedule) {
+  // A schedule whose runs keep doing other work pays a dry run and a capture for nothing: once
+  // its captures outrun its replays by kMaxCaptureDebt it runs the ordinary way for good. A loop
+  // that starts again over new buffers (another model of the same shapes) records a few graphs
+  // and replays again; one whose runs never repeat stops after kMaxCaptureDebt. A run whose
+  // pool had to grow is not counted: the pool was not yet what the loop's runs need, and the
+  // state that repeats comes after it.
+  if (pool_blocks(device, replay.pool) == pool_blocks_before) ++replay.capture_debt;
+  if (replay.capture_debt > kMaxCaptureDebt) {
     // The graph just launched goes with the others: a launched graph runs to its end.
     replay.stop();
     debug_line("its runs differ each time; no more graphs for this schedule");

@@ -110,7 +110,7 @@ bool take_views_of_computed(LazyValue* value) {
     LazyValue& view = **it;
     const BufferView& base = *view.inputs[0]->buffer;
     Strides strides;
-    if (view.node.device != base.storage->device() || view.node.dtype != base.dtype ||
+    if (view.node.dtype != base.dtype ||
         (view.node.op == Op::Reshape &&
          !view_strides(base.shape, base.strides, view.node.shape, &strides)))
       return false;

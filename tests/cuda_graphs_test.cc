@@ -227,6 +227,7 @@ TEST_F(CudaGraphs, ATrainingLoopReplaysWhateverItAllocatesBetweenSteps) {
     std::vector<double> classes(64);
     for (size_t i = 0; i < classes.size(); ++i) classes[i] = static_cast<double>(i * 7 % 5);
     Tensor labels = from_vector(classes, {4, 16}, TensorOptions(kInt64).device("cuda"));
+    eval({inputs, labels});  // on the GPU now, not a copy from the host pending in every step
     std::vector<std::pair<Tensor, Tensor>> batches;
     for (int64_t k = 0; k < 4; ++k)
       batches.emplace_back(inputs.narrow(0, k, 1).squeeze(0), labels.narrow(0, k, 1).squeeze(0));
