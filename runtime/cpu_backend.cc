@@ -15,6 +15,7 @@
 #include "codegen/kernel_plan.h"
 #include "ir/errors.h"
 #include "runtime/backend.h"
+#include "runtime/host_memory.h"
 #include "runtime/parallel.h"
 
 namespace lazyfuse {
@@ -212,17 +213,8 @@ class CpuBackend final : public Backend {
     throw VerifierError("views and transfers are the executor's, not the CPU backend's");
   }
 
-  void* allocate(const Device& device, int64_t nbytes) override {
-    const size_t size = static_cast<size_t>((std::max<int64_t>(nbytes, 1) + 63) / 64 * 64);
-    void* data = std::aligned_alloc(64, size);
-    if (data == nullptr)
-      throw OutOfMemoryError(absl::StrFormat(
-          "out of host memory: tried to allocate %.2f MiB; lazyfuse holds %.2f MiB on the CPU",
-          static_cast<double>(size) / (1 << 20),
-          static_cast<double>(memory_stats(device).allocated_bytes) / (1 << 20)));
-    return data;
-  }
-  void release(const Device&, void* data, int64_t) override { std::free(data); }
+  void* allocate(const Device&, int64_t nbytes) override { return cpu::allocate(nbytes); }
+  void release(const Device&, void* data, int64_t nbytes) override { cpu::release(data, nbytes); }
 
   BufferView contiguous(const BufferView& source) override { return cpu_contiguous(source); }
   bool can_copy(const Device& from, const Device& to) const override {

@@ -141,7 +141,7 @@ void* allocate(int device, int64_t nbytes) {
     }
   }
   check(result, "cuMemAlloc");
-  ++c.stats.device_allocations;
+  ++c.stats.system_allocations;
   return record(block);
 }
 

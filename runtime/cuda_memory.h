@@ -5,15 +5,9 @@
 
 #include <cstdint>
 
-namespace lazyfuse::cuda {
+#include "runtime/storage.h"
 
-struct AllocatorStats {
-  int64_t allocated_bytes = 0;  // handed out and not yet freed
-  int64_t cached_bytes = 0;     // freed, held for reuse
-  int64_t peak_bytes = 0;
-  int64_t device_allocations = 0;  // cuMemAlloc calls
-  int64_t cache_hits = 0;
-};
+namespace lazyfuse::cuda {
 
 // A block of `nbytes` (rounded up) from the active pool where one is active on this thread for
 // `device`, otherwise from the device's cache.

@@ -44,6 +44,8 @@ EnvConfig& mutable_env_config() {
                                                              : 1;
     if (const char* graphs = std::getenv("LAZYFUSE_CUDA_GRAPH_CACHE"))
       (void)absl::SimpleAtoi(graphs, &c.cuda_graph_cache);
+    if (const char* host = std::getenv("LAZYFUSE_HOST_CACHE_MB"))
+      (void)absl::SimpleAtoi(host, &c.host_cache_mb);
     if (const char* cache = std::getenv("LAZYFUSE_CACHE_DIR")) {
       c.cache_dir = cache;
     } else if (const char* home = std::getenv("HOME")) {

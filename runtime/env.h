@@ -23,6 +23,9 @@ struct EnvConfig {
   int cuda_graphs = 1;
   // LAZYFUSE_CUDA_GRAPH_CACHE: the CUDA graphs kept in all, least recently used dropped first.
   int64_t cuda_graph_cache = 64;
+  // LAZYFUSE_HOST_CACHE_MB: the most freed host memory kept for reuse (runtime/host_memory.h);
+  // -1, the default, is a quarter of physical memory.
+  int64_t host_cache_mb = -1;
   // LAZYFUSE_BLOCKS_PER_SM: a cap on an elementwise kernel's grid, in blocks per
   // multiprocessor (each thread loops over the rest); 0, the default: no cap, a thread per
   // element or vector, which measured fastest on the H200 (docs/benchmarks.md).

@@ -39,6 +39,15 @@ class Storage {
   int64_t nbytes_;
 };
 
+// What a backend's caching allocator did (cuda::allocator_stats, cpu::allocator_stats).
+struct AllocatorStats {
+  int64_t allocated_bytes = 0;  // handed out and not yet freed
+  int64_t cached_bytes = 0;     // freed, held for reuse
+  int64_t peak_bytes = 0;
+  int64_t system_allocations = 0;  // blocks taken from the system (cuMemAlloc, aligned_alloc)
+  int64_t cache_hits = 0;
+};
+
 struct MemoryStats {
   int64_t allocated_bytes = 0;  // in use now
   int64_t peak_bytes = 0;

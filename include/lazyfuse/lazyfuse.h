@@ -15,4 +15,5 @@
 #include "runtime/cuda_graphs.h"
 #include "runtime/cuda_memory.h"
 #include "runtime/devices.h"
+#include "runtime/host_memory.h"
 #include "runtime/storage.h"
