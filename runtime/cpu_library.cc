@@ -34,32 +34,45 @@ template <typename S, typename Visit>
 void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferView& out,
                  Visit&& visit) {
   const int64_t blocks = std::max<int64_t>(1, (inner + kReduceBlock - 1) / kReduceBlock);
+  // Rows shorter than a block go to the threads a block's worth at a time: one parallel item a
+  // row made the scheduling cost more than the work on short rows (a softmax over rows of 64).
+  // Each row is reduced as alone, so the grouping changes no bit.
+  const int64_t parts = outer * blocks;
+  const int64_t parts_per_item =
+      blocks == 1 ? std::max<int64_t>(1, kReduceBlock / std::max<int64_t>(inner, 1)) : 1;
+  const int64_t items = (parts + parts_per_item - 1) / parts_per_item;
   dispatch_reduction(node.op, [&]<Op kOp>() {
     using Meaning = CpuReduction<kOp>;
     using Acc = CpuAccumulator<kOp, S>;
     const Acc identity = reduction_identity_value<Acc>(Meaning::identity);
-    std::vector<Acc> partials(outer * blocks);
+    std::vector<Acc> partials(parts);
     ParallelFailure failure;  // a fused prologue's scratch can fail to allocate
+    // Part p: block p % blocks of row p / blocks.
+    auto reduce_part = [&](int64_t part) {
+      const int64_t row = part / blocks, begin = part % blocks * kReduceBlock;
+      Acc acc = identity;
+      visit(row, begin, std::min(inner, begin + kReduceBlock),
+            [&](const S* values, int64_t count, int64_t stride) {
+              Acc lanes[4] = {identity, identity, identity, identity};
+              int64_t i = 0;
+              for (; i + 4 <= count; i += 4)
+                for (int l = 0; l < 4; ++l)
+                  lanes[l] =
+                      Meaning::combine(lanes[l], convert_value<Acc>(values[(i + l) * stride]));
+              for (; i < count; ++i)
+                lanes[0] = Meaning::combine(lanes[0], convert_value<Acc>(values[i * stride]));
+              acc = Meaning::combine(acc, Meaning::combine(Meaning::combine(lanes[0], lanes[1]),
+                                                           Meaning::combine(lanes[2], lanes[3])));
+            });
+      return acc;
+    };
 #pragma omp parallel for schedule(dynamic, 1) if (outer * inner > 32768)
-    for (int64_t item = 0; item < outer * blocks; ++item) {
+    for (int64_t item = 0; item < items; ++item) {
       if (failure.stopped()) continue;
       try {
-        const int64_t row = item / blocks, begin = item % blocks * kReduceBlock;
-        Acc acc = identity;
-        visit(row, begin, std::min(inner, begin + kReduceBlock),
-              [&](const S* values, int64_t count, int64_t stride) {
-                Acc lanes[4] = {identity, identity, identity, identity};
-                int64_t i = 0;
-                for (; i + 4 <= count; i += 4)
-                  for (int l = 0; l < 4; ++l)
-                    lanes[l] =
-                        Meaning::combine(lanes[l], convert_value<Acc>(values[(i + l) * stride]));
-                for (; i < count; ++i)
-                  lanes[0] = Meaning::combine(lanes[0], convert_value<Acc>(values[i * stride]));
-                acc = Meaning::combine(acc, Meaning::combine(Meaning::combine(lanes[0], lanes[1]),
-                                                             Meaning::combine(lanes[2], lanes[3])));
-              });
-        partials[item] = acc;
+        for (int64_t part = item * parts_per_item;
+             part < std::min(parts, (item + 1) * parts_per_item); ++part)
+          partials[part] = reduce_part(part);
       } catch (...) {
         failure.capture();
       }
