@@ -255,10 +255,11 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
   if (replay.never || (mode == GraphMode::On && replay.ran && !replay.worth_it)) return run({});
   std::vector<uint64_t> addresses(params.size());
   for (size_t i = 0; i < params.size(); ++i) addresses[i] = address_of(*params[i]);
-  // Where each param is in this run, remembered for the next two whatever this one does.
+  // Where each param is in this run, remembered for the next two whatever this one does (moved
+  // from `addresses` as the function returns, after its last use).
   struct RememberAddresses {
     GraphReplay& replay;
-    std::vector<uint64_t> addresses;
+    std::vector<uint64_t>& addresses;
     ~RememberAddresses() {
       replay.last_addresses[1] = std::move(replay.last_addresses[0]);
       replay.last_addresses[0] = std::move(addresses);
@@ -296,9 +297,11 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
           if (!instance.copies[i] && instance.addresses[i] != addresses[i]) return false;
         return true;
       });
-  // Why this run is captured rather than replayed, for LAZYFUSE_DEBUG's line.
+  // Why this run is captured rather than replayed, for LAZYFUSE_DEBUG's line (worked out only
+  // when it is printed).
+  const bool explain = env_config().debug >= 1;
   std::string why_captured = "no graph yet";
-  if (candidate == replay.instances.end() && !replay.instances.empty()) {
+  if (explain && candidate == replay.instances.end() && !replay.instances.empty()) {
     const GraphInstance& latest = replay.instances.front();
     why_captured = "its memory pool is not as any graph's was";
     for (size_t i = 0; i < params.size(); ++i) {
@@ -329,16 +332,18 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
       debug_line("replayed");
       return;
     }
-    const auto [graphs, runs] = std::mismatch(candidate->record.begin(), candidate->record.end(),
-                                              record.begin(), record.end());
-    const auto at = graphs - candidate->record.begin();
-    why_captured = absl::StrCat(
-        "its work differs from the graph's at word ", at, " of ", record.size(), " (",
-        graphs != candidate->record.end() ? absl::StrCat(absl::Hex(*graphs)) : "end", " against ",
-        runs != record.end() ? absl::StrCat(absl::Hex(*runs)) : "end", ")");
-    if (runs != record.end())
-      for (size_t i = 0; i < params.size(); ++i)
-        if (addresses[i] == *runs) absl::StrAppend(&why_captured, ", this run's being param ", i);
+    if (explain) {
+      const auto [graphs, runs] = std::mismatch(candidate->record.begin(), candidate->record.end(),
+                                                record.begin(), record.end());
+      const auto at = graphs - candidate->record.begin();
+      why_captured = absl::StrCat(
+          "its work differs from the graph's at word ", at, " of ", record.size(), " (",
+          graphs != candidate->record.end() ? absl::StrCat(absl::Hex(*graphs)) : "end", " against ",
+          runs != record.end() ? absl::StrCat(absl::Hex(*runs)) : "end", ")");
+      if (runs != record.end())
+        for (size_t i = 0; i < params.size(); ++i)
+          if (addresses[i] == *runs) absl::StrAppend(&why_captured, ", this run's being param ", i);
+    }
   }
 
   // A param at an address neither of the last two runs had it at is an input that moves (a new

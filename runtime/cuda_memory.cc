@@ -101,26 +101,30 @@ void* allocate(int device, int64_t nbytes) {
   const int64_t size = round_size(nbytes);
   DeviceCache& c = cache(device);
   std::lock_guard lock(c.mutex);
-  const int64_t pool = active_device == device ? active_pool : 0;
-  auto record = [&](CUdeviceptr block) {
+  const int64_t pool_id = active_device == device ? active_pool : 0;
+  Pool* pool = pool_id != 0 ? &c.pools[pool_id] : nullptr;
+  // Hands `block` out; one from outside the active pool joins it.
+  auto record = [&](CUdeviceptr block, bool from_pool) {
     c.stats.allocated_bytes += size;
     c.stats.peak_bytes = std::max(c.stats.peak_bytes, c.stats.allocated_bytes);
-    if (pool != 0) c.pool_of[block] = pool;
+    if (pool != nullptr) {
+      c.pool_of[block] = pool_id;
+      if (!from_pool) ++pool->blocks;
+    }
     return reinterpret_cast<void*>(block);
   };
   // A pool's own free blocks first, then the cache's.
-  if (pool != 0) {
-    if (const CUdeviceptr block = take(c.pools[pool].free_blocks, size)) {
+  if (pool != nullptr) {
+    if (const CUdeviceptr block = take(pool->free_blocks, size)) {
       c.stats.cached_bytes -= size;
       ++c.stats.cache_hits;
-      return record(block);
+      return record(block, true);
     }
-    ++c.pools[pool].blocks;
   }
   if (const CUdeviceptr block = take(c.free_blocks, size)) {
     c.stats.cached_bytes -= size;
     ++c.stats.cache_hits;
-    return record(block);
+    return record(block, false);
   }
   activate(device);
   CUdeviceptr block = 0;
@@ -142,7 +146,7 @@ void* allocate(int device, int64_t nbytes) {
   }
   check(result, "cuMemAlloc");
   ++c.stats.system_allocations;
-  return record(block);
+  return record(block, false);
 }
 
 void release(int device, void* pointer, int64_t nbytes) {
