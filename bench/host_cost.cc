@@ -24,6 +24,7 @@
 #include "ir/passes/passes.h"
 #include "lazyfuse/lazyfuse.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/cuda_graphs.h"
 #include "runtime/host_profile.h"
 #include "runtime/lazy.h"
 
@@ -189,6 +190,7 @@ void profile_iterations(benchmark::State& state, Iteration iteration) {
   for (int warmup = 0; warmup < 3; ++warmup) iteration();
   synchronize();
   reset_eval_stats();
+  cuda::reset_graph_stats();
   reset_host_profile();
   set_host_profiling(true);
   int64_t wall_ns = 0, wait_ns = 0;
@@ -204,6 +206,7 @@ void profile_iterations(benchmark::State& state, Iteration iteration) {
   set_host_profiling(false);
   const HostProfile profile = host_profile();
   const EvalStats stats = eval_stats();
+  const cuda::GraphStats graphs = cuda::graph_stats();
   const double iterations = static_cast<double>(state.iterations());
   int64_t evaluation_ns = 0;
   for (HostPhase phase :
@@ -218,6 +221,8 @@ void profile_iterations(benchmark::State& state, Iteration iteration) {
   state.counters["evaluations"] = static_cast<double>(stats.evaluations) / iterations;
   state.counters["nodes"] = static_cast<double>(stats.nodes) / iterations;
   state.counters["kernels"] = static_cast<double>(stats.kernels) / iterations;
+  state.counters["graph_captures"] = static_cast<double>(graphs.captures) / iterations;
+  state.counters["graph_replays"] = static_cast<double>(graphs.replays) / iterations;
   state.counters["launches"] = static_cast<double>(stats.launches) / iterations;
   state.counters["us_per_launch"] =
       stats.launches > 0 ? per_iteration_us(wall_ns) * iterations / stats.launches : 0;

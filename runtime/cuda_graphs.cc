@@ -54,6 +54,11 @@ namespace lazyfuse::cuda {
 //   pool state it was recorded from. A schedule whose captures outrun its replays by twice the
 //   graphs it keeps (its runs never repeat) stops trying: a dry run and a capture cost more
 //   than its launches.
+// - A param at an address neither of the last two runs had it at (a new batch each step) is
+//   read by the graph from a copy of its own, made before each launch. One the last two runs
+//   had where this one has it has settled: it is read in place, and a graph that copies it is
+//   passed over. So a second model of the same shapes records a graph that copies its weights
+//   in for its first runs only, and then one that reads them where they are.
 //
 // Evaluations are serialized by the evaluation lock, which covers everything here.
 
@@ -168,7 +173,7 @@ void abandon_capture(CUstream stream) {
 }
 
 void launch_graph(GraphInstance& instance, CUstream stream) {
-  ScopedHostPhase phase(HostPhase::Launch);
+  ScopedHostPhase phase(HostPhase::GraphLaunch);
   check(driver()->cuGraphLaunch(instance.exec, stream), "cuGraphLaunch");
 }
 
@@ -237,6 +242,7 @@ void copy_inputs(std::span<const BufferView* const> params,
     if (!copies[i]) continue;
     const size_t bytes =
         static_cast<size_t>(numel(params[i]->shape) * dtype_size(params[i]->dtype));
+    ++stats().input_copies;
     if (bytes > 0)
       check(driver()->cuMemcpyDtoDAsync(address_of(*copies[i]), address_of(*params[i]), bytes,
                                         stream),
@@ -288,13 +294,22 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
   }
   const uint64_t fingerprint = pool_fingerprint(device, replay.pool);
   std::vector<uint64_t> record;
+  const std::vector<uint64_t>& before = replay.last_addresses[0];
+  const std::vector<uint64_t>& earlier = replay.last_addresses[1];
+  // A param where the last two runs had it too has stopped moving (a model's weights after a
+  // second model of the same shapes ran): a graph that copies it in would copy it every run.
+  auto settled = [&](size_t i) {
+    return earlier.size() == params.size() && before.size() == params.size() &&
+           before[i] == addresses[i] && earlier[i] == addresses[i];
+  };
   // The most recently used graph recorded from the pool as it is now that reads every param it
-  // does not copy where it is now.
+  // does not copy where it is now, and copies none that has settled.
   const auto candidate = std::find_if(
       replay.instances.begin(), replay.instances.end(), [&](const GraphInstance& instance) {
         if (instance.pool_fingerprint != fingerprint) return false;
-        for (size_t i = 0; i < params.size(); ++i)
-          if (!instance.copies[i] && instance.addresses[i] != addresses[i]) return false;
+        for (size_t i = 0; i < params.size(); ++i) {
+          if (instance.copies[i] ? settled(i) : instance.addresses[i] != addresses[i]) return false;
+        }
         return true;
       });
   // Why this run is captured rather than replayed, for LAZYFUSE_DEBUG's line (worked out only
@@ -305,15 +320,17 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
     const GraphInstance& latest = replay.instances.front();
     why_captured = "its memory pool is not as any graph's was";
     for (size_t i = 0; i < params.size(); ++i) {
-      if (latest.copies[i] || latest.addresses[i] == addresses[i]) continue;
+      if (latest.copies[i] ? !settled(i) : latest.addresses[i] == addresses[i]) continue;
       why_captured =
           absl::StrCat("param ", i, " of ", params.size(), " (", shape_str(params[i]->shape),
-                       ") is not where the latest graph reads it");
+                       latest.copies[i] ? ") has settled where the latest graph copies it from"
+                                        : ") is not where the latest graph reads it");
       break;
     }
   }
   if (candidate != replay.instances.end()) {
     try {
+      ScopedHostPhase dry_run(HostPhase::DryRun);
       RecordingScope scope(Recording::Dry, record);
       PoolScope pool(device, replay.pool);
       run(candidate->copies);
@@ -351,8 +368,6 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
   // place) or stays put is read where it is. The graph reads a mover from a copy of its own.
   std::vector<std::optional<BufferView>> copies(params.size());
   std::vector<uint64_t> read_at = addresses;
-  const std::vector<uint64_t>& before = replay.last_addresses[0];
-  const std::vector<uint64_t>& earlier = replay.last_addresses[1];
   for (size_t i = 0; i < params.size(); ++i) {
     const bool moves = earlier.size() == params.size() && before.size() == params.size() &&
                        before[i] != addresses[i] && earlier[i] != addresses[i];
@@ -364,6 +379,7 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
   copy_inputs(params, copies, stream);
   const int64_t pool_blocks_before = pool_blocks(device, replay.pool);
   const DriverApi& api = *driver();
+  std::optional<ScopedHostPhase> capturing(std::in_place, HostPhase::Capture);
   check(api.cuStreamBeginCapture(stream, kStreamCaptureModeRelaxed), "cuStreamBeginCapture");
   const int64_t launches_before = launches_started();
   try {
@@ -384,6 +400,7 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
   CUresult result = api.cuStreamEndCapture(stream, &graph);
   if (result == 0) result = api.cuGraphInstantiate(&exec, graph, 0);
   if (graph != nullptr) api.cuGraphDestroy(graph);
+  capturing.reset();
   if (result != 0) {
     // The captured work was queued nowhere: run it as ordinary launches.
     count_launch(launches_before - launches_started());

@@ -28,11 +28,12 @@ void set_graph_mode(GraphMode mode);
 
 // What graph replay did in this process.
 struct GraphStats {
-  int64_t captures = 0;   // runs recorded into a new graph (and launched as it)
-  int64_t replays = 0;    // runs that were one cuGraphLaunch of a graph recorded before
-  int64_t fallbacks = 0;  // runs that tried and launched their own work instead
-  int64_t evictions = 0;  // graphs destroyed to keep LAZYFUSE_CUDA_GRAPH_CACHE's bound
-  int64_t kept = 0;       // graphs kept now
+  int64_t captures = 0;      // runs recorded into a new graph (and launched as it)
+  int64_t replays = 0;       // runs that were one cuGraphLaunch of a graph recorded before
+  int64_t fallbacks = 0;     // runs that tried and launched their own work instead
+  int64_t input_copies = 0;  // params copied into a graph's own buffers before its launch
+  int64_t evictions = 0;     // graphs destroyed to keep LAZYFUSE_CUDA_GRAPH_CACHE's bound
+  int64_t kept = 0;          // graphs kept now
 };
 GraphStats graph_stats();
 void reset_graph_stats();  // the counters; `kept` stays what it is

@@ -34,6 +34,12 @@ std::string_view host_phase_name(HostPhase phase) {
       return "library";
     case HostPhase::Launch:
       return "launch";
+    case HostPhase::DryRun:
+      return "dry_run";
+    case HostPhase::Capture:
+      return "capture";
+    case HostPhase::GraphLaunch:
+      return "graph_launch";
     case HostPhase::Transfer:
       return "transfer";
     case HostPhase::Finish:

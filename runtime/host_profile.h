@@ -21,8 +21,12 @@ enum class HostPhase {
   Allocate,  // buffers, from the caching allocator on a GPU, from the heap on the CPU
   Library,   // library calls: cuBLAS, cuBLASLt
   Launch,    // cuLaunchKernel
-  Transfer,  // copies between host and device, waiting for the device's work before them
-  Finish,    // handing the results to the evaluated values, which frees the graph behind them
+  // CUDA graph replay (Note [CUDA graph replay] in cuda_graphs.cc), inside Run:
+  DryRun,       // a run that records its work rather than launching it (contains its Allocate)
+  Capture,      // a run captured into a graph and the graph instantiated
+  GraphLaunch,  // cuGraphLaunch of a recorded run
+  Transfer,     // copies between host and device, waiting for the device's work before them
+  Finish,       // handing the results to the evaluated values, which frees the graph behind them
   kCount,
 };
 constexpr int kHostPhases = static_cast<int>(HostPhase::kCount);

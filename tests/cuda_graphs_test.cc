@@ -138,6 +138,35 @@ TEST_F(CudaGraphs, AnInputAtANewAddressEachRunIsCopiedIn) {
   EXPECT_GE(cuda::graph_stats().replays, 8);
 }
 
+// A second model of the same shapes: its first runs find its weights where no graph reads them
+// and record a graph that copies them in; once they have stayed put for two runs that graph is
+// passed over for one that reads them in place, so the loop's replays copy nothing.
+TEST_F(CudaGraphs, ASecondModelsWeightsAreReadInPlaceOnceSettled) {
+  const TensorOptions gpu = TensorOptions(kFloat32).device("cuda");
+  Tensor x = from_vector(random_floats(16 * 40, 40), {16, 40}, gpu);
+  Tensor w1 = from_vector(random_floats(40 * 24, 41), {40, 24}, gpu);
+  Tensor b1 = from_vector(random_floats(24, 42), {24}, gpu);
+  Tensor w2 = from_vector(random_floats(40 * 24, 43), {40, 24}, gpu);
+  Tensor b2 = from_vector(random_floats(24, 44), {24}, gpu);
+  eval({x, w1, b1, w2, b2});
+  cuda::set_graph_mode(cuda::GraphMode::Off);
+  const auto first = host_values(layer(x, w1, b1)), second = host_values(layer(x, w2, b2));
+
+  // One evaluation a run.
+  auto run_layer = [&](const Tensor& w, const Tensor& b) {
+    std::vector<Tensor> outputs = layer(x, w, b);
+    eval(outputs);
+    return host_values(outputs);
+  };
+  cuda::set_graph_mode(cuda::GraphMode::On);
+  for (int run = 0; run < 6; ++run) EXPECT_EQ(run_layer(w1, b1), first) << run;
+  for (int run = 0; run < 6; ++run) EXPECT_EQ(run_layer(w2, b2), second) << run;
+  cuda::reset_graph_stats();
+  for (int run = 0; run < 5; ++run) EXPECT_EQ(run_layer(w2, b2), second) << run;
+  EXPECT_EQ(cuda::graph_stats().replays, 5);
+  EXPECT_EQ(cuda::graph_stats().input_copies, 0);
+}
+
 // An index op reads its error slot on the host after its kernel, so its schedule is never
 // recorded; a bad index is the CPU's IndexError, and the next evaluation works.
 TEST_F(CudaGraphs, AnIndexOpIsNeverRecordedAndItsErrorStaysTyped) {
