@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -183,5 +184,26 @@ std::string cuda_scatter_add_kernel_name(DType dtype, int rank);
 // A strided copy from `from` to `to`, converting as a cast does.
 CudaSource generate_cuda_strided_copy(DType from, DType to, int rank);
 std::string cuda_strided_copy_kernel_name(DType from, DType to, int rank);
+
+// A product of 1 to kMaxSkinnyMatmulRows rows with its weight read transposed, an nn::Linear
+// at a small batch (Note [Products of few rows] in codegen/cuda_matmul.cc): float32, float16
+// or bfloat16 (summed in float32), with the bias and relu of its step's epilogue or without.
+inline constexpr int kMaxSkinnyMatmulRows = 64;
+enum class SkinnyEpilogue { None, Bias, BiasRelu };
+struct SkinnyMatmulPlan {
+  DType dtype = DType::Float32;
+  int rows = 1;
+  int cols_per_block = 1;
+  int warps = 1;   // splitting the inner dim; the block has 32 * warps threads
+  int vector = 4;  // elements in 16 bytes: inner, lda and ldb must be multiples of it
+  SkinnyEpilogue epilogue = SkinnyEpilogue::None;
+  int64_t blocks(int64_t cols) const;
+};
+// How the kernel splits the product, from its shape alone; nullopt where it does not apply.
+std::optional<SkinnyMatmulPlan> plan_skinny_matmul(DType dtype, int64_t rows, int64_t inner,
+                                                   int64_t cols, SkinnyEpilogue epilogue);
+// Its words: skinny_matmul_arg_layout (codegen/cuda_kernel_args.h).
+CudaSource generate_cuda_skinny_matmul(const SkinnyMatmulPlan& plan);
+std::string cuda_skinny_matmul_kernel_name(const SkinnyMatmulPlan& plan);
 
 }  // namespace lazyfuse

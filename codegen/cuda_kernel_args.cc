@@ -266,4 +266,25 @@ KernelArgs pack_strided_copy_args(const StridedCopyWords& copy) {
   return words;
 }
 
+ArgLayout skinny_matmul_arg_layout() {
+  ArgLayout layout;
+  layout.add("a", ArgType::ConstPointer)
+      .add("b", ArgType::ConstPointer)
+      .add("bias", ArgType::ConstPointer)
+      .add("c", ArgType::Pointer)
+      .add("lda", ArgType::Int64)
+      .add("ldb", ArgType::Int64)
+      .add("inner", ArgType::Int64)
+      .add("cols", ArgType::Int64);
+  return layout;
+}
+
+KernelArgs pack_skinny_matmul_args(const SkinnyMatmulWords& product) {
+  KernelArgs words;
+  for (uint64_t address : {product.a, product.b, product.bias, product.c}) words.push_back(address);
+  append_all(std::initializer_list<int64_t>{product.lda, product.ldb, product.inner, product.cols},
+             words);
+  return words;
+}
+
 }  // namespace lazyfuse

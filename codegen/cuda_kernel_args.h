@@ -127,4 +127,15 @@ struct StridedCopyWords {
 ArgLayout strided_copy_arg_layout(int rank);
 KernelArgs pack_strided_copy_args(const StridedCopyWords& copy);
 
+// A product of few rows (codegen/cuda_matmul.cc): c (rows x cols, dense) = a (rows x inner,
+// rows lda apart) times b, stored as its transpose (cols rows of inner, ldb apart), with
+// bias[col] added where the kernel has an epilogue (0 otherwise): a, b, bias, c, lda, ldb,
+// inner, cols.
+struct SkinnyMatmulWords {
+  uint64_t a = 0, b = 0, bias = 0, c = 0;
+  int64_t lda = 0, ldb = 0, inner = 0, cols = 0;
+};
+ArgLayout skinny_matmul_arg_layout();
+KernelArgs pack_skinny_matmul_args(const SkinnyMatmulWords& product);
+
 }  // namespace lazyfuse

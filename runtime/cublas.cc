@@ -713,6 +713,15 @@ void choose_epilogue_algorithm(int device, LtDevice& state, const LtKey& key, Lt
 BlasBackend preferred_blas_library() { return blas_backend().load(); }
 void set_preferred_blas_library(BlasBackend backend) { blas_backend().store(backend); }
 
+namespace {
+std::atomic<bool>& skinny_matmul_setting() {
+  static std::atomic<bool> enabled = env_config().skinny_matmul;
+  return enabled;
+}
+}  // namespace
+bool skinny_matmul_enabled() { return skinny_matmul_setting().load(); }
+void set_skinny_matmul_enabled(bool enabled) { skinny_matmul_setting().store(enabled); }
+
 void gemm_strided_batched(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,
                           void* c, int64_t n, int64_t k, int64_t m, int64_t batches) {
   if (bare_product_through_lt(dtype, n, k, m, batches)) {

@@ -28,6 +28,11 @@ struct GemmOperand {
 enum class BlasBackend { Cublas, Cublaslt };
 BlasBackend preferred_blas_library();
 void set_preferred_blas_library(BlasBackend backend);
+// Whether a product of few rows with its weight read transposed (an nn::Linear at a small
+// batch) runs lazyfuse's own kernel rather than the library's, by either library: on unless
+// LAZYFUSE_SKINNY_MATMUL=0 (Note [Products of few rows] in codegen/cuda_matmul.cc).
+bool skinny_matmul_enabled();
+void set_skinny_matmul_enabled(bool enabled);
 
 // Row-major C[b] = A[b] (n x k) * B[b] (k x m) for `batches` matrices, C dense, on GPU
 // `device`. `dtype` is the dtype of A, B and C: float32 and float64 compute in their own type,

@@ -1036,6 +1036,57 @@ BufferView run_index(const Node& node, const ValueBuffers& values) {
   throw VerifierError(absl::StrCat(op_name(node.op), " is not an index op"));
 }
 
+// A product of few rows by lazyfuse's own kernel (Note [Products of few rows] in
+// codegen/cuda_matmul.cc), with its step's bias and relu where it has them: sets the step's
+// output and returns true; false where the kernel does not take the operands (the library
+// computes it then).
+bool run_skinny_matmul(const Graph& graph, ValueId matmul_id, const MatmulEpilogue* epilogue,
+                       ValueBuffers& values) {
+  if (!cuda::skinny_matmul_enabled()) return false;
+  const Node& matmul = graph.nodes[matmul_id];
+  const BufferView& a = *values[matmul.inputs[0]];
+  const BufferView& b = *values[matmul.inputs[1]];
+  if (a.dtype != matmul.dtype || b.dtype != matmul.dtype || a.shape.size() != 2 ||
+      b.shape.size() != 2)
+    return false;
+  const int64_t rows = a.shape[0], inner = a.shape[1], cols = b.shape[1];
+  SkinnyEpilogue kind = SkinnyEpilogue::None;
+  const BufferView* bias = nullptr;
+  if (epilogue != nullptr) {
+    bias = &*values[epilogue->bias];
+    if (bias->dtype != matmul.dtype || numel(bias->shape) != cols || bias->strides.back() != 1)
+      return false;
+    kind = epilogue->relu ? SkinnyEpilogue::BiasRelu : SkinnyEpilogue::Bias;
+  }
+  const std::optional<SkinnyMatmulPlan> plan =
+      plan_skinny_matmul(matmul.dtype, rows, inner, cols, kind);
+  if (!plan) return false;
+  // Rows of a and b's columns (b read transposed, an nn::Linear's weight) in 16-byte loads.
+  const int64_t vector = plan->vector;
+  if (a.strides[1] != 1 || a.strides[0] % vector != 0 || address(a) % 16 != 0 ||
+      b.strides[0] != 1 || b.strides[1] % vector != 0 || address(b) % 16 != 0)
+    return false;
+  const int device = matmul.device.index();
+  cuda::activate(device);
+  BufferView c = allocate_buffer(matmul.device, matmul.dtype, matmul.shape);
+  SkinnyMatmulWords words;
+  words.a = address(a);
+  words.b = address(b);
+  words.bias = bias != nullptr ? address(*bias) : 0;
+  words.c = address(c);
+  words.lda = a.strides[0];
+  words.ldb = b.strides[1];
+  words.inner = inner;
+  words.cols = cols;
+  const std::string name = cuda_skinny_matmul_kernel_name(*plan);
+  cuda::CUfunction function =
+      cuda::get_kernel(device, name, [&] { return generate_cuda_skinny_matmul(*plan); });
+  KernelArgs args = pack_skinny_matmul_args(words);
+  launch(device, function, plan->blocks(cols), static_cast<unsigned>(32 * plan->warps), args, name);
+  values[epilogue != nullptr ? epilogue->elementwise.outputs.at(0) : matmul_id] = std::move(c);
+  return true;
+}
+
 // A matmul with its bias (and relu) as one cuBLASLt call with an epilogue, where cuBLASLt takes
 // the operands' dtype and layout: sets the step's output and returns true; false otherwise.
 bool run_matmul_with_epilogue(const Graph& graph, const MatmulEpilogue& epilogue,
@@ -1089,6 +1140,7 @@ void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, S
     case StepKind::Matmul: {
       const Node& matmul = graph.nodes[step.nodes[0]];
       const std::optional<MatmulEpilogue> epilogue = matmul_epilogue(graph, step);
+      if (run_skinny_matmul(graph, step.nodes[0], epilogue ? &*epilogue : nullptr, values)) return;
       if (epilogue && run_matmul_with_epilogue(graph, *epilogue, values)) return;
       values[step.nodes[0]] =
           run_matmul(matmul, *values[matmul.inputs[0]], *values[matmul.inputs[1]]);

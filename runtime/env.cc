@@ -38,6 +38,8 @@ EnvConfig& mutable_env_config() {
       c.fast_math = std::string_view(fast) == "1";
     if (const char* blas = std::getenv("LAZYFUSE_BLAS"))
       c.blas_cublaslt = std::string_view(blas) == "cublaslt";
+    if (const char* skinny = std::getenv("LAZYFUSE_SKINNY_MATMUL"))
+      c.skinny_matmul = std::string_view(skinny) != "0";
     if (const char* graphs = std::getenv("LAZYFUSE_CUDA_GRAPHS"))
       c.cuda_graphs = std::string_view(graphs) == "0"        ? 0
                       : std::string_view(graphs) == "always" ? 2

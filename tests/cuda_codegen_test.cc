@@ -807,4 +807,60 @@ TEST(CudaCodegen, NormalizationsAndLossesWithGradientsCompile) {
 }
 
 }  // namespace
+// Products of few rows (Note [Products of few rows] in codegen/cuda_matmul.cc): planned from
+// the shape alone, about 128 sums a lane, 16-byte loads; their words read back where the
+// layout puts them; every dtype, row count and epilogue compiles for sm_90.
+TEST(CudaCodegen, ProductsOfFewRowsArePlannedAndCompile) {
+  const std::optional<SkinnyMatmulPlan> linear =
+      plan_skinny_matmul(DType::Float32, 32, 1024, 1024, SkinnyEpilogue::BiasRelu);
+  ASSERT_TRUE(linear.has_value());
+  EXPECT_EQ(linear->cols_per_block, 4);
+  EXPECT_EQ(linear->warps, 4);
+  EXPECT_EQ(linear->vector, 4);
+  EXPECT_EQ(linear->blocks(1024), 256);
+  EXPECT_EQ(linear->blocks(10), 3);
+  const std::optional<SkinnyMatmulPlan> wide =
+      plan_skinny_matmul(DType::BFloat16, 64, 512, 512, SkinnyEpilogue::None);
+  EXPECT_EQ(wide->vector, 8);
+  EXPECT_EQ(wide->cols_per_block, 2);
+  EXPECT_EQ(wide->warps, 2) << "512 bfloat16s are two chunks of 32 lanes";
+  EXPECT_EQ(plan_skinny_matmul(DType::Float32, 1, 8, 3, SkinnyEpilogue::None)->warps, 1);
+  EXPECT_FALSE(plan_skinny_matmul(DType::Float32, 65, 1024, 1024, SkinnyEpilogue::None));
+  EXPECT_FALSE(plan_skinny_matmul(DType::Float64, 8, 1024, 1024, SkinnyEpilogue::None));
+  EXPECT_FALSE(plan_skinny_matmul(DType::Float32, 8, 1022, 1024, SkinnyEpilogue::None))
+      << "a row that 16-byte loads do not cover";
+  EXPECT_FALSE(plan_skinny_matmul(DType::BFloat16, 8, 1020, 1024, SkinnyEpilogue::None));
+
+  const SkinnyMatmulWords product{0x10, 0x20, 0x30, 0x40, 1028, 1032, 1024, 33};
+  const ArgLayout layout = skinny_matmul_arg_layout();
+  const KernelArgs words = pack_skinny_matmul_args(product);
+  ASSERT_EQ(static_cast<int>(words.size()), layout.words());
+  EXPECT_EQ(words[layout.offset("a")], 0x10u);
+  EXPECT_EQ(words[layout.offset("b")], 0x20u);
+  EXPECT_EQ(words[layout.offset("bias")], 0x30u);
+  EXPECT_EQ(words[layout.offset("c")], 0x40u);
+  EXPECT_EQ(words[layout.offset("lda")], 1028u);
+  EXPECT_EQ(words[layout.offset("ldb")], 1032u);
+  EXPECT_EQ(words[layout.offset("inner")], 1024u);
+  EXPECT_EQ(words[layout.offset("cols")], 33u);
+
+  if (!nvrtc_available()) GTEST_SKIP() << nvrtc_unavailable_reason();
+  struct Kind {
+    DType dtype;
+    int64_t rows;
+    SkinnyEpilogue epilogue;
+  };
+  for (const Kind& kind : {Kind{DType::Float32, 32, SkinnyEpilogue::BiasRelu},
+                           Kind{DType::Float32, 1, SkinnyEpilogue::None},
+                           Kind{DType::Float16, 64, SkinnyEpilogue::Bias},
+                           Kind{DType::BFloat16, 64, SkinnyEpilogue::BiasRelu},
+                           Kind{DType::BFloat16, 5, SkinnyEpilogue::None}}) {
+    const SkinnyMatmulPlan plan =
+        *plan_skinny_matmul(kind.dtype, kind.rows, 1024, 1024, kind.epilogue);
+    const CudaSource source = generate_cuda_skinny_matmul(plan);
+    SCOPED_TRACE(source.kernel_name);
+    EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+  }
+}
+
 }  // namespace lazyfuse

@@ -14,6 +14,7 @@
 
 #include <lazyfuse/lazyfuse.h>
 
+#include "runtime/cublas.h"
 #include "runtime/cuda_memory.h"
 #include "runtime/devices.h"
 #include "runtime/kernel_cache.h"
@@ -408,6 +409,55 @@ TEST_F(Cuda, MatmulBiasAndReluAreOneLaunch) {
         }
       }
     }
+}
+
+// Products of 1 to 64 rows with the weight read transposed, as nn::Linear reads it, run
+// lazyfuse's own kernel (Note [Products of few rows] in codegen/cuda_matmul.cc): one launch with
+// or without the bias and relu, each result within its dtype's rounding of the float64 product
+// of the same values, and the same bits as the product and its epilogue launched apart.
+TEST_F(Cuda, ProductsOfFewRowsMatchFloat64) {
+  struct Shape3 {
+    int64_t rows, inner, cols;
+  };
+  const std::vector<Shape3> shapes = {
+      {1, 8, 1}, {3, 256, 10}, {32, 1024, 1024}, {64, 520, 33}, {17, 2048, 129}};
+  for (DType dtype : {kFloat32, kBFloat16, kFloat16}) {
+    for (const Shape3& shape : shapes) {
+      for (int epilogue = 0; epilogue < 3; ++epilogue) {
+        SCOPED_TRACE(testing::Message()
+                     << dtype_torch_name(dtype) << " " << shape.rows << "x" << shape.inner << "x"
+                     << shape.cols << " epilogue " << epilogue);
+        const int64_t rows = shape.rows, inner = shape.inner, cols = shape.cols;
+        const auto seed = static_cast<uint32_t>(rows * 7 + inner + cols);
+        Tensor x = from_vector(random_values(rows * inner, -1, 1, seed), {rows, inner}, dtype);
+        Tensor weight =
+            from_vector(random_values(cols * inner, -1, 1, seed + 1), {cols, inner}, dtype);
+        Tensor bias = from_vector(random_values(cols, -1, 1, seed + 2), {cols}, dtype);
+        auto layer = [&](const Tensor& x, const Tensor& weight, const Tensor& bias) {
+          Tensor y = x.matmul(weight.t());
+          if (epilogue >= 1) y = y + bias;
+          return epilogue == 2 ? y.relu() : y;
+        };
+        Tensor gx = x.to("cuda"), gweight = weight.to("cuda"), gbias = bias.to("cuda");
+        eval({gx, gweight, gbias});
+        reset_eval_stats();
+        Tensor got = layer(gx, gweight, gbias);
+        eval(got);
+        EXPECT_EQ(eval_stats().launches, 1);
+        Tensor apart = layer(gx, gweight, gbias);
+        eval({apart}, EvalOptions{.fusion = false});
+        EXPECT_EQ(got.to(kFloat32).to_vector<float>(), apart.to(kFloat32).to_vector<float>());
+        // The reference: float64 over the values as the dtype holds them.
+        const Tensor x64 = x.to(kFloat64), weight64 = weight.to(kFloat64);
+        const Tensor bias64 = bias.to(kFloat64);
+        // A sum of `inner` products of values within 1 is about sqrt(inner) at most; each
+        // dtype's rounding is relative to that.
+        const double rounding = dtype == kFloat32 ? 2e-6 : 8e-3;
+        expect_close(got.to_vector<double>(), layer(x64, weight64, bias64).to_vector<double>(),
+                     rounding, rounding * std::sqrt(static_cast<double>(inner)));
+      }
+    }
+  }
 }
 
 // A NaN in a matmul's bias stays NaN through the relu, fused or not, under either BLAS library
