@@ -193,6 +193,7 @@ enum class SkinnyEpilogue { None, Bias, BiasRelu };
 struct SkinnyMatmulPlan {
   DType dtype = DType::Float32;
   int rows = 1;
+  int rows_per_block = 1;  // at most 32; the grid has blocks of rows times blocks of columns
   int cols_per_block = 1;
   int warps = 1;   // splitting the inner dim; the block has 32 * warps threads
   int vector = 4;  // elements in 16 bytes: inner, lda and ldb must be multiples of it

@@ -8,7 +8,8 @@
 // kernel. This kernel reads the weight once, 16 bytes a load, and keeps every row's sums in
 // registers:
 //
-// - A block computes `cols_per_block` columns for every row, with `warps` warps splitting the
+// - A block computes `cols_per_block` columns for a block of up to 32 rows (64 rows are two
+//   blocks of 32: each block reads its rows of x from L2), with `warps` warps splitting the
 //   inner dim: warp w's lane l reads the chunks of 16 bytes at (c * warps + w) * 32 + l for
 //   c = 0, 1, ..., each weight row (a column of the product) coalesced across the warp, and for
 //   each chunk multiplies the same 16 bytes of every row of x (from L1 or L2: every block reads
@@ -55,8 +56,12 @@ std::optional<SkinnyMatmulPlan> plan_skinny_matmul(DType dtype, int64_t rows, in
   plan.epilogue = epilogue;
   plan.vector = static_cast<int>(16 / dtype_size(dtype));
   if (inner % plan.vector != 0) return std::nullopt;
+  // Blocks of at most 32 rows: past that, x's traffic from L2 (every block reads its rows of
+  // all of x) outweighs reading the weight once per block of rows.
+  const int row_blocks = static_cast<int>((rows + 31) / 32);
+  plan.rows_per_block = static_cast<int>((rows + row_blocks - 1) / row_blocks);
   // About 128 sums a lane: registers for the sums, the weight's chunks and a row's chunk.
-  const int rows_pow2 = static_cast<int>(std::bit_ceil(static_cast<unsigned>(rows)));
+  const int rows_pow2 = static_cast<int>(std::bit_ceil(static_cast<unsigned>(plan.rows_per_block)));
   plan.cols_per_block = std::clamp(128 / rows_pow2, 1, 8);
   // Enough warps that each lane reads a chunk or two of each column: more parallel loads in
   // flight where the inner dim allows, with at most four warps to add at the end.
@@ -66,7 +71,8 @@ std::optional<SkinnyMatmulPlan> plan_skinny_matmul(DType dtype, int64_t rows, in
 }
 
 int64_t SkinnyMatmulPlan::blocks(int64_t cols) const {
-  return (cols + cols_per_block - 1) / cols_per_block;
+  const int64_t row_blocks = (rows + rows_per_block - 1) / rows_per_block;
+  return (cols + cols_per_block - 1) / cols_per_block * row_blocks;
 }
 
 std::string cuda_skinny_matmul_kernel_name(const SkinnyMatmulPlan& plan) {
@@ -81,7 +87,7 @@ CudaSource generate_cuda_skinny_matmul(const SkinnyMatmulPlan& plan) {
   CudaSource source;
   source.kernel_name = cuda_skinny_matmul_kernel_name(plan);
   const char* t = cuda_emit::storage_type_name(plan.dtype);
-  const int sums = plan.rows * plan.cols_per_block;
+  const int sums = plan.rows_per_block * plan.cols_per_block;
   const int padded = std::max(32, static_cast<int>(std::bit_ceil(static_cast<unsigned>(sums))));
   const bool bias = plan.epilogue != SkinnyEpilogue::None;
   const bool relu = plan.epilogue == SkinnyEpilogue::BiasRelu;
@@ -89,8 +95,10 @@ CudaSource generate_cuda_skinny_matmul(const SkinnyMatmulPlan& plan) {
       cuda_prologue(),
       "\n// A product of few rows (Note [Products of few rows] in codegen/cuda_matmul.cc).\n",
       skinny_matmul_arg_layout().declare("SkinnyArgs"), "typedef ", t, " T;\n",
-      "constexpr int R = ", plan.rows, ", C = ", plan.cols_per_block, ", W = ", plan.warps,
-      ", V = ", plan.vector, ", P = ", padded, ";\n",
+      "// ROWS rows in blocks of R (the last may have fewer).\n",
+      "constexpr int ROWS = ", plan.rows, ", R = ", plan.rows_per_block,
+      ", C = ", plan.cols_per_block, ", W = ", plan.warps, ", V = ", plan.vector, ", P = ", padded,
+      ";\n",
       R"(// A step of the reduce-scatter: a lane keeps one half of its first 2 * Half sums (the
 // upper where its Mask bit is set) and adds its partner's sums of that half.
 template <int Half, int Mask>
@@ -116,8 +124,10 @@ __device__ __forceinline__ void lf_store_result(const SkinnyArgs& args, int r, l
       "extern \"C\" __global__ void __launch_bounds__(", 32 * plan.warps, ") ", source.kernel_name,
       "(const SkinnyArgs args) {\n",
       R"(  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const long long col0 = (long long)blockIdx.x * C;
-  const T* a = (const T*)args.a;
+  const long long col_blocks = (args.cols + C - 1) / C;
+  const long long col0 = (long long)(blockIdx.x % col_blocks) * C;
+  const int row0 = (int)(blockIdx.x / col_blocks) * R;
+  const T* a = (const T*)args.a + row0 * args.lda;
   // The block's columns of b; one past the last column reads the last (its sums are dropped).
   const T* b[C];
 #pragma unroll
@@ -136,6 +146,7 @@ __device__ __forceinline__ void lf_store_result(const SkinnyArgs& args, int r, l
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
+      if (ROWS % R != 0 && row0 + r >= ROWS) break;
       const lf_vec<T, V> x = *(const lf_vec<T, V>*)(a + r * args.lda + k);
 #pragma unroll
       for (int v = 0; v < V; ++v) {
@@ -158,11 +169,11 @@ __device__ __forceinline__ void lf_store_result(const SkinnyArgs& args, int r, l
   __syncthreads();
   for (int i = threadIdx.x; i < R * C; i += W * 32) {
     const long long col = col0 + i % C;
-    if (col >= args.cols) continue;
+    if (col >= args.cols || row0 + i / C >= ROWS) continue;
     float total = partial[0][i];
 #pragma unroll
     for (int w = 1; w < W; ++w) total += partial[w][i];
-    lf_store_result(args, i / C, col, total);
+    lf_store_result(args, row0 + i / C, col, total);
   }
 }
 )");

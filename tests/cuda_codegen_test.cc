@@ -822,7 +822,13 @@ TEST(CudaCodegen, ProductsOfFewRowsArePlannedAndCompile) {
   const std::optional<SkinnyMatmulPlan> wide =
       plan_skinny_matmul(DType::BFloat16, 64, 512, 512, SkinnyEpilogue::None);
   EXPECT_EQ(wide->vector, 8);
-  EXPECT_EQ(wide->cols_per_block, 2);
+  EXPECT_EQ(wide->rows_per_block, 32);
+  EXPECT_EQ(wide->cols_per_block, 4);
+  EXPECT_EQ(wide->blocks(512), 256) << "two blocks of rows for each four columns";
+  EXPECT_EQ(plan_skinny_matmul(DType::Float32, 63, 64, 8, SkinnyEpilogue::None)->rows_per_block,
+            32);
+  EXPECT_EQ(plan_skinny_matmul(DType::Float32, 40, 64, 8, SkinnyEpilogue::None)->rows_per_block,
+            20);
   EXPECT_EQ(wide->warps, 2) << "512 bfloat16s are two chunks of 32 lanes";
   EXPECT_EQ(plan_skinny_matmul(DType::Float32, 1, 8, 3, SkinnyEpilogue::None)->warps, 1);
   EXPECT_FALSE(plan_skinny_matmul(DType::Float32, 65, 1024, 1024, SkinnyEpilogue::None));
@@ -854,7 +860,8 @@ TEST(CudaCodegen, ProductsOfFewRowsArePlannedAndCompile) {
                            Kind{DType::Float32, 1, SkinnyEpilogue::None},
                            Kind{DType::Float16, 64, SkinnyEpilogue::Bias},
                            Kind{DType::BFloat16, 64, SkinnyEpilogue::BiasRelu},
-                           Kind{DType::BFloat16, 5, SkinnyEpilogue::None}}) {
+                           Kind{DType::BFloat16, 5, SkinnyEpilogue::None},
+                           Kind{DType::Float32, 63, SkinnyEpilogue::Bias}}) {
     const SkinnyMatmulPlan plan =
         *plan_skinny_matmul(kind.dtype, kind.rows, 1024, 1024, kind.epilogue);
     const CudaSource source = generate_cuda_skinny_matmul(plan);

@@ -419,8 +419,8 @@ TEST_F(Cuda, ProductsOfFewRowsMatchFloat64) {
   struct Shape3 {
     int64_t rows, inner, cols;
   };
-  const std::vector<Shape3> shapes = {
-      {1, 8, 1}, {3, 256, 10}, {32, 1024, 1024}, {64, 520, 33}, {17, 2048, 129}};
+  const std::vector<Shape3> shapes = {{1, 8, 1},     {3, 256, 10},    {32, 1024, 1024},
+                                      {64, 520, 33}, {17, 2048, 129}, {63, 64, 9}};
   for (DType dtype : {kFloat32, kBFloat16, kFloat16}) {
     for (const Shape3& shape : shapes) {
       for (int epilogue = 0; epilogue < 3; ++epilogue) {
