@@ -33,14 +33,21 @@ log="$out/train.log"
   $bin/lazyfuse_train_bench --device=cuda:0 --dtype=float64 --steps=100 --dump="$dir" > /dev/null &&
     python3 bench/train_compare.py "$dir" --device cuda:0
   echo "compare float64 exit $?"
-  for blas in ${blases//,/ }; do
-    dir=$(mktemp -d)
-    LAZYFUSE_BLAS=$blas $bin/lazyfuse_train_bench --device=cuda:0 --dtype=float32 --steps=100 \
-      --dump="$dir" > /dev/null
-    for torch_blas in cublas cublaslt; do
-      echo "lazyfuse LAZYFUSE_BLAS=$blas against PyTorch's $torch_blas:"
-      python3 bench/train_compare.py "$dir" --device cuda:0 --blas $torch_blas
-      echo "compare float32 exit $?"
+  # With products of few rows by lazyfuse's own kernel (the default) the forward's sums are
+  # added in another order than any BLAS library's, so the losses are held to the 3e-3 that
+  # PyTorch's own two BLAS settings differ by (2.1e-3 on 2026-12-04), not to bit-identical
+  # products' 1e-4.
+  for skinny in 0 1; do
+    tolerance=$([ $skinny = 1 ] && echo "--tolerance 3e-3")
+    for blas in ${blases//,/ }; do
+      dir=$(mktemp -d)
+      LAZYFUSE_SKINNY_MATMUL=$skinny LAZYFUSE_BLAS=$blas $bin/lazyfuse_train_bench \
+        --device=cuda:0 --dtype=float32 --steps=100 --dump="$dir" > /dev/null
+      for torch_blas in cublas cublaslt; do
+        echo "lazyfuse LAZYFUSE_BLAS=$blas LAZYFUSE_SKINNY_MATMUL=$skinny against PyTorch's $torch_blas:"
+        python3 bench/train_compare.py "$dir" --device cuda:0 --blas $torch_blas $tolerance
+        echo "compare float32 exit $?"
+      done
     done
   done
   for batch in ${batches//,/ }; do
