@@ -416,47 +416,51 @@ TEST_F(Cuda, MatmulBiasAndReluAreOneLaunch) {
 // or without the bias and relu, each result within its dtype's rounding of the float64 product
 // of the same values, and the same bits as the product and its epilogue launched apart.
 TEST_F(Cuda, ProductsOfFewRowsMatchFloat64) {
-  struct Shape3 {
+  // Each case compiles its own kernel (rows and epilogue are in it): float32 over the shapes'
+  // edges (one row, one column, a ragged second block of rows, an inner dim past four warps'
+  // chunks), the half types over fewer.
+  struct Case {
+    DType dtype;
     int64_t rows, inner, cols;
+    int epilogue;  // 0: none, 1: bias, 2: bias and relu
   };
-  const std::vector<Shape3> shapes = {{1, 8, 1},     {3, 256, 10},    {32, 1024, 1024},
-                                      {64, 520, 33}, {17, 2048, 129}, {63, 64, 9}};
-  for (DType dtype : {kFloat32, kBFloat16, kFloat16}) {
-    for (const Shape3& shape : shapes) {
-      for (int epilogue = 0; epilogue < 3; ++epilogue) {
-        SCOPED_TRACE(testing::Message()
-                     << dtype_torch_name(dtype) << " " << shape.rows << "x" << shape.inner << "x"
-                     << shape.cols << " epilogue " << epilogue);
-        const int64_t rows = shape.rows, inner = shape.inner, cols = shape.cols;
-        const auto seed = static_cast<uint32_t>(rows * 7 + inner + cols);
-        Tensor x = from_vector(random_values(rows * inner, -1, 1, seed), {rows, inner}, dtype);
-        Tensor weight =
-            from_vector(random_values(cols * inner, -1, 1, seed + 1), {cols, inner}, dtype);
-        Tensor bias = from_vector(random_values(cols, -1, 1, seed + 2), {cols}, dtype);
-        auto layer = [&](const Tensor& x, const Tensor& weight, const Tensor& bias) {
-          Tensor y = x.matmul(weight.t());
-          if (epilogue >= 1) y = y + bias;
-          return epilogue == 2 ? y.relu() : y;
-        };
-        Tensor gx = x.to("cuda"), gweight = weight.to("cuda"), gbias = bias.to("cuda");
-        eval({gx, gweight, gbias});
-        reset_eval_stats();
-        Tensor got = layer(gx, gweight, gbias);
-        eval(got);
-        EXPECT_EQ(eval_stats().launches, 1);
-        Tensor apart = layer(gx, gweight, gbias);
-        eval({apart}, EvalOptions{.fusion = false});
-        EXPECT_EQ(got.to(kFloat32).to_vector<float>(), apart.to(kFloat32).to_vector<float>());
-        // The reference: float64 over the values as the dtype holds them.
-        const Tensor x64 = x.to(kFloat64), weight64 = weight.to(kFloat64);
-        const Tensor bias64 = bias.to(kFloat64);
-        // A sum of `inner` products of values within 1 is about sqrt(inner) at most; each
-        // dtype's rounding is relative to that.
-        const double rounding = dtype == kFloat32 ? 2e-6 : 8e-3;
-        expect_close(got.to_vector<double>(), layer(x64, weight64, bias64).to_vector<double>(),
-                     rounding, rounding * std::sqrt(static_cast<double>(inner)));
-      }
-    }
+  const std::vector<Case> cases = {
+      {kFloat32, 1, 8, 1, 0},         {kFloat32, 3, 256, 10, 1},    {kFloat32, 32, 1024, 1024, 2},
+      {kFloat32, 64, 520, 33, 2},     {kFloat32, 17, 2048, 129, 0}, {kFloat32, 63, 64, 9, 1},
+      {kBFloat16, 32, 1024, 1024, 2}, {kBFloat16, 64, 520, 33, 0},  {kBFloat16, 5, 256, 40, 1},
+      {kFloat16, 32, 1024, 1024, 1},  {kFloat16, 3, 256, 10, 2}};
+  for (const Case& test : cases) {
+    const DType dtype = test.dtype;
+    const int epilogue = test.epilogue;
+    SCOPED_TRACE(testing::Message() << dtype_torch_name(dtype) << " " << test.rows << "x"
+                                    << test.inner << "x" << test.cols << " epilogue " << epilogue);
+    const int64_t rows = test.rows, inner = test.inner, cols = test.cols;
+    const auto seed = static_cast<uint32_t>(rows * 7 + inner + cols);
+    Tensor x = from_vector(random_values(rows * inner, -1, 1, seed), {rows, inner}, dtype);
+    Tensor weight = from_vector(random_values(cols * inner, -1, 1, seed + 1), {cols, inner}, dtype);
+    Tensor bias = from_vector(random_values(cols, -1, 1, seed + 2), {cols}, dtype);
+    auto layer = [&](const Tensor& x, const Tensor& weight, const Tensor& bias) {
+      Tensor y = x.matmul(weight.t());
+      if (epilogue >= 1) y = y + bias;
+      return epilogue == 2 ? y.relu() : y;
+    };
+    Tensor gx = x.to("cuda"), gweight = weight.to("cuda"), gbias = bias.to("cuda");
+    eval({gx, gweight, gbias});
+    reset_eval_stats();
+    Tensor got = layer(gx, gweight, gbias);
+    eval(got);
+    EXPECT_EQ(eval_stats().launches, 1);
+    Tensor apart = layer(gx, gweight, gbias);
+    eval({apart}, EvalOptions{.fusion = false});
+    EXPECT_EQ(got.to(kFloat32).to_vector<float>(), apart.to(kFloat32).to_vector<float>());
+    // The reference: float64 over the values as the dtype holds them.
+    const Tensor x64 = x.to(kFloat64), weight64 = weight.to(kFloat64);
+    const Tensor bias64 = bias.to(kFloat64);
+    // A sum of `inner` products of values within 1 is about sqrt(inner) at most; each
+    // dtype's rounding is relative to that.
+    const double rounding = dtype == kFloat32 ? 2e-6 : 8e-3;
+    expect_close(got.to_vector<double>(), layer(x64, weight64, bias64).to_vector<double>(),
+                 rounding, rounding * std::sqrt(static_cast<double>(inner)));
   }
 }
 
