@@ -718,8 +718,11 @@ std::atomic<bool>& skinny_matmul_setting() {
   static std::atomic<bool> enabled = env_config().skinny_matmul;
   return enabled;
 }
+std::atomic<int64_t> skinny_matmuls{0};
 }  // namespace
 bool skinny_matmul_enabled() { return skinny_matmul_setting().load(); }
+int64_t skinny_matmul_count() { return skinny_matmuls.load(); }
+void count_skinny_matmul() { skinny_matmuls.fetch_add(1, std::memory_order_relaxed); }
 void set_skinny_matmul_enabled(bool enabled) { skinny_matmul_setting().store(enabled); }
 
 void gemm_strided_batched(int device, DType dtype, const GemmOperand& a, const GemmOperand& b,

@@ -33,6 +33,9 @@ void set_preferred_blas_library(BlasBackend backend);
 // LAZYFUSE_SKINNY_MATMUL=0 (Note [Products of few rows] in codegen/cuda_matmul.cc).
 bool skinny_matmul_enabled();
 void set_skinny_matmul_enabled(bool enabled);
+// Products that kernel computed in this process (tests check it ran).
+int64_t skinny_matmul_count();
+void count_skinny_matmul();
 
 // Row-major C[b] = A[b] (n x k) * B[b] (k x m) for `batches` matrices, C dense, on GPU
 // `device`. `dtype` is the dtype of A, B and C: float32 and float64 compute in their own type,

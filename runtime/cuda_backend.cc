@@ -1083,6 +1083,7 @@ bool run_skinny_matmul(const Graph& graph, ValueId matmul_id, const MatmulEpilog
       cuda::get_kernel(device, name, [&] { return generate_cuda_skinny_matmul(*plan); });
   KernelArgs args = pack_skinny_matmul_args(words);
   launch(device, function, plan->blocks(cols), static_cast<unsigned>(32 * plan->warps), args, name);
+  cuda::count_skinny_matmul();
   values[epilogue != nullptr ? epilogue->elementwise.outputs.at(0) : matmul_id] = std::move(c);
   return true;
 }

@@ -387,10 +387,12 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
     PoolScope pool(device, replay.pool);
     run(copies);
   } catch (const NotReplayable& why) {
+    capturing.reset();  // the run made again below is not a capture
     abandon_capture(stream);
     count_launch(launches_before - launches_started());  // they were captured, never run
     return fall_back(why);
   } catch (...) {
+    capturing.reset();
     abandon_capture(stream);
     count_launch(launches_before - launches_started());
     throw;

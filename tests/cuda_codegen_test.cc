@@ -821,16 +821,22 @@ TEST(CudaCodegen, ProductsOfFewRowsArePlannedAndCompile) {
   EXPECT_EQ(linear->blocks(10), 3);
   const std::optional<SkinnyMatmulPlan> wide =
       plan_skinny_matmul(DType::BFloat16, 64, 512, 512, SkinnyEpilogue::None);
+  ASSERT_TRUE(wide.has_value());
   EXPECT_EQ(wide->vector, 8);
   EXPECT_EQ(wide->rows_per_block, 32);
   EXPECT_EQ(wide->cols_per_block, 4);
   EXPECT_EQ(wide->blocks(512), 256) << "two blocks of rows for each four columns";
-  EXPECT_EQ(plan_skinny_matmul(DType::Float32, 63, 64, 8, SkinnyEpilogue::None)->rows_per_block,
-            32);
-  EXPECT_EQ(plan_skinny_matmul(DType::Float32, 40, 64, 8, SkinnyEpilogue::None)->rows_per_block,
-            20);
+  const std::optional<SkinnyMatmulPlan> ragged =
+      plan_skinny_matmul(DType::Float32, 63, 64, 8, SkinnyEpilogue::None);
+  const std::optional<SkinnyMatmulPlan> halves =
+      plan_skinny_matmul(DType::Float32, 40, 64, 8, SkinnyEpilogue::None);
+  const std::optional<SkinnyMatmulPlan> one_row =
+      plan_skinny_matmul(DType::Float32, 1, 8, 3, SkinnyEpilogue::None);
+  ASSERT_TRUE(ragged && halves && one_row);
+  EXPECT_EQ(ragged->rows_per_block, 32);
+  EXPECT_EQ(halves->rows_per_block, 20);
+  EXPECT_EQ(one_row->warps, 1);
   EXPECT_EQ(wide->warps, 2) << "512 bfloat16s are two chunks of 32 lanes";
-  EXPECT_EQ(plan_skinny_matmul(DType::Float32, 1, 8, 3, SkinnyEpilogue::None)->warps, 1);
   EXPECT_FALSE(plan_skinny_matmul(DType::Float32, 65, 1024, 1024, SkinnyEpilogue::None));
   EXPECT_FALSE(plan_skinny_matmul(DType::Float64, 8, 1024, 1024, SkinnyEpilogue::None));
   EXPECT_FALSE(plan_skinny_matmul(DType::Float32, 8, 1022, 1024, SkinnyEpilogue::None))
@@ -862,9 +868,10 @@ TEST(CudaCodegen, ProductsOfFewRowsArePlannedAndCompile) {
                            Kind{DType::BFloat16, 64, SkinnyEpilogue::BiasRelu},
                            Kind{DType::BFloat16, 5, SkinnyEpilogue::None},
                            Kind{DType::Float32, 63, SkinnyEpilogue::Bias}}) {
-    const SkinnyMatmulPlan plan =
-        *plan_skinny_matmul(kind.dtype, kind.rows, 1024, 1024, kind.epilogue);
-    const CudaSource source = generate_cuda_skinny_matmul(plan);
+    const std::optional<SkinnyMatmulPlan> plan =
+        plan_skinny_matmul(kind.dtype, kind.rows, 1024, 1024, kind.epilogue);
+    ASSERT_TRUE(plan.has_value());
+    const CudaSource source = generate_cuda_skinny_matmul(*plan);
     SCOPED_TRACE(source.kernel_name);
     EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
   }

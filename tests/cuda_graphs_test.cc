@@ -160,7 +160,11 @@ TEST_F(CudaGraphs, ASecondModelsWeightsAreReadInPlaceOnceSettled) {
   };
   cuda::set_graph_mode(cuda::GraphMode::On);
   for (int run = 0; run < 6; ++run) EXPECT_EQ(run_layer(w1, b1), first) << run;
+  cuda::reset_graph_stats();
   for (int run = 0; run < 6; ++run) EXPECT_EQ(run_layer(w2, b2), second) << run;
+  // The second model's first runs copied its weights in; then a graph read them in place.
+  EXPECT_GT(cuda::graph_stats().input_copies, 0);
+  EXPECT_GE(cuda::graph_stats().captures, 2);
   cuda::reset_graph_stats();
   for (int run = 0; run < 5; ++run) EXPECT_EQ(run_layer(w2, b2), second) << run;
   EXPECT_EQ(cuda::graph_stats().replays, 5);

@@ -415,7 +415,20 @@ TEST_F(Cuda, MatmulBiasAndReluAreOneLaunch) {
 // lazyfuse's own kernel (Note [Products of few rows] in codegen/cuda_matmul.cc): one launch with
 // or without the bias and relu, each result within its dtype's rounding of the float64 product
 // of the same values, and the same bits as the product and its epilogue launched apart.
+// Whether products of few rows run lazyfuse's own kernel, for one scope.
+class SkinnyMatmulGuard {
+ public:
+  explicit SkinnyMatmulGuard(bool enabled) : saved_(cuda::skinny_matmul_enabled()) {
+    cuda::set_skinny_matmul_enabled(enabled);
+  }
+  ~SkinnyMatmulGuard() { cuda::set_skinny_matmul_enabled(saved_); }
+
+ private:
+  bool saved_;
+};
+
 TEST_F(Cuda, ProductsOfFewRowsMatchFloat64) {
+  SkinnyMatmulGuard own_kernel(true);
   // Each case compiles its own kernel (rows and epilogue are in it): float32 over the shapes'
   // edges (one row, one column, a ragged second block of rows, an inner dim past four warps'
   // chunks), the half types over fewer.
@@ -447,11 +460,14 @@ TEST_F(Cuda, ProductsOfFewRowsMatchFloat64) {
     Tensor gx = x.to("cuda"), gweight = weight.to("cuda"), gbias = bias.to("cuda");
     eval({gx, gweight, gbias});
     reset_eval_stats();
+    const int64_t before = cuda::skinny_matmul_count();
     Tensor got = layer(gx, gweight, gbias);
     eval(got);
     EXPECT_EQ(eval_stats().launches, 1);
+    EXPECT_EQ(cuda::skinny_matmul_count() - before, 1) << "the product was the library's";
     Tensor apart = layer(gx, gweight, gbias);
     eval({apart}, EvalOptions{.fusion = false});
+    EXPECT_EQ(cuda::skinny_matmul_count() - before, 2);
     EXPECT_EQ(got.to(kFloat32).to_vector<float>(), apart.to(kFloat32).to_vector<float>());
     // The reference: float64 over the values as the dtype holds them.
     const Tensor x64 = x.to(kFloat64), weight64 = weight.to(kFloat64);
@@ -462,6 +478,14 @@ TEST_F(Cuda, ProductsOfFewRowsMatchFloat64) {
     expect_close(got.to_vector<double>(), layer(x64, weight64, bias64).to_vector<double>(),
                  rounding, rounding * std::sqrt(static_cast<double>(inner)));
   }
+  // Switched off, the same kind of product is the library's.
+  SkinnyMatmulGuard library(false);
+  Tensor x = from_vector(random_values(32 * 64, -1, 1, 90), {32, 64}, kFloat32).to("cuda");
+  Tensor weight = from_vector(random_values(16 * 64, -1, 1, 91), {16, 64}, kFloat32).to("cuda");
+  eval({x, weight});
+  const int64_t before = cuda::skinny_matmul_count();
+  eval(x.matmul(weight.t()));
+  EXPECT_EQ(cuda::skinny_matmul_count(), before);
 }
 
 // A NaN in a matmul's bias stays NaN through the relu, fused or not, under either BLAS library
