@@ -148,10 +148,19 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
         break;
       case Op::Cast: {
         // A cast to a half type rounds its register in place; other users of the operand (in
-        // the same fused kernel) must keep reading the unrounded value.
-        bool rounds = graph.nodes[node.inputs[0]].dtype != node.dtype &&
-                      (node.dtype == DType::Float16 || node.dtype == DType::BFloat16);
-        result = convert_to(reg_of.at(node.inputs[0]), dtype, rounds);
+        // the same fused kernel) must keep reading the unrounded value. A half-type operand kept
+        // in float32 (Note [Half precision in fused kernels]) is read as its dtype holds it,
+        // from a rounded copy.
+        const DType from = graph.nodes[node.inputs[0]].dtype;
+        int operand = reg_of.at(node.inputs[0]);
+        if (!step.round_each_op && from != node.dtype &&
+            (from == DType::Float16 || from == DType::BFloat16)) {
+          operand = convert_to(operand, vtype[operand], /*fresh=*/true);
+          round_if_half(operand, from);
+        }
+        bool rounds =
+            from != node.dtype && (node.dtype == DType::Float16 || node.dtype == DType::BFloat16);
+        result = convert_to(operand, dtype, rounds);
         if (rounds) round_if_half(result, node.dtype);
         break;
       }
@@ -171,7 +180,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
         instr.text = absl::StrCat(op_name(node.op), " ", dtype_ir_name(operand_dtype));
         code.push_back(instr);
         result = convert_to(result, dtype);
-        round_if_half(result, node.dtype);
+        if (step.round_each_op) round_if_half(result, node.dtype);  // else where stored or cast
         break;
       }
     }

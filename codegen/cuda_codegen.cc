@@ -108,15 +108,18 @@ const char* storage_type_name(DType dtype) { return storage_type(dtype); }
 
 std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
                          const std::vector<ValueId>& nodes, const std::vector<std::string>& load,
-                         const std::string& indent) {
+                         const std::string& indent, bool round_each_op) {
   const size_t num_inputs = inputs.size();
   std::string b;
   auto v = [](ValueId id) { return absl::StrCat("v", id); };
+  auto rounded = [](const std::string& value, DType dtype) {
+    return dtype == DType::Float16    ? absl::StrCat("lf_round_f16(", value, ")")
+           : dtype == DType::BFloat16 ? absl::StrCat("lf_round_bf16(", value, ")")
+                                      : value;
+  };
   auto round = [&](ValueId id, DType dtype) {
-    if (dtype == DType::Float16)
-      absl::StrAppend(&b, indent, v(id), " = lf_round_f16(", v(id), ");\n");
-    if (dtype == DType::BFloat16)
-      absl::StrAppend(&b, indent, v(id), " = lf_round_bf16(", v(id), ");\n");
+    if (dtype == DType::Float16 || dtype == DType::BFloat16)
+      absl::StrAppend(&b, indent, v(id), " = ", rounded(v(id), dtype), ";\n");
   };
   for (size_t k = 0; k < num_inputs; ++k) {
     const Node& node = graph.nodes[inputs[k]];
@@ -153,12 +156,15 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
         break;
       case Op::Cast: {
         const DType from = graph.nodes[node.inputs[0]].dtype;
+        // A half-type value kept in float32 is read as its dtype holds it: what a cast of the
+        // stored value would read.
+        const std::string operand =
+            round_each_op ? v(node.inputs[0]) : rounded(v(node.inputs[0]), from);
         if (is_floating(from) && is_integral(node.dtype))
-          absl::StrAppend(&b, indent, type, " ", v(id), " = lf_float_to_int<", type, ">(",
-                          v(node.inputs[0]), ");\n");
+          absl::StrAppend(&b, indent, type, " ", v(id), " = lf_float_to_int<", type, ">(", operand,
+                          ");\n");
         else
-          absl::StrAppend(&b, indent, type, " ", v(id), " = (", type, ")", v(node.inputs[0]),
-                          ";\n");
+          absl::StrAppend(&b, indent, type, " ", v(id), " = (", type, ")", operand, ";\n");
         if (from == node.dtype) continue;
         break;
       }
@@ -198,6 +204,7 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
                        : cuda_expression(node.op);
         absl::StrAppend(&b, indent, "  ", v(id), " = (", type, ")(", expression, ");  // ",
                         op_name(node.op), "\n", indent, "}\n");
+        if (!round_each_op) continue;  // rounded where stored or cast
       }
     }
     round(id, node.dtype);
@@ -414,7 +421,7 @@ ElementwiseParts elementwise_parts(const Graph& graph, const Step& step,
   // written.
   auto body = [&](const std::vector<std::string>& load, const std::vector<std::string>& store,
                   const std::string& indent) {
-    std::string b = emit_members(graph, step.inputs, step.nodes, load, indent);
+    std::string b = emit_members(graph, step.inputs, step.nodes, load, indent, step.round_each_op);
     for (size_t k = 0; k < step.outputs.size(); ++k) {
       const Node& node = graph.nodes[step.outputs[k]];
       absl::StrAppend(&b, indent, store[k], " = lf_store<", storage_type(node.dtype), ">(v",

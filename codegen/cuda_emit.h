@@ -12,10 +12,12 @@ namespace lazyfuse::cuda_emit {
 // "float", "lf_f16", "int64_t": how a dtype is stored in generated source.
 const char* storage_type_name(DType dtype);
 // Statements that compute each of `nodes` (v<id> in its compute type) for element `i`, after
-// reading input k as `load[k]`.
+// reading input k as `load[k]`; half-type results rounded after every op where `round_each_op`
+// (Note [Half precision in fused kernels] in ir/schedule.h), else only the values a cast reads
+// or makes, constants and generators.
 std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
                          const std::vector<ValueId>& nodes, const std::vector<std::string>& load,
-                         const std::string& indent);
+                         const std::string& indent, bool round_each_op);
 // How each input reads element `i` in the scalar (non-vector) loop.
 std::vector<std::string> strided_loads(const CudaElementwiseSpec& spec);
 // c0..c{rank-1}: the coordinates of `i` in args.size, for strided loads.

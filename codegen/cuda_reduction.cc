@@ -309,7 +309,7 @@ std::string fused_column_body(const Graph& graph, const Step& step, const CudaEl
       "      const IDX i = (IDX)(j * args.rows + column);\n";
   walk += cuda_emit::emit_coordinates(spec.rank, "      ");
   walk += cuda_emit::emit_members(graph, step.inputs, parts.prologue,
-                                  cuda_emit::strided_loads(spec), "      ");
+                                  cuda_emit::strided_loads(spec), "      ", step.round_each_op);
   std::string result;
   for (size_t o = 0; o < step.outputs.size(); ++o) {
     const char* type = type_name(graph.nodes[step.outputs[o]].dtype);
@@ -375,7 +375,7 @@ std::string fused_reduction_body(const Graph& graph, const Step& step,
        "    const IDX i = (IDX)(row * args.columns + j);\n";
   s += cuda_emit::emit_coordinates(spec.rank, "    ");
   s += cuda_emit::emit_members(graph, step.inputs, parts.prologue, cuda_emit::strided_loads(spec),
-                               "    ");
+                               "    ", step.round_each_op);
   absl::StrAppend(&s, "    acc = lf_combine(acc, (", type_name(acc), ")v", operand, ");\n  }\n");
   s += reduction_tail(node.op, acc, node.dtype);
   return s;
@@ -545,7 +545,7 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
            "    const IDX i = (IDX)(row * args.columns + j);\n";
     }
     p += cuda_emit::emit_coordinates(spec.rank, "    ");
-    p += cuda_emit::emit_members(graph, inputs, members, pass_loads, "    ");
+    p += cuda_emit::emit_members(graph, inputs, members, pass_loads, "    ", step.round_each_op);
     return p;
   };
   std::vector<ValueId> elementwise = parts.prologue;
@@ -599,7 +599,7 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
       ready.push_back(v);
       known[v] = true;
     }
-    s += cuda_emit::emit_members(graph, {}, ready, {}, "  ");
+    s += cuda_emit::emit_members(graph, {}, ready, {}, "  ", step.round_each_op);
     for (size_t o = 0; o < step.outputs.size(); ++o) {
       const ValueId v = step.outputs[o];
       if (!is_row_value(graph, step, v) || std::find(ready.begin(), ready.end(), v) == ready.end())

@@ -38,6 +38,9 @@ struct Step {
   // A hash of the kernel's structure that leaves sizes out (ops, dtypes, ranks, attributes,
   // operand wiring): the name of the kernel and the key of compiled-code caches.
   uint64_t kernel_key = 0;
+  // Its half-type values rounded after every op rather than where stored (Note [Half precision
+  // in fused kernels]).
+  bool round_each_op = false;
   // A group's kernels, each an Elementwise step or a Reduction step of one reduction (the last
   // node, after its fused prologue), none reading what another computes. The group's nodes, inputs
   // and outputs are theirs, concatenated in member order.
@@ -56,8 +59,19 @@ std::vector<Step> order_steps(const Graph& graph, std::vector<Step> steps);
 
 // The fusion pass's switches and caps, in one place (ir/passes/fusion.cc's note says why each
 // exists); the code generators rely on max_row (codegen/cuda_codegen.h's row kernel).
+// Note [Half precision in fused kernels]
+// How a fused kernel rounds float16 and bfloat16 values, which it computes in float32:
+// - AtStores (the default, as Inductor and XLA do): a value is rounded to its dtype where it is
+//   stored, and values inside the kernel keep float32's precision. A fused chain is then more
+//   accurate than the same ops one kernel each, and its bits differ from theirs.
+// - EachOp: every op's result is rounded to its dtype, as PyTorch eager does, so a fused chain
+//   gives the bits of one kernel per op, on each device.
+// An explicit cast to a half type rounds under both.
+enum class HalfRounding { AtStores, EachOp };
+
 struct FusionOptions {
   bool enabled = true;  // off: one step per node (benchmarks measure what fusion buys)
+  HalfRounding half_rounding = HalfRounding::AtStores;
   // Caps that cut an elementwise group.
   int max_nodes = 128;
   int max_inputs = 16;

@@ -38,6 +38,8 @@ EnvConfig& mutable_env_config() {
       c.fast_math = std::string_view(fast) == "1";
     if (const char* blas = std::getenv("LAZYFUSE_BLAS"))
       c.blas_cublaslt = std::string_view(blas) == "cublaslt";
+    if (const char* rounding = std::getenv("LAZYFUSE_HALF_ROUNDING"))
+      c.half_rounding_each_op = std::string_view(rounding) == "each_op";
     if (const char* skinny = std::getenv("LAZYFUSE_SKINNY_MATMUL"))
       c.skinny_matmul = std::string_view(skinny) != "0";
     if (const char* graphs = std::getenv("LAZYFUSE_CUDA_GRAPHS"))

@@ -2,6 +2,7 @@
 #include "runtime/lazy.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cstdio>
@@ -196,7 +197,8 @@ constexpr size_t kScheduleCacheEntries = 256;
 constexpr size_t kScheduleCacheMaxNodes = 4096;
 
 struct CachedSchedule {
-  Graph graph;  // before the passes
+  Graph graph;                                          // before the passes
+  HalfRounding half_rounding = HalfRounding::AtStores;  // what its kernels were made for
   Schedule schedule;
   std::vector<std::unique_ptr<StepCache>> step_caches;  // one per step, the backends'
   // The device of every compute step where there is one and nothing moves between devices:
@@ -397,9 +399,11 @@ class WordHash {
   uint64_t h_ = 0;
 };
 
-uint64_t hash_walk(const Walk& walk, std::span<const LazyRef> outputs, bool fusion) {
+uint64_t hash_walk(const Walk& walk, std::span<const LazyRef> outputs, bool fusion,
+                   HalfRounding rounding) {
   WordHash h;
   h.add(fusion);
+  h.add(static_cast<uint64_t>(rounding));
   h.add(walk.params.size() << 32 | walk.pending.size());
   for (const LazyValue* value : walk.params) {
     h.add(static_cast<uint64_t>(value->node.dtype));
@@ -473,6 +477,17 @@ void reset_eval_stats() {
   stats = EvalStats();
 }
 
+namespace {
+std::atomic<HalfRounding>& half_rounding_setting() {
+  static std::atomic<HalfRounding> rounding =
+      env_config().half_rounding_each_op ? HalfRounding::EachOp : HalfRounding::AtStores;
+  return rounding;
+}
+}  // namespace
+
+HalfRounding half_rounding() { return half_rounding_setting().load(std::memory_order_relaxed); }
+void set_half_rounding(HalfRounding rounding) { half_rounding_setting().store(rounding); }
+
 void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   // One evaluation at a time: values may be shared between graphs that threads evaluate.
   std::lock_guard lock(eval_mutex);
@@ -489,6 +504,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
     return walk_pending(pending, /*take_views=*/true);
   }();
   const bool fusion = options.fusion && env.fusion;
+  const HalfRounding rounding = half_rounding();
   const bool dumping = env.dump_ir || env.dump_fusion;
   const size_t num_nodes = walk.params.size() + walk.pending.size();
   const bool cacheable = !dumping && num_nodes <= kScheduleCacheMaxNodes;
@@ -496,17 +512,20 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   uint64_t key = 0;
   if (cacheable) {
     ScopedHostPhase phase(HostPhase::Lookup);
-    key = hash_walk(walk, pending, fusion);
+    key = hash_walk(walk, pending, fusion, rounding);
     auto it = schedule_cache.find(key);
-    if (it != schedule_cache.end() && walk_matches(walk, pending, it->second->graph))
+    if (it != schedule_cache.end() && it->second->half_rounding == rounding &&
+        walk_matches(walk, pending, it->second->graph))
       cached = it->second;
   }
   if (cached == nullptr) {
     ScopedHostPhase phase(HostPhase::Passes);
     auto made = std::make_shared<CachedSchedule>();
     made->graph = walk_to_graph(walk, pending);
+    made->half_rounding = rounding;
     PipelineOptions pipeline;
     pipeline.fusion.enabled = fusion;
+    pipeline.fusion.half_rounding = rounding;
     if (env.dump_ir)
       pipeline.before_all = [](const std::string& ir) {
         std::cerr << "// IR before passes\n" << ir;

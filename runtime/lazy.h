@@ -11,6 +11,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "ir/graph.h"
+#include "ir/schedule.h"
 #include "runtime/storage.h"
 
 namespace lazyfuse {
@@ -60,6 +61,24 @@ BuiltGraph build_graph(std::span<const LazyRef> outputs);
 
 struct EvalOptions {
   bool fusion = true;
+};
+// How fused kernels round float16 and bfloat16 values (Note [Half precision in fused kernels] in
+// ir/schedule.h): where stored, the default, or after every op as PyTorch eager does
+// (LAZYFUSE_HALF_ROUNDING=each_op). Process-wide; evaluations after a change compile for it.
+HalfRounding half_rounding();
+void set_half_rounding(HalfRounding rounding);
+// The rounding for one scope: HalfRoundingGuard each_op(HalfRounding::EachOp);
+class HalfRoundingGuard {
+ public:
+  explicit HalfRoundingGuard(HalfRounding rounding) : saved_(half_rounding()) {
+    set_half_rounding(rounding);
+  }
+  ~HalfRoundingGuard() { set_half_rounding(saved_); }
+  HalfRoundingGuard(const HalfRoundingGuard&) = delete;
+  HalfRoundingGuard& operator=(const HalfRoundingGuard&) = delete;
+
+ private:
+  HalfRounding saved_;
 };
 // Computes every pending value in `outputs` in one go: one graph, one pass pipeline, shared
 // work. On success each becomes a leaf holding its buffer; if anything throws, every value is

@@ -660,6 +660,7 @@ TEST_F(Cuda, SoftmaxRowKernelMatchesTheReference) {
 // are whole groups of 128: its four-at-a-time row kernel agrees bit for bit with one kernel
 // per op, in float32 and bfloat16.
 TEST_F(Cuda, VectorizedRowKernelGivesTheUnfusedBits) {
+  HalfRoundingGuard each_op(HalfRounding::EachOp);  // bfloat16 rounded as the unfused kernels do
   for (DType dtype : {kFloat32, kBFloat16}) {
     SCOPED_TRACE(dtype_ir_name(dtype));
     for (int64_t columns : {256, 1024}) {
@@ -775,6 +776,27 @@ TEST_F(Cuda, FloatToIntegerCastsSaturate) {
 // NaN aside (a NaN need only stay a NaN): float32 values spread over every exponent, every
 // float32 in [1, 1.0156) (each tie of both types there), the float16 subnormal range, and the
 // infinities and the largest finite values.
+// Half-type chains kept in float32 until stored (the default rounding) on the GPU: the CPU's
+// values within a rounding of the dtype (the sine's last float32 bits differ), and 2048 + 1 -
+// 2048 is 1.
+TEST_F(Cuda, HalfChainsKeepFloat32UntilStoredAsOnTheCpu) {
+  std::vector<double> v = random_values(40000, -4, 4, 30);
+  v[0] = 2048;
+  for (DType half : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(dtype_torch_name(half));
+    Tensor cpu = from_vector(v, {40000}, half);
+    Tensor gpu = cpu.to("cuda");
+    auto chain = [](const Tensor& t) {
+      return ((t + 1) - t) + ((t + 0.5) * t).sin() + t.relu().sqrt();
+    };
+    const std::vector<double> want = chain(cpu).to_vector<double>();
+    const std::vector<double> got = chain(gpu).to_vector<double>();
+    // At 2048 the sum is 1 + sin(4195328) + 45.25..., not the 0 + ... of rounding each op.
+    EXPECT_NEAR(got[0], 1 + std::sin(2048.5 * 2048) + std::sqrt(2048.0), 0.25);
+    expect_close(got, want, half == kFloat16 ? 2e-3 : 1.6e-2, 2e-3);
+  }
+}
+
 TEST_F(Cuda, HalfRoundingMatchesTheCpuBitForBit) {
   std::vector<double> v;
   auto add_bits = [&v](uint32_t bits) { v.push_back(std::bit_cast<float>(bits)); };

@@ -616,6 +616,7 @@ std::vector<Step> Grouping::build_steps() const {
     std::vector<ValueId> members = groups_[g].members;
     std::sort(members.begin(), members.end());
     Step step;
+    step.round_each_op = options_.half_rounding == HalfRounding::EachOp;
     // A group with a reduction is a reduction step (with a prologue and an epilogue); any other
     // group is of its one kind.
     const Node* last = &graph_.nodes[members.back()];

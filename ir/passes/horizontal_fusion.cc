@@ -168,6 +168,7 @@ bool is_group_member(const Graph& graph, const Step& step) {
 Step make_group(std::vector<Step> members) {
   Step group;
   group.kind = StepKind::Group;
+  group.round_each_op = members.front().round_each_op;
   group.shape = members.front().shape;
   group.device = members.front().device;
   absl::flat_hash_set<ValueId> inputs;

@@ -51,7 +51,63 @@ Tensor expect_fusion_invariant(const std::function<Tensor()>& build, const std::
   return fused;
 }
 
+// Under the default rounding (Note [Half precision in fused kernels] in ir/schedule.h) a fused
+// half-type chain keeps float32 between its ops and rounds where it stores: closer to float64
+// than rounding after every op, and a cast reads a value as its dtype holds it.
+TEST(OpsElementwise, HalfChainsKeepFloat32UntilStored) {
+  ASSERT_EQ(half_rounding(), HalfRounding::AtStores) << "the default";
+  std::mt19937 rng(15);
+  Host h = random_host(rng, {40000}, kFloat16, {-4, 4, 0, 0});
+  h.v[0] = 2048;
+  Tensor th = to_tensor(h, kFloat16);
+  auto chain = [&] { return ((th + 1) - th) + ((th + 0.5) * th).sin() + th.relu().sqrt(); };
+  // float64 throughout, one rounding at the end.
+  const Host once = ref_unary(h, [](double v) {
+    return f16((v + 1 - v) + std::sin((v + 0.5) * v) + std::sqrt(v > 0 ? v : 0));
+  });
+  auto worst_error = [&](const Tensor& t) {
+    const std::vector<double> got = t.to_vector<double>();
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      worst = std::max(worst, std::fabs(got[i] - once.v[i]) / std::max(1.0, std::fabs(once.v[i])));
+    return worst;
+  };
+  Tensor at_stores = chain();
+  eval(at_stores);
+  EXPECT_EQ(at_stores.to_vector<double>()[0], f16(1 + std::sin(2048.5 * 2048) + std::sqrt(2048.0)))
+      << "2048 + 1 - 2048 is 1 in float32";
+  // Within a float16 rounding of the result and float32's of the sine's argument (up to 18).
+  expect_matches(at_stores, once, kFloat16, {1e-3, 1e-3}, "f16 chain rounded once");
+  double each_op_error = 0;
+  {
+    HalfRoundingGuard each_op(HalfRounding::EachOp);
+    Tensor rounded_each_op = chain();
+    eval(rounded_each_op);
+    each_op_error = worst_error(rounded_each_op);
+  }
+  EXPECT_LT(worst_error(at_stores), each_op_error / 4);
+
+  // A cast reads the half value as stored: fused and unfused agree, and equal the rounding of
+  // each op in float64.
+  Host c = random_host(rng, {3000}, kFloat32, {-10, 10, 0, 0});
+  Tensor tc = to_tensor(c, kFloat32);
+  auto cast_chain = [&] { return (tc.to(kBFloat16) * 3).to(kFloat32) + tc; };
+  Tensor fused = cast_chain(), unfused = cast_chain();
+  eval(fused);
+  eval({unfused}, EvalOptions{.fusion = false});
+  EXPECT_EQ(fused.to_vector<double>(), unfused.to_vector<double>());
+  expect_matches(
+      fused,
+      ref_unary(c,
+                [](double v) {
+                  return f32(quantize(quantize(v, DType::BFloat16) * 3, DType::BFloat16) + v);
+                }),
+      kFloat32, {}, "cast of a bfloat16 product");
+}
+
 TEST(OpsElementwise, FusedAndUnfusedGiveIdenticalBits) {
+  // Half types round after every op here, as PyTorch eager does: fused gives unfused's bits.
+  HalfRoundingGuard each_op(HalfRounding::EachOp);
   std::mt19937 rng(14);
   // float32, broadcasting, a transposed operand, and a chain of transcendental ops.
   Host xb = random_host(rng, {1111, 37}, kFloat32, kWide);
