@@ -247,6 +247,7 @@ std::optional<MatmulEpilogue> matmul_epilogue(const Graph& graph, const Step& st
   elementwise.outputs = step.outputs;
   elementwise.shape = graph.nodes[epilogue.matmul].shape;
   elementwise.device = step.device;
+  elementwise.round_each_op = step.round_each_op;
   elementwise.kernel_key = step_kernel_key(graph, elementwise);
   return epilogue;
 }
