@@ -37,7 +37,26 @@ def workloads(xp, where, fuse=lambda f: f):
         v2 = v * 0.999 + g * g * 0.001
         return p - m2 * 1e-3 / (sqrt(v2) + 1e-8), m2, v2
 
+    def layer_norm(x, w, b):
+        mean = x.mean(axis=1, keepdims=True)
+        centered = x - mean
+        return centered / sqrt((centered * centered).mean(axis=1, keepdims=True) + 1e-5) * w + b
+
+    def rms_norm(x, w):
+        return x / sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * w
+
+    def log_softmax(x):
+        shifted = x - x.max(axis=1, keepdims=True)
+        return shifted - xp.log(exp(shifted).sum(axis=1, keepdims=True))
+
     return {
+        "layernorm": (lambda n: [(n // 1024, 1024), (1024,), (1024,)], layer_norm,
+                      lambda n, s: (2 * n + 2048) * s),
+        "layernorm4k": (lambda n: [(n // 4096, 4096), (4096,), (4096,)], layer_norm,
+                        lambda n, s: (2 * n + 8192) * s),
+        "rmsnorm": (lambda n: [(n // 1024, 1024), (1024,)], rms_norm, lambda n, s: (2 * n + 1024) * s),
+        "rmsnorm4k": (lambda n: [(n // 4096, 4096), (4096,)], rms_norm, lambda n, s: (2 * n + 4096) * s),
+        "log_softmax": (lambda n: [(n // 1024, 1024)], log_softmax, lambda n, s: 2 * n * s),
         "exp_mul": (lambda n: [(n,), (n,)], fuse(lambda z, y: exp(z + 2) * y), lambda n, s: 3 * n * s),
         "gelu": (lambda n: [(n,)], fuse(lambda x: x * 0.5 * (1 + tanh(0.7978845608 * (x + 0.044715 * x * x * x)))),
                  lambda n, s: 2 * n * s),
@@ -70,7 +89,7 @@ def run_torch(args, compiled):
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16}
 
     class XP:  # the numpy-like names the workloads use
-        tanh, exp, sqrt, maximum = torch.tanh, torch.exp, torch.sqrt, torch.clamp_min
+        tanh, exp, sqrt, maximum, log = torch.tanh, torch.exp, torch.sqrt, torch.clamp_min, torch.log
 
     def event_pair():
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -84,6 +103,17 @@ def run_torch(args, compiled):
             def fn(x):
                 e = torch.exp(x - x.amax(dim=1, keepdim=True))
                 return e / e.sum(dim=1, keepdim=True)
+        # The normalizations as a model calls them: PyTorch's own functions.
+        F = torch.nn.functional
+        if name.startswith("layernorm"):
+            def fn(x, w, b):
+                return F.layer_norm(x, (x.shape[1],), w, b, 1e-5)
+        if name.startswith("rmsnorm"):
+            def fn(x, w):
+                return F.rms_norm(x, (x.shape[1],), w, 1e-6)
+        if name == "log_softmax":
+            def fn(x):
+                return F.log_softmax(x, dim=1)
         call = torch.compile(fn) if compiled else fn
         for dtype in args.dtypes:
             for log2 in args.sizes:
@@ -123,7 +153,8 @@ def run_cupy(args):
 
     results = []
     for name, (shapes, fn, nbytes) in workloads(cp, "cupy", fuse=cp.fuse).items():
-        if (args.workloads and name not in args.workloads) or name in ("softmax", "sum_squares", "adam"):
+        if (args.workloads and name not in args.workloads) or name not in (
+                "exp_mul", "gelu", "bias_relu", "chain16"):
             continue  # cupy.fuse covers elementwise workloads only
         for dtype in [d for d in args.dtypes if d in dtypes]:
             for log2 in args.sizes:

@@ -8,6 +8,24 @@ Tensor gelu(const Tensor& x) {
   return x * 0.5 * (1 + (0.7978845608 * (x + 0.044715 * x * x * x)).tanh());
 }
 
+// A normalization over rows of `width`, affine where `bias` says (LayerNorm) or scaled only
+// (RMSNorm): x, weight and bias in; one output.
+Workload row_norm(std::string name, int64_t width, bool layer) {
+  return {
+      std::move(name),
+      [width, layer](int64_t n) {
+        std::vector<Shape> shapes = {{n / width, width}, {width}};
+        if (layer) shapes.push_back({width});
+        return shapes;
+      },
+      [width, layer](const std::vector<Tensor>& in) {
+        namespace F = nn::functional;
+        return std::vector<Tensor>{layer ? F::layer_norm(in[0], {width}, in[1], in[2], 1e-5)
+                                         : F::rms_norm(in[0], {width}, in[1], 1e-6)};
+      },
+      [width, layer](int64_t n, int64_t s) { return (2.0 * n + (layer ? 2.0 : 1.0) * width) * s; }};
+}
+
 Tensor chain16(Tensor x) {
   // Sixteen elementwise ops, cheap and expensive alternating, as deep model code produces.
   for (int i = 0; i < 4; ++i) x = ((x * 1.0001 + 0.001).sigmoid() - 0.5).abs();
@@ -62,6 +80,18 @@ const std::vector<Workload>& workloads() {
          return std::vector<Tensor>{p2, m2, v2};
        },
        [](int64_t n, int64_t s) { return 7.0 * n * s; }},
+      row_norm("layernorm", 1024, true),
+      row_norm("layernorm4k", 4096, true),
+      row_norm("rmsnorm", 1024, false),
+      row_norm("rmsnorm4k", 4096, false),
+      {"log_softmax",  // over rows of 1024
+       [](int64_t n) {
+         return std::vector<Shape>{{n / 1024, 1024}};
+       },
+       [](const std::vector<Tensor>& in) {
+         return std::vector<Tensor>{nn::functional::log_softmax(in[0], 1)};
+       },
+       [](int64_t n, int64_t s) { return 2.0 * n * s; }},
   };
   return all;
 }

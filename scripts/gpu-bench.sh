@@ -16,7 +16,8 @@ mkdir -p "$out/peers" "$out/ours"
 peer_sizes=${1:-12,20,26,28}
 our_sizes=()
 [ -n "${2:-}" ] && our_sizes=(--sizes ${2//,/ })
-for workload in exp_mul gelu bias_relu softmax sum_squares chain16 adam; do
+for workload in exp_mul gelu bias_relu softmax sum_squares chain16 adam layernorm layernorm4k \
+  rmsnorm rmsnorm4k log_softmax; do
   if [ -n "${BEFORE:-}" ]; then
     mkdir -p "$out/before"
     "$BEFORE/bin/lazyfuse" bench --workloads "$workload" "${our_sizes[@]}" \
@@ -30,7 +31,7 @@ done
 [ -n "${BEFORE:-}" ] &&
   python3 bench/compare.py --before "$out/before" --after "$out/ours" --markdown "$out/before-after.md"
 [ "${PEERS:-1}" != 0 ] &&
-  python3 bench/peers.py --out "$out/peers" --sizes "$peer_sizes" --dtypes f32 2> "$out/peers.log"
+  python3 bench/peers.py --out "$out/peers" --sizes "$peer_sizes" --dtypes f32,bf16 2> "$out/peers.log"
 python3 bench/report.py "$out"/ours/*.json $(ls "$out"/peers/*.json 2> /dev/null) \
   --png "$out/bench.png" --markdown "$out/report.md"
 # One archive for all the JSON files: the device tool brings back at most eight files.

@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
   bench->add_option("--dtypes", bench_options.dtypes, "f32, bf16, f16, f64")->delimiter(',');
   bench
       ->add_option("--workloads", bench_options.workloads,
-                   "exp_mul, gelu, bias_relu, softmax, sum_squares, chain16, adam (default: all)")
+                   "exp_mul, gelu, bias_relu, softmax, sum_squares, chain16, adam, layernorm, "
+                   "layernorm4k, rmsnorm, rmsnorm4k, log_softmax (default: all)")
       ->delimiter(',');
   bench->add_option("--json", bench_options.json_path, "Write the results here");
   bench->add_option("--batches", bench_options.batches, "Timed batches (the median is reported)")
