@@ -80,6 +80,34 @@ def bars(meta, rows):
         eager = "torch.softmax" if w == "softmax" else "torch eager"
         row(f"{w} at 2^26, 2^28: {eager} / ours >= 1.00", [ratio(w, 26, eager), ratio(w, 28, eager)],
             lambda v: v >= 1.0)
+    # The normalization issue's bars: the norms and log-softmax in both dtypes, and bfloat16.
+    def at(workload, dtype, log2, mode):
+        modes = rows.get((workload, dtype, 1 << log2), {})
+        return modes.get(mode, (None,))[0], modes.get("fused", (None,))[0]
+
+    def half_roof(workload, dtype, log2):
+        roof_us, us = at(workload, dtype, log2, "roof")
+        return None if roof_us is None or us is None else 100 * roof_us / us
+
+    def half_ratio(workload, dtype, log2, mode):
+        theirs, us = at(workload, dtype, log2, mode)
+        return None if theirs is None or us is None else theirs / us
+
+    norms = ["layernorm", "layernorm4k", "rmsnorm", "rmsnorm4k", "log_softmax"]
+    for dtype in ["f32", "bf16"]:
+        for w in norms:
+            row(f"{w} {dtype} at 2^26, 2^28: % of the copy roof >= 90",
+                [half_roof(w, dtype, 26), half_roof(w, dtype, 28)], lambda v: v >= 90)
+            row(f"{w} {dtype} at 2^26, 2^28: torch.compile / ours >= 1.00",
+                [half_ratio(w, dtype, 26, "torch.compile"), half_ratio(w, dtype, 28, "torch.compile")],
+                lambda v: v >= 1.0)
+    for w in ["exp_mul", "gelu", "bias_relu", "softmax", "sum_squares", "chain16", "adam"]:
+        row(f"{w} bf16 at 2^26, 2^28: torch.compile / ours >= 1.00",
+            [half_ratio(w, "bf16", 26, "torch.compile"), half_ratio(w, "bf16", 28, "torch.compile")],
+            lambda v: v >= 1.0)
+        if w != "chain16":
+            row(f"{w} bf16 at 2^26, 2^28: % of the copy roof >= 90",
+                [half_roof(w, "bf16", 26), half_roof(w, "bf16", 28)], lambda v: v >= 90)
     host = meta.get("host_cost_us")
     row("host cost per evaluation on 4096 elements <= 6 us", [host], lambda v: v <= 6)
     compile_ms = meta.get("compile_ms", {})
@@ -146,19 +174,23 @@ def main():
         except ImportError:
             print("matplotlib missing: no plot", file=sys.stderr)
             return
-        names = sorted({w for (w, d, n) in rows})
-        fig, axes = plt.subplots(2, (len(names) + 1) // 2, figsize=(5 * ((len(names) + 1) // 2), 8), squeeze=False)
-        for ax, name in zip(axes.flat, names):
+        # A panel per workload and dtype measured (float32, then bfloat16).
+        panels = sorted({(w, d) for (w, d, n) in rows}, key=lambda p: (p[1] != "f32", p))
+        columns = 4
+        fig, axes = plt.subplots((len(panels) + columns - 1) // columns, columns,
+                                 figsize=(5 * columns, 4 * ((len(panels) + columns - 1) // columns)),
+                                 squeeze=False)
+        for ax, (name, dtype) in zip(axes.flat, panels):
             for mode in ["fused", "unfused", "roof"] + peers + list(stand_ins.values()):
                 points = sorted((n, nbytes / us / 1e3) for (w, d, n), modes in rows.items()
-                                if w == name and d == "f32" and mode in modes for us, nbytes in [modes[mode]])
+                                if w == name and d == dtype and mode in modes for us, nbytes in [modes[mode]])
                 if points:
                     ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=mode)
             ax.set_xscale("log", base=2)
-            ax.set_title(f"{name} (float32)")
+            ax.set_title(f"{name} ({'bfloat16' if dtype == 'bf16' else 'float32' if dtype == 'f32' else dtype})")
             ax.set_xlabel("elements")
             ax.set_ylabel("GB/s over unique bytes")
-        for ax in list(axes.flat)[len(names):]:
+        for ax in list(axes.flat)[len(panels):]:
             ax.set_visible(False)
         # One legend for every mode drawn in any panel.
         handles = {}
