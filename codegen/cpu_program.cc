@@ -153,8 +153,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
         // from a rounded copy.
         const DType from = graph.nodes[node.inputs[0]].dtype;
         int operand = reg_of.at(node.inputs[0]);
-        if (!step.round_each_op && from != node.dtype &&
-            (from == DType::Float16 || from == DType::BFloat16)) {
+        if (!step.round_each_op && (from == DType::Float16 || from == DType::BFloat16)) {
           operand = convert_to(operand, vtype[operand], /*fresh=*/true);
           round_if_half(operand, from);
         }
@@ -169,8 +168,18 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
         for (ValueId in : node.inputs) input_dtypes.push_back(graph.nodes[in].dtype);
         DType operand_dtype = op_input_compute_dtype(node.op, input_dtypes, node.dtype);
         Instr instr{Kind::Apply};
-        for (size_t k = 0; k < node.inputs.size(); ++k)
-          instr.src[k] = convert_to(reg_of.at(node.inputs[k]), operand_dtype);
+        for (size_t k = 0; k < node.inputs.size(); ++k) {
+          int operand = reg_of.at(node.inputs[k]);
+          // A half value kept in float32 that this op reads into another dtype (a comparison,
+          // a promotion) is read as its dtype holds it, from a rounded copy.
+          const DType in_dtype = graph.nodes[node.inputs[k]].dtype;
+          if (!step.round_each_op && in_dtype != node.dtype &&
+              (in_dtype == DType::Float16 || in_dtype == DType::BFloat16)) {
+            operand = convert_to(operand, vtype[operand], /*fresh=*/true);
+            round_if_half(operand, in_dtype);
+          }
+          instr.src[k] = convert_to(operand, operand_dtype);
+        }
         instr.apply = table.apply[static_cast<int>(node.op)][compute_slot(operand_dtype)];
         if (instr.apply == nullptr)
           throw DTypeError(absl::StrCat(op_name(node.op), " has no CPU kernel for ",

@@ -153,6 +153,7 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
         break;
       case Op::Copy:
         absl::StrAppend(&b, indent, type, " ", v(id), " = ", v(node.inputs[0]), ";\n");
+        if (!round_each_op) continue;  // the operand's value, as the CPU's copy keeps it
         break;
       case Op::Cast: {
         const DType from = graph.nodes[node.inputs[0]].dtype;
@@ -184,9 +185,15 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
                                     : storage_type(operand_dtype);
         const char* names[3] = {"a", "b", "c"};
         absl::StrAppend(&b, indent, type, " ", v(id), ";\n", indent, "{\n");
-        for (size_t k = 0; k < node.inputs.size(); ++k)
+        for (size_t k = 0; k < node.inputs.size(); ++k) {
+          // A half value kept in float32 that this op reads into another dtype (a comparison,
+          // a promotion) is read as its dtype holds it.
+          const DType in_dtype = graph.nodes[node.inputs[k]].dtype;
+          const bool as_stored = !round_each_op && in_dtype != node.dtype;
           absl::StrAppend(&b, indent, "  const ", operand, " ", names[k], " = (", operand, ")",
-                          v(node.inputs[k]), ";\n");
+                          as_stored ? rounded(v(node.inputs[k]), in_dtype) : v(node.inputs[k]),
+                          ";\n");
+        }
         // 1 / b is a correctly rounded reciprocal: the same bits as the division, in a third of
         // its instructions (the sigmoid-like chains that divide 1 by something).
         const Node& numerator = graph.nodes[node.inputs[0]];

@@ -31,7 +31,7 @@ uint64_t step_kernel_key(const Graph& graph, const Step& step) {
   for (ValueId v : step.nodes) local.emplace(v, static_cast<int>(local.size()));
   StableHash h;
   h.add(step.kind).add(step.shape.size()).add(step.device);
-  if (step.round_each_op) h.add(std::string_view("round each op"));
+  if (!step.round_each_op) h.add(std::string_view("round at stores"));
   for (ValueId v : step.inputs) {
     const Node& n = graph.nodes[v];
     // Which dims broadcast is part of the kernel; the sizes are not.

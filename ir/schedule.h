@@ -40,7 +40,7 @@ struct Step {
   uint64_t kernel_key = 0;
   // Its half-type values rounded after every op rather than where stored (Note [Half precision
   // in fused kernels]).
-  bool round_each_op = false;
+  bool round_each_op = true;
   // A group's kernels, each an Elementwise step or a Reduction step of one reduction (the last
   // node, after its fused prologue), none reading what another computes. The group's nodes, inputs
   // and outputs are theirs, concatenated in member order.
@@ -57,21 +57,26 @@ uint64_t step_kernel_key(const Graph& graph, const Step& step);
 // program). Throws VerifierError when the steps depend on each other in a cycle.
 std::vector<Step> order_steps(const Graph& graph, std::vector<Step> steps);
 
-// The fusion pass's switches and caps, in one place (ir/passes/fusion.cc's note says why each
-// exists); the code generators rely on max_row (codegen/cuda_codegen.h's row kernel).
 // Note [Half precision in fused kernels]
 // How a fused kernel rounds float16 and bfloat16 values, which it computes in float32:
-// - AtStores (the default, as Inductor and XLA do): a value is rounded to its dtype where it is
+// - EachOp (the default): every op's result is rounded to its dtype, as PyTorch eager does, so
+//   a fused chain gives the bits of one kernel per op, on each device.
+// - AtStores (as Inductor and XLA do; opt in): a value is rounded to its dtype where it is
 //   stored, and values inside the kernel keep float32's precision. A fused chain is then more
-//   accurate than the same ops one kernel each, and its bits differ from theirs.
-// - EachOp: every op's result is rounded to its dtype, as PyTorch eager does, so a fused chain
-//   gives the bits of one kernel per op, on each device.
-// An explicit cast to a half type rounds under both.
-enum class HalfRounding { AtStores, EachOp };
+//   accurate than the same ops one kernel each, and its bits differ from theirs. A half value
+//   that an op reads into another dtype (a comparison, a promotion, a cast) is read as its dtype
+//   holds it, so an argmax's comparison with the rounded maximum finds it. Not yet the default:
+//   the CPU's reduction steps still round the values they carry between their parts (a
+//   softmax's exponentials, a norm's row values) where the GPU's kernels keep float32, and the
+//   fuzzer has no float64 oracle for half values under it.
+// Casts to a half type, constants and generators round under both.
+enum class HalfRounding { EachOp, AtStores };
 
+// The fusion pass's switches and caps, in one place (ir/passes/fusion.cc's note says why each
+// exists); the code generators rely on max_row (codegen/cuda_codegen.h's row kernel).
 struct FusionOptions {
   bool enabled = true;  // off: one step per node (benchmarks measure what fusion buys)
-  HalfRounding half_rounding = HalfRounding::AtStores;
+  HalfRounding half_rounding = HalfRounding::EachOp;
   // Caps that cut an elementwise group.
   int max_nodes = 128;
   int max_inputs = 16;

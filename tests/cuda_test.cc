@@ -776,10 +776,11 @@ TEST_F(Cuda, FloatToIntegerCastsSaturate) {
 // NaN aside (a NaN need only stay a NaN): float32 values spread over every exponent, every
 // float32 in [1, 1.0156) (each tie of both types there), the float16 subnormal range, and the
 // infinities and the largest finite values.
-// Half-type chains kept in float32 until stored (the default rounding) on the GPU: the CPU's
+// Half-type chains kept in float32 until stored (rounding at stores) on the GPU: the CPU's
 // values within a rounding of the dtype (the sine's last float32 bits differ), and 2048 + 1 -
 // 2048 is 1.
 TEST_F(Cuda, HalfChainsKeepFloat32UntilStoredAsOnTheCpu) {
+  HalfRoundingGuard at_stores(HalfRounding::AtStores);
   std::vector<double> v = random_values(40000, -4, 4, 30);
   v[0] = 2048;
   for (DType half : {kFloat16, kBFloat16}) {

@@ -38,12 +38,14 @@ extern "C" __global__ void __launch_bounds__(256) k_ba0b6e64_r1v8_c(const Args_k
         const float b = (float)v0;
         v1 = (float)(a * b);  // mul
       }
+      v1 = lf_round_f16(v1);
       float v2;
       {
         const float a = (float)v1;
         v2 = (float)(lf_tanh(a));  // tanh
       }
-      float v3 = (float)lf_round_f16(v2);
+      v2 = lf_round_f16(v2);
+      float v3 = (float)v2;
       float v4 = 0x1p-1f;
       float v5;
       {
@@ -67,12 +69,14 @@ extern "C" __global__ void __launch_bounds__(256) k_ba0b6e64_r1v8_c(const Args_k
       const float b = (float)v0;
       v1 = (float)(a * b);  // mul
     }
+    v1 = lf_round_f16(v1);
     float v2;
     {
       const float a = (float)v1;
       v2 = (float)(lf_tanh(a));  // tanh
     }
-    float v3 = (float)lf_round_f16(v2);
+    v2 = lf_round_f16(v2);
+    float v3 = (float)v2;
     float v4 = 0x1p-1f;
     float v5;
     {

@@ -51,11 +51,13 @@ Tensor expect_fusion_invariant(const std::function<Tensor()>& build, const std::
   return fused;
 }
 
-// Under the default rounding (Note [Half precision in fused kernels] in ir/schedule.h) a fused
-// half-type chain keeps float32 between its ops and rounds where it stores: closer to float64
-// than rounding after every op, and a cast reads a value as its dtype holds it.
+// Rounding at stores (Note [Half precision in fused kernels] in ir/schedule.h): a fused
+// half-type chain keeps float32 between its ops and rounds where it stores, closer to float64
+// than rounding after every op (the default); a cast, a comparison or a promotion reads a half
+// value as its dtype holds it.
 TEST(OpsElementwise, HalfChainsKeepFloat32UntilStored) {
-  ASSERT_EQ(half_rounding(), HalfRounding::AtStores) << "the default";
+  ASSERT_EQ(half_rounding(), HalfRounding::EachOp) << "the default";
+  HalfRoundingGuard rounding_at_stores(HalfRounding::AtStores);
   std::mt19937 rng(15);
   Host h = random_host(rng, {40000}, kFloat16, {-4, 4, 0, 0});
   h.v[0] = 2048;
@@ -103,6 +105,22 @@ TEST(OpsElementwise, HalfChainsKeepFloat32UntilStored) {
                   return f32(quantize(quantize(v, DType::BFloat16) * 3, DType::BFloat16) + v);
                 }),
       kFloat32, {}, "cast of a bfloat16 product");
+
+  // argmax compares each value with the rounded maximum: the comparison reads the values
+  // rounded too, so it finds the maximum's first position, as over the stored products.
+  Tensor a = to_tensor(random_host(rng, {64, 300}, kBFloat16, {-3, 3, 0, 0}), kBFloat16);
+  Tensor b = to_tensor(random_host(rng, {64, 300}, kBFloat16, {-3, 3, 0, 0}), kBFloat16);
+  Tensor products = a * b;
+  Tensor fused_argmax = argmax(products, 1);
+  eval(fused_argmax);
+  eval(products);  // stored, so rounded
+  const std::vector<double> stored = products.to_vector<double>();
+  std::vector<int64_t> want(64);
+  for (int64_t r = 0; r < 64; ++r)
+    want[static_cast<size_t>(r)] =
+        std::max_element(stored.begin() + r * 300, stored.begin() + (r + 1) * 300) -
+        (stored.begin() + r * 300);
+  EXPECT_EQ(fused_argmax.to_vector<int64_t>(), want);
 }
 
 TEST(OpsElementwise, FusedAndUnfusedGiveIdenticalBits) {
