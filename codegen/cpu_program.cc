@@ -96,6 +96,14 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
     instr.text = absl::StrCat("round to ", dtype_ir_name(dtype));
     code.push_back(instr);
   };
+  // A half value kept in float32 (Note [Half precision in fused kernels]) as its dtype holds it:
+  // a rounded copy, so the register's other readers keep the unrounded value.
+  auto as_stored = [&](int reg, DType dtype) {
+    if (dtype != DType::Float16 && dtype != DType::BFloat16) return reg;
+    const int copy = convert_to(reg, vtype[reg], /*fresh=*/true);
+    round_if_half(copy, dtype);
+    return copy;
+  };
 
   for (size_t k = 0; k < step.inputs.size(); ++k) {
     const Node& input = graph.nodes[step.inputs[k]];
@@ -149,14 +157,10 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
       case Op::Cast: {
         // A cast to a half type rounds its register in place; other users of the operand (in
         // the same fused kernel) must keep reading the unrounded value. A half-type operand kept
-        // in float32 (Note [Half precision in fused kernels]) is read as its dtype holds it,
-        // from a rounded copy.
+        // in float32 is read as stored.
         const DType from = graph.nodes[node.inputs[0]].dtype;
         int operand = reg_of.at(node.inputs[0]);
-        if (!step.round_each_op && (from == DType::Float16 || from == DType::BFloat16)) {
-          operand = convert_to(operand, vtype[operand], /*fresh=*/true);
-          round_if_half(operand, from);
-        }
+        if (!step.round_each_op) operand = as_stored(operand, from);
         bool rounds =
             from != node.dtype && (node.dtype == DType::Float16 || node.dtype == DType::BFloat16);
         result = convert_to(operand, dtype, rounds);
@@ -171,13 +175,9 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
         for (size_t k = 0; k < node.inputs.size(); ++k) {
           int operand = reg_of.at(node.inputs[k]);
           // A half value kept in float32 that this op reads into another dtype (a comparison,
-          // a promotion) is read as its dtype holds it, from a rounded copy.
+          // a promotion) is read as stored.
           const DType in_dtype = graph.nodes[node.inputs[k]].dtype;
-          if (!step.round_each_op && in_dtype != node.dtype &&
-              (in_dtype == DType::Float16 || in_dtype == DType::BFloat16)) {
-            operand = convert_to(operand, vtype[operand], /*fresh=*/true);
-            round_if_half(operand, in_dtype);
-          }
+          if (!step.round_each_op && in_dtype != node.dtype) operand = as_stored(operand, in_dtype);
           instr.src[k] = convert_to(operand, operand_dtype);
         }
         instr.apply = table.apply[static_cast<int>(node.op)][compute_slot(operand_dtype)];

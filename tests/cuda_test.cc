@@ -2,6 +2,7 @@
 // compared with the CPU path and with a float64 reference computed here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 
 #include <bit>
@@ -795,6 +796,20 @@ TEST_F(Cuda, HalfChainsKeepFloat32UntilStoredAsOnTheCpu) {
     // At 2048 the sum is 1 + sin(4195328) + 45.25..., not the 0 + ... of rounding each op.
     EXPECT_NEAR(got[0], 1 + std::sin(2048.5 * 2048) + std::sqrt(2048.0), 0.25);
     expect_close(got, want, half == kFloat16 ? 2e-3 : 1.6e-2, 2e-3);
+    // A comparison reads a half value as stored, and an argmax (a row kernel keeping the
+    // products) finds the stored maximum's first position.
+    Tensor tripled = gpu * 3;
+    const std::vector<double> equal = (tripled == tripled.to(kFloat32)).to_vector<double>();
+    EXPECT_EQ(std::count(equal.begin(), equal.end(), 1.0), static_cast<int64_t>(equal.size()));
+    Tensor rows = gpu.reshape({100, 400});
+    Tensor products = rows * (rows + 0.25);
+    const std::vector<int64_t> positions = argmax(products, 1).to_vector<int64_t>();
+    const std::vector<double> stored = products.to_vector<double>();
+    for (int64_t r = 0; r < 100; ++r)
+      EXPECT_EQ(positions[static_cast<size_t>(r)],
+                std::max_element(stored.begin() + r * 400, stored.begin() + (r + 1) * 400) -
+                    (stored.begin() + r * 400))
+          << "row " << r;
   }
 }
 

@@ -106,8 +106,16 @@ TEST(OpsElementwise, HalfChainsKeepFloat32UntilStored) {
                 }),
       kFloat32, {}, "cast of a bfloat16 product");
 
-  // argmax compares each value with the rounded maximum: the comparison reads the values
-  // rounded too, so it finds the maximum's first position, as over the stored products.
+  // A comparison reads a half value as stored: a product compared in the same kernel with its
+  // own cast (which rounds) is equal to it everywhere.
+  Tensor tripled = th * 3;
+  Tensor same = tripled == tripled.to(kFloat32);
+  eval(same);
+  const std::vector<double> equal = same.to_vector<double>();
+  EXPECT_EQ(std::count(equal.begin(), equal.end(), 1.0), static_cast<int64_t>(equal.size()));
+
+  // argmax compares each value with the rounded maximum, and so finds the first position of
+  // the maximum of the stored products.
   Tensor a = to_tensor(random_host(rng, {64, 300}, kBFloat16, {-3, 3, 0, 0}), kBFloat16);
   Tensor b = to_tensor(random_host(rng, {64, 300}, kBFloat16, {-3, 3, 0, 0}), kBFloat16);
   Tensor products = a * b;
