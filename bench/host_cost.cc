@@ -131,7 +131,8 @@ void BM_CudaLaunchPlan(benchmark::State& state) {
 BENCHMARK(BM_CudaLaunchPlan);
 
 // The floor under a GPU evaluation's host cost (bench/launch_floor.h). Argument 0 launches on
-// the legacy default stream, as lazyfuse does; 2 on the per-thread one.
+// the legacy default stream, 2 on the per-thread one, -1 on the device's own stream, where
+// lazyfuse launches.
 void BM_DriverLaunch(benchmark::State& state) {
   if (device_name == "cpu") {
     state.SkipWithError("needs --device=cuda:N");
@@ -146,10 +147,15 @@ void BM_DriverLaunch(benchmark::State& state) {
   bench::LaunchFloor floor(Device(device_name).index(), address(in.y), address(in.z), address(out),
                            kElements);
   auto stream = reinterpret_cast<cuda::CUstream>(static_cast<uintptr_t>(state.range(0)));
-  for (auto _ : state) floor.launch(stream);
+  for (auto _ : state) {
+    if (state.range(0) < 0)
+      floor.launch();
+    else
+      floor.launch_on(stream);
+  }
   cuda::check(cuda::driver()->cuCtxSynchronize(), "cuCtxSynchronize");
 }
-BENCHMARK(BM_DriverLaunch)->Arg(0)->Arg(2);
+BENCHMARK(BM_DriverLaunch)->Arg(0)->Arg(2)->Arg(-1);
 
 void BM_Evaluate(benchmark::State& state) {
   Inputs in;
@@ -182,9 +188,12 @@ void synchronize() {
 }
 
 // Runs `iteration` under the host profile and reports each phase in microseconds per iteration,
-// with the evaluations' nodes, kernels and launches, and the wall time per launch.
+// with the evaluations' nodes, kernels and launches, and the wall time per launch. Each
+// iteration waits for the device unless `synchronize_each` is false (then wait_us is 0 and the
+// device's work overlaps the next iterations' host work, as in BM_Evaluate).
 template <typename Iteration>
-void profile_iterations(benchmark::State& state, Iteration iteration) {
+void profile_iterations(benchmark::State& state, Iteration iteration,
+                        bool synchronize_each = true) {
   // The first evaluations run the passes and compile the kernels (a training step's first two
   // differ: the first finds no gradients to accumulate into).
   for (int warmup = 0; warmup < 3; ++warmup) iteration();
@@ -198,11 +207,12 @@ void profile_iterations(benchmark::State& state, Iteration iteration) {
     const auto start = std::chrono::steady_clock::now();
     iteration();
     const auto issued = std::chrono::steady_clock::now();
-    synchronize();
+    if (synchronize_each) synchronize();
     const auto end = std::chrono::steady_clock::now();
     wall_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
     wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(end - issued).count();
   }
+  synchronize();
   set_host_profiling(false);
   const HostProfile profile = host_profile();
   const EvalStats stats = eval_stats();
@@ -227,6 +237,14 @@ void profile_iterations(benchmark::State& state, Iteration iteration) {
   state.counters["us_per_launch"] =
       stats.launches > 0 ? per_iteration_us(wall_ns) * iterations / stats.launches : 0;
 }
+
+// BM_Evaluate under the host profile: where one fused evaluation's host time goes.
+void BM_EvaluatePhases(benchmark::State& state) {
+  Inputs in;
+  profile_iterations(
+      state, [&] { eval((in.z + 2).exp() * in.y); }, /*synchronize_each=*/false);
+}
+BENCHMARK(BM_EvaluatePhases);
 
 // Kernels back to back: a chain of `count` negations of 4096 elements evaluated with fusion off,
 // so one kernel each, synchronized once per evaluation. With CUDA graphs the whole chain is one

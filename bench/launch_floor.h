@@ -15,10 +15,14 @@ class LaunchFloor {
   // Compiles (or finds in the kernel cache) the kernel for GPU `device`; `y`, `z` and `out`
   // are device addresses of `n` floats.
   LaunchFloor(int device, uint64_t y, uint64_t z, uint64_t out, int64_t n);
-  // One launch on `stream` (null: the legacy default stream, which lazyfuse launches on).
-  void launch(cuda::CUstream stream = nullptr);
+  // One launch on the device's own stream, the one lazyfuse launches on
+  // (cuda::device_stream).
+  void launch();
+  // One launch on `stream` (null: the legacy default stream).
+  void launch_on(cuda::CUstream stream);
 
  private:
+  int device_;
   cuda::CUfunction function_ = nullptr;
   uint64_t args_[4];
   unsigned blocks_;
