@@ -103,12 +103,17 @@ void check(CUresult result, const char* what) {
 }
 
 CUcontext activate(int index) {
-  static std::mutex mutex;
-  static std::vector<CUcontext> contexts;
   const DriverApi* api = driver();
   if (api == nullptr) throw DeviceIndexError(absl::StrCat("no CUDA GPU: ", why_unavailable()));
-  CUcontext context = nullptr;
-  {
+  // Read on every step: the contexts retained so far are read without a lock (each slot is set
+  // once); a slot past them, or a first use, takes it.
+  constexpr int kFastSlots = 64;
+  static std::atomic<CUcontext> fast[kFastSlots] = {};
+  CUcontext context =
+      index >= 0 && index < kFastSlots ? fast[index].load(std::memory_order_acquire) : nullptr;
+  if (context == nullptr) {
+    static std::mutex mutex;
+    static std::vector<CUcontext> contexts;
     std::lock_guard lock(mutex);
     if (contexts.size() <= static_cast<size_t>(index)) contexts.resize(index + 1, nullptr);
     if (contexts[index] == nullptr) {
@@ -117,6 +122,8 @@ CUcontext activate(int index) {
       // The primary context is shared with the CUDA runtime (PyTorch, CuPy) in one process;
       // it is retained for the life of the process.
       check(api->cuDevicePrimaryCtxRetain(&contexts[index], device), "cuDevicePrimaryCtxRetain");
+      if (index >= 0 && index < kFastSlots)
+        fast[index].store(contexts[index], std::memory_order_release);
     }
     context = contexts[index];
   }

@@ -54,10 +54,18 @@ thread_local int active_device = -1;
 thread_local int64_t active_pool = 0;
 
 DeviceCache& cache(int device) {
+  // Read on every allocation: the caches made so far are read without a lock (each slot is set
+  // once); a slot past them, or a first use, takes it.
+  constexpr int kFastSlots = 64;
+  static std::atomic<DeviceCache*> fast[kFastSlots] = {};
+  if (device >= 0 && device < kFastSlots)
+    if (DeviceCache* c = fast[device].load(std::memory_order_acquire)) return *c;
   static std::mutex mutex;
   static std::map<int, DeviceCache>* caches = new std::map<int, DeviceCache>();
   std::lock_guard lock(mutex);
-  return (*caches)[device];
+  DeviceCache& c = (*caches)[device];  // std::map: never moves once made
+  if (device >= 0 && device < kFastSlots) fast[device].store(&c, std::memory_order_release);
+  return c;
 }
 
 // Small blocks round to 512 bytes, large ones to 2 MiB, so that freed blocks fit later
