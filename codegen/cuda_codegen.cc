@@ -274,9 +274,13 @@ const std::string& cuda_prologue() {
 std::string CudaElementwiseSpec::code() const {
   std::string access;
   for (OperandAccess a : inputs) access += "cbrs"[static_cast<int>(a)];
-  return absl::StrCat("r", rank, vectorized ? absl::StrCat("v", vector_width) : "",
-                      index64 ? "i64" : "", row_in_registers ? "rr" : "", access.empty() ? "" : "_",
-                      access);
+  return absl::StrCat(
+      "r", rank, vectorized ? absl::StrCat("v", vector_width) : "", index64 ? "i64" : "",
+      row_in_registers
+          ? absl::StrCat("rr",
+                         row_registers == kCudaRowRegisters ? "" : absl::StrCat(row_registers))
+          : "",
+      row_warps == 1 ? "" : absl::StrCat("w", row_warps), access.empty() ? "" : "_", access);
 }
 
 CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
@@ -366,8 +370,17 @@ CudaElementwiseSpec spec_for_fresh_operands(const Graph& graph, const Step& step
     outputs.push_back(address += 1 << 20);
     sizes.push_back(dtype_size(graph.nodes[v].dtype));
   }
-  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, outputs, sizes);
-  if (step.kind == StepKind::Reduction) plan.spec.vectorized = false;
+  if (step.kind != StepKind::Reduction)
+    return plan_cuda_elementwise(step, layouts, outputs, sizes).spec;
+  CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
+  const ReductionParts parts = reduction_parts(graph, step);
+  if (!parts.is_row_program()) {
+    plan.spec.vectorized = false;
+    return plan.spec;
+  }
+  const int64_t rows = numel(graph.nodes[parts.reduction].shape);
+  choose_cuda_row_layout(plan, rows == 0 ? 0 : plan.numel / rows, step.inputs.size(),
+                         /*outputs_aligned=*/true);
   return plan.spec;
 }
 

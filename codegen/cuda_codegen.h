@@ -25,9 +25,12 @@ struct CudaElementwiseSpec {
   bool vectorized = false;
   int vector_width = 4;
   bool index64 = false;
-  // Row kernels only: each lane keeps its elements of the row's operands in registers
-  // (kCudaRowRegisters each), read once, instead of rereading the row in every pass.
+  // Row kernels only (choose_cuda_row_layout): each lane keeps its elements of the row's
+  // operands in registers (row_registers each), read once, instead of rereading the row in
+  // every pass; row_warps warps share a row (one row a block when more than one).
   bool row_in_registers = false;
+  int row_registers = 32;
+  int row_warps = 1;
   std::vector<OperandAccess> inputs;
   std::string code() const;  // "r1v4_cbr": part of the kernel's name
 };
@@ -152,14 +155,27 @@ std::string cuda_column_reduction_kernel_name(Op op, DType in, DType out);
 CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
                                          const CudaElementwiseSpec& spec, bool fast_math = false);
 // A row step (ReductionParts::is_row_program: reductions of the same rows, an epilogue): one
-// warp per row makes a pass over the row per reduction, its lanes combining through shuffles in
-// a fixed order, then a last pass computing and storing the rest with the rows' results. Rows
+// warp (or block: choose_cuda_row_layout) per row makes a pass over the row per reduction, its
+// lanes combining through shuffles (and a block's warps through shared memory) in a fixed
+// order, then a last pass computing and storing the rest with the rows' results. Rows
 // are at most FusionOptions::max_row elements (ir/schedule.h) and reread from cache. Parameters:
 // sizes and strides over step.shape, input and output pointers (outputs in step order; a stored
-// reduction has one element per row), rows, columns, divisor. Launch blocks of
-// kCudaReduceThreads threads, kCudaReduceThreads / 32 rows each.
+// reduction has one element per row), rows, columns, divisor. Launch cuda_row_blocks blocks of
+// cuda_row_threads threads.
 CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
                                     const CudaElementwiseSpec& spec, bool fast_math = false);
+// A row kernel's layout for rows of `columns` elements, set in `plan` (made by
+// plan_cuda_elementwise over the step's operands; `outputs_aligned`: every stored output is
+// aligned to 8 of its elements). Rows of up to 32 x kCudaRowRegisters elements take a warp
+// each; a longer row takes a block of as many warps as leave each lane 16 of its elements or
+// fewer (at most 32 warps). A row is kept in registers when it fits them and the step reads at
+// most kCudaRowRegisterInputs operands, and read and written 16 bytes a lane at a time (eight
+// half-precision elements, four of four bytes) when it is whole groups of such accesses.
+void choose_cuda_row_layout(CudaElementwiseLaunch& plan, int64_t columns, size_t inputs,
+                            bool outputs_aligned);
+// The blocks and threads a row kernel of `spec` launches for `rows` rows.
+int64_t cuda_row_blocks(const CudaElementwiseSpec& spec, int64_t rows);
+int cuda_row_threads(const CudaElementwiseSpec& spec);
 
 // The kernel a step with generated code (elementwise or reduction) runs, by its kind and what
 // is fused into it; for a reduction `spec` must not be vectorized. What the runtime launches

@@ -141,7 +141,7 @@ std::string reduction_tail(Op op, DType acc, DType out) {
 template <typename AddFields>
 CudaSource begin_row_kernel(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,
                             bool fast_math, const std::string& preamble, const std::string& comment,
-                            AddFields add_fields) {
+                            AddFields add_fields, int threads = kCudaReduceThreads) {
   const size_t num_inputs = step.inputs.size();
   CudaSource source;
   source.kernel_name = absl::StrCat(step.kernel_name(), "_", spec.code());
@@ -155,7 +155,7 @@ CudaSource begin_row_kernel(const Graph& graph, const Step& step, const CudaElem
   add_fields(layout);
   absl::StrAppend(&s, "\n// ", comment, "\n",
                   layout.declare(absl::StrCat("Args_", source.kernel_name)), preamble,
-                  "\nextern \"C\" __global__ void __launch_bounds__(", kCudaReduceThreads, ") ",
+                  "\nextern \"C\" __global__ void __launch_bounds__(", threads, ") ",
                   source.kernel_name, "(const Args_", source.kernel_name, " args) {\n",
                   "  typedef ", spec.index64 ? "long long" : "unsigned int", " IDX;\n");
   s += cuda_emit::emit_input_pointers(graph, step.inputs);
@@ -464,6 +464,46 @@ std::vector<ValueId> needed_members(const Graph& graph, const std::vector<ValueI
 
 }  // namespace
 
+void choose_cuda_row_layout(CudaElementwiseLaunch& plan, int64_t columns, size_t inputs,
+                            bool outputs_aligned) {
+  CudaElementwiseSpec& spec = plan.spec;
+  // Measured on the H200 (docs/benchmarks.md): a warp a row reread its row of 4096 from memory
+  // in every pass, at a third of the copy roof; a block a row keeps it in registers.
+  constexpr int64_t kWarpRow = 32 * kCudaRowRegisters, kBlockRowRegisters = 16;
+  spec.row_warps =
+      columns <= kWarpRow
+          ? 1
+          : static_cast<int>(std::min<int64_t>(
+                32, std::bit_ceil(static_cast<uint64_t>((columns + 32 * kBlockRowRegisters - 1) /
+                                                        (32 * kBlockRowRegisters)))));
+  const int64_t lanes = 32 * spec.row_warps;
+  const int64_t per_lane = (columns + lanes - 1) / lanes;
+  const int64_t limit = spec.row_warps == 1 ? kCudaRowRegisters : kBlockRowRegisters;
+  spec.row_in_registers =
+      per_lane <= limit && inputs <= static_cast<size_t>(kCudaRowRegisterInputs);
+  // The plan's width is 16 bytes of the narrowest operand; half of it where the row is whole
+  // groups of that only.
+  int width = spec.vector_width;
+  if (columns % (lanes * width) != 0 && width == 8) width = 4;
+  spec.vectorized =
+      spec.vectorized && spec.row_in_registers && columns % (lanes * width) == 0 && outputs_aligned;
+  spec.vector_width = spec.vectorized ? width : 4;
+  // Registers for the lane's elements, a power of two (fewer kernels) of at least a vector.
+  spec.row_registers = static_cast<int>(
+      std::min<int64_t>(limit, std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(
+                                   per_lane, spec.vectorized ? spec.vector_width : 1)))));
+}
+
+int cuda_row_threads(const CudaElementwiseSpec& spec) {
+  return spec.row_warps == 1 ? kCudaReduceThreads : 32 * spec.row_warps;
+}
+
+int64_t cuda_row_blocks(const CudaElementwiseSpec& spec, int64_t rows) {
+  if (spec.row_warps > 1) return rows;
+  constexpr int64_t kRowsPerBlock = kCudaReduceThreads / 32;
+  return (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+}
+
 CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
                                     const CudaElementwiseSpec& spec, bool fast_math) {
   const ReductionParts parts = reduction_parts(graph, step);
@@ -479,54 +519,69 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
       graph, step, spec, fast_math, preamble,
       absl::StrCat(names, " over each row, then ", parts.epilogue.size(),
                    " fused nodes over the row again"),
-      [&](ArgLayout& layout) { add_row_fields(layout, static_cast<int>(step.outputs.size())); });
+      [&](ArgLayout& layout) { add_row_fields(layout, static_cast<int>(step.outputs.size())); },
+      cuda_row_threads(spec));
   std::string& s = source.source;
   const std::vector<std::string> loads = cuda_emit::strided_loads(spec);
-  // One warp per row: its lanes walk the row, then combine through shuffles.
-  s += "  const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;\n"
-       "  const int lane = threadIdx.x % 32;\n"
-       "  if (row >= args.rows) return;\n";
-  // With the row in registers, lane element t is column lane + 32 * t, every pass unrolled so
-  // that the registers are named statically. Vectorized, the lanes take the row in groups of
-  // 128 columns, four consecutive ones each: element t is column 128 (t / 4) + 4 lane + t % 4,
-  // so each lane reads (and writes) its four with one access. Every row is then whole groups.
+  // `lanes` threads share a row: a warp, combining through shuffles, or a block of warps
+  // (one row a block), combining the warps' results through shared memory after that.
+  const int lanes = 32 * spec.row_warps;
+  if (spec.row_warps == 1) {
+    s += "  const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;\n"
+         "  const int lane = threadIdx.x % 32;\n"
+         "  if (row >= args.rows) return;\n";
+  } else {
+    s += "  const long long row = blockIdx.x;\n  const int lane = threadIdx.x;\n";
+  }
+  // With the row in registers, lane element t is column lane + lanes * t, every pass unrolled
+  // so that the registers are named statically. Vectorized, the lanes take the row in groups of
+  // lanes * V columns, V consecutive ones each (V = vector_width, 16 bytes of the narrowest
+  // operand): element t is column lanes * V (t / V) + V lane + t % V, so each lane reads (and
+  // writes) its V with one access. Every row is then whole groups.
   const bool vector_rows = spec.row_in_registers && spec.vectorized;
-  const std::string column = vector_rows ? "128 * (t / 4) + 4 * lane + t % 4" : "lane + 32 * t";
+  const int width = vector_rows ? spec.vector_width : 1;
+  const int group = lanes * width;
+  const int registers = spec.row_registers;
+  const std::string column =
+      vector_rows ? absl::StrCat(group, " * (t / ", width, ") + ", width, " * lane + t % ", width)
+                  : absl::StrCat("lane + ", lanes, " * t");
   // Unrolled, this folds away in all but one element of each group.
-  const std::string past_row =
-      vector_rows ? "t % 4 == 0 && 128 * (t / 4) >= args.columns" : "lane + 32 * t >= args.columns";
+  const std::string past_row = vector_rows ? absl::StrCat("t % ", width, " == 0 && ", group,
+                                                          " * (t / ", width, ") >= args.columns")
+                                           : absl::StrCat("lane + ", lanes, " * t >= args.columns");
   std::vector<std::string> pass_loads = loads;
   if (spec.row_in_registers) {
     absl::StrAppend(&s, "  // The lane's elements of each operand, read once.\n");
     for (size_t k = 0; k < step.inputs.size(); ++k) {
       absl::StrAppend(&s, "  ", type_name(graph.nodes[step.inputs[k]].dtype), " row", k, "[",
-                      kCudaRowRegisters, "];\n");
+                      registers, "];\n");
       pass_loads[k] = absl::StrCat("row", k, "[t]");
     }
     if (vector_rows) {
-      absl::StrAppend(&s, "#pragma unroll\n  for (int t = 0; t < ", kCudaRowRegisters,
-                      "; t += 4) {\n    if (128 * (t / 4) >= args.columns) break;\n"
-                      "    const IDX i = (IDX)(row * args.columns + 128 * (t / 4) + 4 * lane);\n");
+      absl::StrAppend(&s, "#pragma unroll\n  for (int t = 0; t < ", registers, "; t += ", width,
+                      ") {\n    if (", group, " * (t / ", width,
+                      ") >= args.columns) break;\n    const IDX i = (IDX)(row * args.columns + ",
+                      group, " * (t / ", width, ") + ", width, " * lane);\n");
       for (size_t k = 0; k < step.inputs.size(); ++k) {
         const char* type = type_name(graph.nodes[step.inputs[k]].dtype);
         if (spec.inputs[k] == OperandAccess::Broadcast) {
-          absl::StrAppend(&s, "#pragma unroll\n    for (int l = 0; l < 4; ++l) row", k,
+          absl::StrAppend(&s, "#pragma unroll\n    for (int l = 0; l < ", width, "; ++l) row", k,
                           "[t + l] = in", k, "[0];\n");
           continue;
         }
         const std::string at = spec.inputs[k] == OperandAccess::Repeated
                                    ? absl::StrCat("i % (IDX)args.stride[", k, "][0]")
                                    : "i";
-        absl::StrAppend(&s, "    const lf_vec4<", type, "> x", k, " = *(const lf_vec4<", type,
-                        ">*)(in", k, " + ", at,
-                        ");\n#pragma unroll\n    for (int l = 0; l < 4; ++l) row", k, "[t + l] = x",
-                        k, ".v[l];\n");
+        const std::string vec = absl::StrCat("lf_vec<", type, ", ", width, ">");
+        absl::StrAppend(&s, "    const ", vec, " x", k, " = *(const ", vec, "*)(in", k, " + ", at,
+                        ");\n#pragma unroll\n    for (int l = 0; l < ", width, "; ++l) row", k,
+                        "[t + l] = x", k, ".v[l];\n");
       }
       s += "  }\n";
     } else {
-      absl::StrAppend(&s, "#pragma unroll\n  for (int t = 0; t < ", kCudaRowRegisters,
-                      "; ++t) {\n    if (", past_row, ") break;\n",
-                      "    const IDX i = (IDX)(row * args.columns + ", column, ");\n");
+      absl::StrAppend(&s, "#pragma unroll\n  for (int t = 0; t < ", registers, "; ++t) {\n    if (",
+                      past_row, ") break;\n", "    const IDX i = (IDX)(row * args.columns + ",
+                      column, ");\n");
       s += cuda_emit::emit_coordinates(spec.rank, "    ");
       for (size_t k = 0; k < step.inputs.size(); ++k)
         absl::StrAppend(&s, "    row", k, "[t] = ", loads[k], ";\n");
@@ -537,12 +592,13 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
   auto pass_head = [&](const std::vector<ValueId>& members, const std::vector<ValueId>& inputs) {
     std::string p;
     if (spec.row_in_registers) {
-      absl::StrAppend(&p, "#pragma unroll\n  for (int t = 0; t < ", kCudaRowRegisters,
-                      "; ++t) {\n    if (", past_row, ") break;\n",
-                      "    const IDX i = (IDX)(row * args.columns + ", column, ");\n");
+      absl::StrAppend(&p, "#pragma unroll\n  for (int t = 0; t < ", registers, "; ++t) {\n    if (",
+                      past_row, ") break;\n", "    const IDX i = (IDX)(row * args.columns + ",
+                      column, ");\n");
     } else {
-      p += "#pragma unroll 4\n  for (long long j = lane; j < args.columns; j += 32) {\n"
-           "    const IDX i = (IDX)(row * args.columns + j);\n";
+      absl::StrAppend(&p,
+                      "#pragma unroll 4\n  for (long long j = lane; j < args.columns; j += ", lanes,
+                      ") {\n    const IDX i = (IDX)(row * args.columns + j);\n");
     }
     p += cuda_emit::emit_coordinates(spec.rank, "    ");
     p += cuda_emit::emit_members(graph, inputs, members, pass_loads, "    ", step.round_each_op);
@@ -577,7 +633,7 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
       carried.clear();
     for (ValueId m : carried)
       absl::StrAppend(&s, "  ", type_name(compute_dtype(graph.nodes[m].dtype)), " kept", m, "[",
-                      kCudaRowRegisters, "];\n");
+                      registers, "];\n");
   }
   // Row values, once per row, as soon as the reductions they read are known (with the scalar
   // constants they read, each declared once); a stored one is stored by lane 0.
@@ -634,6 +690,15 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     const char* result_type = type_name(node.dtype);
     absl::StrAppend(&s, "  for (int offset = 16; offset > 0; offset /= 2) acc", k, " = ", combine,
                     "(acc", k, ", __shfl_xor_sync(0xffffffffu, acc", k, ", offset));\n");
+    if (spec.row_warps > 1) {
+      // Every warp's result through shared memory (an array per reduction, so none is
+      // overwritten while another warp still reads it), combined in warp order by every lane.
+      absl::StrAppend(&s, "  __shared__ ", a, " warp_acc", k, "[", spec.row_warps,
+                      "];\n  if (lane % 32 == 0) warp_acc", k, "[lane / 32] = acc", k,
+                      ";\n  __syncthreads();\n  acc", k, " = warp_acc", k,
+                      "[0];\n  for (int w = 1; w < ", spec.row_warps, "; ++w) acc", k, " = ",
+                      combine, "(acc", k, ", warp_acc", k, "[w]);\n");
+    }
     if (divides_by_count(node.op))
       absl::StrAppend(&s, "  acc", k, " = acc", k, " / args.divisor;\n");
     absl::StrAppend(&s, "  const ", result_type, " total", k, " = lf_store<", result_type, ">(acc",
@@ -662,19 +727,20 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     for (ValueId m : elementwise)
       if (std::find(carried.begin(), carried.end(), m) == carried.end()) members.push_back(m);
     members = needed_members(graph, members, stored);
-    // Vectorized, each output's four elements of a group are stored at once.
+    // Vectorized, each output's elements of a group are stored at once.
     for (size_t k = 0; vector_rows && k < step.outputs.size(); ++k)
       if (stored_over_row[k])
-        absl::StrAppend(&s, "  lf_vec4<", type_name(graph.nodes[step.outputs[k]].dtype), "> y", k,
-                        ";\n");
+        absl::StrAppend(&s, "  lf_vec<", type_name(graph.nodes[step.outputs[k]].dtype), ", ", width,
+                        "> y", k, ";\n");
     s += pass_head(members, inputs);
     for (size_t k = 0; k < step.outputs.size(); ++k) {
       if (!stored_over_row[k]) continue;
       const char* type = type_name(graph.nodes[step.outputs[k]].dtype);
       if (vector_rows) {
-        absl::StrAppend(&s, "    y", k, ".v[t % 4] = lf_store<", type, ">(v", step.outputs[k],
-                        ");\n    if (t % 4 == 3) *(lf_vec4<", type, ">*)((", type, "*)args.out[", k,
-                        "] + i - 3) = y", k, ";\n");
+        absl::StrAppend(&s, "    y", k, ".v[t % ", width, "] = lf_store<", type, ">(v",
+                        step.outputs[k], ");\n    if (t % ", width, " == ", width - 1,
+                        ") *(lf_vec<", type, ", ", width, ">*)((", type, "*)args.out[", k,
+                        "] + i - ", width - 1, ") = y", k, ";\n");
       } else {
         absl::StrAppend(&s, "    ((", type, "*)args.out[", k, "])[i] = lf_store<", type, ">(v",
                         step.outputs[k], ");\n");

@@ -376,27 +376,22 @@ void run_row_kernel(const Graph& graph, const Step& step, const Node& node, Valu
   const absl::InlinedVector<uint64_t, 4> outputs = allocate_outputs(graph, step, values);
   const int64_t rows = numel(node.shape);
   if (rows == 0) return;
-  // Lanes read and write four consecutive elements at once (codegen/cuda_reduction.cc) where
-  // the row is in registers, is whole groups of 128 columns, and every operand and stored
-  // output is aligned for it (the plan checks the operands). Fresh outputs always are; a memo
-  // is kept only for them.
+  // Lanes read and write 16 bytes at once (choose_cuda_row_layout) where the row is in
+  // registers, is whole groups of such accesses, and every operand and stored output is aligned
+  // for it (the plan checks the operands). Fresh outputs always are; a memo is kept only for
+  // them.
   bool outputs_aligned = true;
   for (size_t k = 0; k < step.outputs.size(); ++k) {
     const Node& output = graph.nodes[step.outputs[k]];
-    outputs_aligned &= is_reduction(output.op) || outputs[k] % (4 * dtype_size(output.dtype)) == 0;
+    outputs_aligned &=
+        is_reduction(output.op) || outputs[k] % (kVectorAlignment * dtype_size(output.dtype)) == 0;
   }
   LaunchMemo scratch;
   const LaunchMemo& kernel = planned_kernel(
       step, values, outputs_aligned ? memo : nullptr, scratch,
       [&](const std::vector<OperandLayout>& layouts) {
         CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
-        const int64_t columns = plan.numel / rows;
-        plan.spec.row_in_registers =
-            columns <= 32 * kCudaRowRegisters &&
-            step.inputs.size() <= static_cast<size_t>(kCudaRowRegisterInputs);
-        plan.spec.vectorized = plan.spec.vectorized && plan.spec.row_in_registers &&
-                               columns % 128 == 0 && outputs_aligned;
-        plan.spec.vector_width = 4;  // the row kernel's layout: four consecutive columns a lane
+        choose_cuda_row_layout(plan, plan.numel / rows, step.inputs.size(), outputs_aligned);
         return plan;
       },
       [&](const CudaElementwiseSpec& spec, bool fast_math) {
@@ -406,9 +401,9 @@ void run_row_kernel(const Graph& graph, const Step& step, const Node& node, Valu
   KernelArgs args;
   append_space_args(kernel.plan, input_addresses(step, values), args);
   append_row_args(outputs, rows, columns, args);
-  constexpr int64_t kRowsPerBlock = kCudaReduceThreads / 32;
   launch(node.device.index(), static_cast<cuda::CUfunction>(kernel.function),
-         (rows + kRowsPerBlock - 1) / kRowsPerBlock, kCudaReduceThreads, args, kernel.name);
+         cuda_row_blocks(kernel.plan.spec, rows), cuda_row_threads(kernel.plan.spec), args,
+         kernel.name);
 }
 
 // When the kept dims of `view` ([kept..., reduced...], `reduced` dims last) lie contiguous in

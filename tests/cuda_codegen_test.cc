@@ -115,7 +115,7 @@ std::vector<CudaSource> generate_all(const Schedule& schedule, bool strided) {
       if (vectorized) {
         plan.spec.vectorized = true;
         sources.push_back(generate_cuda_step(schedule.graph, step, plan.spec));
-        EXPECT_NE(sources.back().source.find("lf_vec4"), std::string::npos);
+        EXPECT_NE(sources.back().source.find("lf_vec<"), std::string::npos);
       }
     }
   }
@@ -313,11 +313,11 @@ TEST(CudaCodegen, SoftmaxInRegistersComputesEachExponentialOnce) {
   plan.spec.vectorized = true;
   const std::string vectorized =
       generate_cuda_step(schedule.graph, step, plan.spec).source.substr(cuda_prologue().size());
-  EXPECT_NE(vectorized.find("const lf_vec4<float> x0 = *(const lf_vec4<float>*)(in0 + i);"),
+  EXPECT_NE(vectorized.find("const lf_vec<float, 4> x0 = *(const lf_vec<float, 4>*)(in0 + i);"),
             std::string::npos)
       << vectorized;
   EXPECT_NE(
-      vectorized.find("if (t % 4 == 3) *(lf_vec4<float>*)((float*)args.out[0] + i - 3) = y0;"),
+      vectorized.find("if (t % 4 == 3) *(lf_vec<float, 4>*)((float*)args.out[0] + i - 3) = y0;"),
       std::string::npos)
       << vectorized;
   EXPECT_EQ(vectorized.find("in0[i]"), std::string::npos) << vectorized;
@@ -701,6 +701,62 @@ TEST(CudaCodegen, RowValuesAreComputedOncePerRowBetweenThePasses) {
       }
     }
   }
+}
+
+// How a row kernel lays out a row by its length and dtype (a warp a row up to 1024 elements,
+// a block of warps beyond, in registers while each lane keeps at most 16, 16 bytes a lane where
+// the row is whole groups of that), and every layout's LayerNorm compiles.
+TEST(CudaCodegen, RowLayoutsByLengthAndDtype) {
+  struct Case {
+    const char* type;
+    int64_t columns;
+    int warps, registers;
+    bool in_registers, vectorized;
+    int width;
+  };
+  for (const Case& c :
+       {Case{"f32", 40, 1, 2, true, false, 4}, Case{"f32", 1000, 1, 32, true, false, 4},
+        Case{"f32", 1024, 1, 32, true, true, 4}, Case{"bf16", 128, 1, 4, true, true, 4},
+        Case{"bf16", 1024, 1, 32, true, true, 8}, Case{"f32", 3000, 8, 16, true, false, 4},
+        Case{"f32", 4096, 8, 16, true, true, 4}, Case{"bf16", 4096, 8, 16, true, true, 8},
+        Case{"f32", 20000, 32, 16, false, false, 4}}) {
+    SCOPED_TRACE(absl::StrCat(c.type, " rows of ", c.columns));
+    const std::string t = c.type, n = absl::StrCat(c.columns);
+    Schedule schedule = lower(absl::StrCat(
+        "graph @layer_norm(%0: ", t, "[8,", n, "] @cuda:0, %1: ", t, "[", n,
+        "] @cuda:0) {\n  %2 = mean %0 {dims = [1], keepdim = true} : ", t,
+        "[8,1] @cuda:0\n  %3 = sub %0, %2 : ", t, "[8,", n, "] @cuda:0\n  %4 = mul %3, %3 : ", t,
+        "[8,", n, "] @cuda:0\n  %5 = mean %4 {dims = [1], keepdim = true} : ", t,
+        "[8,1] @cuda:0\n  %6 = const {value = 1e-05} : ", t, "[] @cuda:0\n  %7 = add %5, %6 : ", t,
+        "[8,1] @cuda:0\n  %8 = rsqrt %7 : ", t, "[8,1] @cuda:0\n  %9 = mul %3, %8 : ", t, "[8,", n,
+        "] @cuda:0\n  %10 = mul %9, %1 : ", t, "[8,", n, "] @cuda:0\n  return %10\n}"));
+    ASSERT_EQ(schedule.steps.size(), 1u) << print_schedule(schedule);
+    const Step& step = schedule.steps[0];
+    CudaElementwiseLaunch plan =
+        plan_cuda_elementwise(step, contiguous_layouts(schedule, step), {}, {});
+    choose_cuda_row_layout(plan, c.columns, step.inputs.size(), /*outputs_aligned=*/true);
+    EXPECT_EQ(plan.spec.row_warps, c.warps);
+    EXPECT_EQ(plan.spec.row_in_registers, c.in_registers);
+    if (c.in_registers) EXPECT_EQ(plan.spec.row_registers, c.registers);
+    EXPECT_EQ(plan.spec.vectorized, c.vectorized);
+    if (c.vectorized) EXPECT_EQ(plan.spec.vector_width, c.width);
+    EXPECT_EQ(cuda_row_threads(plan.spec), c.warps == 1 ? kCudaReduceThreads : 32 * c.warps);
+    EXPECT_EQ(cuda_row_blocks(plan.spec, 8), c.warps == 1 ? 1 : 8);
+    const CudaSource source = generate_cuda_step(schedule.graph, step, plan.spec);
+    EXPECT_NE(
+        source.source.find(absl::StrCat("__launch_bounds__(", cuda_row_threads(plan.spec), ")")),
+        std::string::npos);
+    // A block's warps combine each reduction (mean, then the variance) through shared memory.
+    EXPECT_EQ(source.source.find("__syncthreads();") != std::string::npos, c.warps > 1);
+    if (!nvrtc_available()) continue;
+    EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+  }
+  // Five operands are more than the registers keep.
+  CudaElementwiseLaunch plan;
+  plan.spec.vectorized = true;
+  choose_cuda_row_layout(plan, 4096, 5, true);
+  EXPECT_FALSE(plan.spec.row_in_registers);
+  EXPECT_FALSE(plan.spec.vectorized);
 }
 
 }  // namespace

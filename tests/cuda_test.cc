@@ -1042,5 +1042,43 @@ TEST_F(Cuda, RowAndColumnStepsWithFusedWorkMatchTheCpu) {
   }
 }
 
+// Rows a block shares (longer than 1024: 3000 unvectorized, 4096 in registers, 20000 reread
+// from memory by 32 warps) and half-precision rows read 16 bytes a lane (bfloat16 rows of 1024;
+// rows of 128 four elements a lane): LayerNorm, RMSNorm, softmax and log-softmax, one kernel
+// each, against the CPU computing the same in float32 from the same rounded inputs.
+TEST_F(Cuda, LongAndHalfPrecisionRowsMatchTheCpu) {
+  struct Case {
+    DType dtype;
+    int64_t columns;
+  };
+  for (const Case& c :
+       {Case{kFloat32, 3000}, Case{kFloat32, 4096}, Case{kFloat32, 20000}, Case{kBFloat16, 128},
+        Case{kBFloat16, 1024}, Case{kBFloat16, 4096}, Case{kFloat16, 4096}}) {
+    SCOPED_TRACE(std::string(dtype_ir_name(c.dtype)) + " rows of " + std::to_string(c.columns));
+    const int64_t rows = 19;
+    Tensor x =
+        from_vector(random_values(rows * c.columns, -2, 2, 91), {rows, c.columns}).to(c.dtype);
+    Tensor w = from_vector(random_values(c.columns, -1, 1, 92), {c.columns}).to(c.dtype);
+    Tensor b = from_vector(random_values(c.columns, -1, 1, 93), {c.columns}).to(c.dtype);
+    auto norms = [&](Tensor x, Tensor w, Tensor b) {
+      return std::vector<Tensor>{nn::functional::layer_norm(x, {c.columns}, w, b, 1e-5),
+                                 x * ((x * x).mean({1}, true) + 1e-6).rsqrt() * w, softmax(x, 1),
+                                 log_softmax(x, 1)};
+    };
+    const std::vector<Tensor> want = norms(x.to(kFloat32), w.to(kFloat32), b.to(kFloat32));
+    Tensor gx = x.to("cuda"), gw = w.to("cuda"), gb = b.to("cuda");
+    eval({gx, gw, gb});
+    const std::vector<Tensor> got = norms(gx, gw, gb);
+    for (size_t k = 0; k < got.size(); ++k) {
+      SCOPED_TRACE(k);
+      reset_eval_stats();
+      eval({got[k]});
+      EXPECT_EQ(eval_stats().kernels, 1);
+      const double tolerance = c.dtype == kFloat32 ? 1e-4 : 3e-2;
+      expect_close(got[k].to_vector<double>(), want[k].to_vector<double>(), tolerance, tolerance);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lazyfuse
