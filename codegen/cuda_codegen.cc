@@ -374,13 +374,15 @@ CudaElementwiseSpec spec_for_fresh_operands(const Graph& graph, const Step& step
     return plan_cuda_elementwise(step, layouts, outputs, sizes).spec;
   CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
   const ReductionParts parts = reduction_parts(graph, step);
-  if (!parts.is_row_program()) {
-    plan.spec.vectorized = false;
+  const int64_t rows = numel(graph.nodes[parts.reduction].shape);
+  const int64_t columns = rows == 0 ? 0 : plan.numel / rows;
+  if (parts.is_row_program()) {
+    choose_cuda_row_layout(plan, columns, step.inputs.size(), /*outputs_aligned=*/true);
     return plan.spec;
   }
-  const int64_t rows = numel(graph.nodes[parts.reduction].shape);
-  choose_cuda_row_layout(plan, rows == 0 ? 0 : plan.numel / rows, step.inputs.size(),
-                         /*outputs_aligned=*/true);
+  // As the runtime reads a fused reduction's operands: in vectors over rows of whole vectors.
+  plan.spec.vectorized = plan.spec.vectorized && !parts.columns && plan.spec.rank == 1 &&
+                         columns % plan.spec.vector_width == 0;
   return plan.spec;
 }
 

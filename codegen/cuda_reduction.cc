@@ -371,8 +371,41 @@ std::string fused_reduction_body(const Graph& graph, const Step& step,
   const ValueId operand = node.inputs[0];
   const DType acc = reduction_accumulator(node.op, graph.nodes[operand].dtype);
   std::string s = reduction_head(node.op, acc, block);
-  s += "  for (long long j = begin + threadIdx.x; j < end; j += blockDim.x) {\n"
-       "    const IDX i = (IDX)(row * args.columns + j);\n";
+  std::string first = "begin";
+  if (spec.vectorized) {
+    // 16 bytes of each operand a thread at a time (the runtime vectorizes only rows that are
+    // whole vectors, and chunks are too), its elements combined in order.
+    const int width = spec.vector_width;
+    absl::StrAppend(&s, "  const long long vector_end = begin + (end - begin) / ", width, " * ",
+                    width, ";\n  for (long long j0 = begin + ", width,
+                    " * threadIdx.x; j0 < vector_end; j0 += ", width,
+                    " * blockDim.x) {\n    const IDX i0 = (IDX)(row * args.columns + j0);\n");
+    std::vector<std::string> loads;
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      if (spec.inputs[k] == OperandAccess::Broadcast) {
+        loads.push_back(absl::StrCat("in", k, "[0]"));
+        continue;
+      }
+      const std::string vec =
+          absl::StrCat("lf_vec<", type_name(graph.nodes[step.inputs[k]].dtype), ", ", width, ">");
+      const std::string at = spec.inputs[k] == OperandAccess::Repeated
+                                 ? absl::StrCat("i0 % (IDX)args.stride[", k, "][0]")
+                                 : "i0";
+      absl::StrAppend(&s, "    const ", vec, " x", k, " = *(const ", vec, "*)(in", k, " + ", at,
+                      ");\n");
+      loads.push_back(absl::StrCat("x", k, ".v[l]"));
+    }
+    absl::StrAppend(&s, "#pragma unroll\n    for (int l = 0; l < ", width,
+                    "; ++l) {\n      const IDX i = i0 + l;\n      (void)i;\n");
+    s += cuda_emit::emit_members(graph, step.inputs, parts.prologue, loads, "      ",
+                                 step.round_each_op);
+    absl::StrAppend(&s, "      acc = lf_combine(acc, (", type_name(acc), ")v", operand,
+                    ");\n    }\n  }\n");
+    first = "vector_end";
+  }
+  absl::StrAppend(&s, "  for (long long j = ", first,
+                  " + threadIdx.x; j < end; j += blockDim.x) {\n"
+                  "    const IDX i = (IDX)(row * args.columns + j);\n");
   s += cuda_emit::emit_coordinates(spec.rank, "    ");
   s += cuda_emit::emit_members(graph, step.inputs, parts.prologue, cuda_emit::strided_loads(spec),
                                "    ", step.round_each_op);

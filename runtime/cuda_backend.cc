@@ -290,15 +290,20 @@ int64_t append_reduction_launch(const Device& device, DType acc, uint64_t out, i
 }
 
 // The kernel of a reduction with fused work (over rows or columns), planned for the operands'
-// layouts: its space is read element by element, never in vectors.
+// layouts: a reduction over rows of `columns` reads its operands in vectors where the plan
+// allows and every row is whole vectors (so each row starts aligned); one over columns reads
+// element by element.
 const LaunchMemo& fused_reduction_kernel(const Graph& graph, const Step& step,
                                          const ValueBuffers& values, LaunchMemo* memo,
-                                         LaunchMemo& scratch) {
+                                         LaunchMemo& scratch, int64_t rows) {
+  const bool over_columns = reduction_parts(graph, step).columns;
   return planned_kernel(
       step, values, memo, scratch,
       [&](const std::vector<OperandLayout>& layouts) {
         CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
-        plan.spec.vectorized = false;
+        const int64_t columns = rows == 0 ? 0 : plan.numel / rows;
+        plan.spec.vectorized = plan.spec.vectorized && !over_columns && plan.spec.rank == 1 &&
+                               columns % plan.spec.vector_width == 0;
         return plan;
       },
       [&](const CudaElementwiseSpec& spec, bool fast_math) {
@@ -315,7 +320,7 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step, const Node&
   const int64_t rows = numel(node.shape);
   if (rows == 0) return out;
   LaunchMemo scratch;
-  const LaunchMemo& kernel = fused_reduction_kernel(graph, step, values, memo, scratch);
+  const LaunchMemo& kernel = fused_reduction_kernel(graph, step, values, memo, scratch, rows);
   KernelArgs args;
   append_space_args(kernel.plan, input_addresses(step, values), args);
   const int64_t columns = kernel.plan.numel / rows;
@@ -352,7 +357,7 @@ void run_fused_column_reduction(const Graph& graph, const Step& step, const Node
   const int64_t kept = numel(node.shape);
   if (kept == 0) return;
   LaunchMemo scratch;
-  const LaunchMemo& kernel = fused_reduction_kernel(graph, step, values, memo, scratch);
+  const LaunchMemo& kernel = fused_reduction_kernel(graph, step, values, memo, scratch, kept);
   ReductionWords words = fused_column_words(kept, kernel.plan.numel / kept);
   std::optional<BufferView> partial;
   if (words.chunks > 1) {

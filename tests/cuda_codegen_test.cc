@@ -106,6 +106,16 @@ std::vector<CudaSource> generate_all(const Schedule& schedule, bool strided) {
     if (step.kind == StepKind::Reduction) plan.spec.vectorized = false;
     if (step.kind == StepKind::Elementwise || step.kind == StepKind::Reduction)
       sources.push_back(generate_cuda_step(schedule.graph, step, plan.spec));
+    // A reduction with fused work over rows also comes reading its operands in vectors.
+    if (step.kind == StepKind::Reduction && vectorized &&
+        !reduction_parts(schedule.graph, step).is_row_program() &&
+        !reduction_parts(schedule.graph, step).columns &&
+        !reduction_parts(schedule.graph, step).prologue.empty() && plan.spec.rank == 1) {
+      plan.spec.vectorized = true;
+      sources.push_back(generate_cuda_step(schedule.graph, step, plan.spec));
+      EXPECT_NE(sources.back().source.find("vector_end"), std::string::npos);
+      plan.spec.vectorized = false;
+    }
     // A row step also comes with its row held in registers, read one and four at a time.
     if (step.kind == StepKind::Reduction &&
         reduction_parts(schedule.graph, step).is_row_program()) {
