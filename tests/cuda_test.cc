@@ -1044,8 +1044,9 @@ TEST_F(Cuda, RowAndColumnStepsWithFusedWorkMatchTheCpu) {
 
 // Rows a block shares (longer than 1024: 3000 unvectorized, 4096 in registers, 20000 reread
 // from memory by 32 warps) and half-precision rows read 16 bytes a lane (bfloat16 rows of 1024;
-// rows of 128 four elements a lane): LayerNorm, RMSNorm, softmax and log-softmax, one kernel
-// each, against the CPU computing the same in float32 from the same rounded inputs.
+// rows of 128 four elements a lane): LayerNorm, RMSNorm, softmax, log-softmax and sums of
+// squares (read in vectors), one kernel each, against the CPU computing the same in float32
+// from the same rounded inputs.
 TEST_F(Cuda, LongAndHalfPrecisionRowsMatchTheCpu) {
   struct Case {
     DType dtype;
@@ -1062,8 +1063,11 @@ TEST_F(Cuda, LongAndHalfPrecisionRowsMatchTheCpu) {
     Tensor b = from_vector(random_values(c.columns, -1, 1, 93), {c.columns}).to(c.dtype);
     auto norms = [&](Tensor x, Tensor w, Tensor b) {
       return std::vector<Tensor>{nn::functional::layer_norm(x, {c.columns}, w, b, 1e-5),
-                                 x * ((x * x).mean({1}, true) + 1e-6).rsqrt() * w, softmax(x, 1),
-                                 log_softmax(x, 1)};
+                                 x * ((x * x).mean({1}, true) + 1e-6).rsqrt() * w,
+                                 softmax(x, 1),
+                                 log_softmax(x, 1),
+                                 (x * x).sum({1}),
+                                 (x * x).sum()};
     };
     const std::vector<Tensor> want = norms(x.to(kFloat32), w.to(kFloat32), b.to(kFloat32));
     Tensor gx = x.to("cuda"), gw = w.to("cuda"), gb = b.to("cuda");
