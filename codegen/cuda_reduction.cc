@@ -500,18 +500,22 @@ std::vector<ValueId> needed_members(const Graph& graph, const std::vector<ValueI
 void choose_cuda_row_layout(CudaElementwiseLaunch& plan, int64_t columns, size_t inputs,
                             bool outputs_aligned) {
   CudaElementwiseSpec& spec = plan.spec;
-  // Measured on the H200 (docs/benchmarks.md): a warp a row reread its row of 4096 from memory
-  // in every pass, at a third of the copy roof; a block a row keeps it in registers.
-  constexpr int64_t kWarpRow = 32 * kCudaRowRegisters, kBlockRowRegisters = 16;
+  // Measured on the H200 (docs/benchmarks.md): a warp a row of 4096 reread its row from memory
+  // in every pass, at a third of the copy roof; a block a row keeps it in registers. Rows of
+  // 1024 four-byte elements ran 2-8% faster with two warps a row (16 elements a lane) than with
+  // one (32), and half-precision ones 0-4% slower: a warp takes a row while its lanes keep 64
+  // bytes each of every operand.
+  constexpr int64_t kBlockRowRegisters = 16;
+  const int64_t warp_limit = spec.vector_width == 8 ? kCudaRowRegisters : kBlockRowRegisters;
   spec.row_warps =
-      columns <= kWarpRow
+      columns <= 32 * warp_limit
           ? 1
           : static_cast<int>(std::min<int64_t>(
                 32, std::bit_ceil(static_cast<uint64_t>((columns + 32 * kBlockRowRegisters - 1) /
                                                         (32 * kBlockRowRegisters)))));
   const int64_t lanes = 32 * spec.row_warps;
   const int64_t per_lane = (columns + lanes - 1) / lanes;
-  const int64_t limit = spec.row_warps == 1 ? kCudaRowRegisters : kBlockRowRegisters;
+  const int64_t limit = spec.row_warps == 1 ? warp_limit : kBlockRowRegisters;
   spec.row_in_registers =
       per_lane <= limit && inputs <= static_cast<size_t>(kCudaRowRegisterInputs);
   // The plan's width is 16 bytes of the narrowest operand; half of it where the row is whole

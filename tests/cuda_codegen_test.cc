@@ -713,9 +713,10 @@ TEST(CudaCodegen, RowValuesAreComputedOncePerRowBetweenThePasses) {
   }
 }
 
-// How a row kernel lays out a row by its length and dtype (a warp a row up to 1024 elements,
-// a block of warps beyond, in registers while each lane keeps at most 16, 16 bytes a lane where
-// the row is whole groups of that), and every layout's LayerNorm compiles.
+// How a row kernel lays out a row by its length and dtype (a warp a row while each lane keeps
+// 64 bytes of it or less, a block of warps beyond, in registers while each lane keeps at most 16
+// elements, 16 bytes a lane where the row is whole groups of that), and every layout's
+// LayerNorm compiles.
 TEST(CudaCodegen, RowLayoutsByLengthAndDtype) {
   struct Case {
     const char* type;
@@ -725,8 +726,8 @@ TEST(CudaCodegen, RowLayoutsByLengthAndDtype) {
     int width;
   };
   for (const Case& c :
-       {Case{"f32", 40, 1, 2, true, false, 4}, Case{"f32", 1000, 1, 32, true, false, 4},
-        Case{"f32", 1024, 1, 32, true, true, 4}, Case{"bf16", 128, 1, 4, true, true, 4},
+       {Case{"f32", 40, 1, 2, true, false, 4}, Case{"f32", 1000, 2, 16, true, false, 4},
+        Case{"f32", 1024, 2, 16, true, true, 4}, Case{"bf16", 128, 1, 4, true, true, 4},
         Case{"bf16", 1024, 1, 32, true, true, 8}, Case{"f32", 3000, 8, 16, true, false, 4},
         Case{"f32", 4096, 8, 16, true, true, 4}, Case{"bf16", 4096, 8, 16, true, true, 8},
         Case{"f32", 20000, 32, 16, false, false, 4}}) {
