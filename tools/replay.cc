@@ -113,12 +113,17 @@ double unit_roundoff(DType dtype) {
 //
 // Nor does float64 overflow where the graph's floats do (an exp of 100 in float32 is infinity,
 // and sin of it NaN). So every reference also gives each such value the range of its float:
-// past the largest finite value it becomes infinity, as in the graph.
+// past the largest finite value it becomes infinity, as in the graph. Where half values round
+// only at stores, one inside a kernel has float32's range: the reference gives half values
+// their own range only as results, and the fourth probe finds the results that an intermediate
+// stored between kernels, and overflowing there, would move.
 enum class Perturbation { None, Up, Down, Alternating, Rounded };
 
 Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbation perturbation) {
   Graph out;
   out.name = reference.name;
+  std::vector<bool> is_output(graph.nodes.size(), false);
+  for (ValueId v : graph.outputs) is_output[v] = true;
   std::vector<ValueId> id(reference.nodes.size());
   double sign = perturbation == Perturbation::Down ? -1 : 1;
   for (size_t i = 0; i < reference.nodes.size(); ++i) {
@@ -180,9 +185,18 @@ Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbatio
       }
       if (perturbation == Perturbation::Alternating) sign = -sign;
     }
+    // Rounding half values only at stores (Note [Half precision in fused kernels] in
+    // ir/schedule.h), a value inside a kernel overflows where float32 does; one stored between
+    // kernels overflows at its own range, which the Rounded perturbation meets (Note
+    // [Conditioning]). Results are always stored.
+    const DType held = half_rounding() == HalfRounding::AtStores &&
+                               (graph.nodes[i].dtype == DType::Float16 ||
+                                graph.nodes[i].dtype == DType::BFloat16) &&
+                               !is_output[i]
+                           ? DType::Float32
+                           : graph.nodes[i].dtype;
     const ValueId past_range =
-        add(Op::Gt, {add(Op::Abs, {value}, node.dtype), constant(max_finite(graph.nodes[i].dtype))},
-            DType::Bool);
+        add(Op::Gt, {add(Op::Abs, {value}, node.dtype), constant(max_finite(held))}, DType::Bool);
     const ValueId infinite = add(Op::Mul, {value, constant(INFINITY)}, node.dtype);
     id[i] = add(Op::Where, {past_range, infinite, value}, node.dtype);
   }
