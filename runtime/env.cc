@@ -39,7 +39,7 @@ EnvConfig& mutable_env_config() {
     if (const char* blas = std::getenv("LAZYFUSE_BLAS"))
       c.blas_cublaslt = std::string_view(blas) == "cublaslt";
     if (const char* rounding = std::getenv("LAZYFUSE_HALF_ROUNDING"))
-      c.half_rounding_at_stores = std::string_view(rounding) == "at_stores";
+      c.half_rounding_at_stores = std::string_view(rounding) != "each_op";
     if (const char* skinny = std::getenv("LAZYFUSE_SKINNY_MATMUL"))
       c.skinny_matmul = std::string_view(skinny) != "0";
     if (const char* graphs = std::getenv("LAZYFUSE_CUDA_GRAPHS"))

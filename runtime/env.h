@@ -10,9 +10,10 @@ struct EnvConfig {
   bool dump_ir = false;  // LAZYFUSE_DUMP contains "ir": each graph before and after each pass
   int debug = 0;         // LAZYFUSE_DEBUG=1: one line per evaluation
   bool fusion = true;    // LAZYFUSE_FUSION=0: one kernel per op
-  // LAZYFUSE_HALF_ROUNDING=at_stores: half-type values kept in float32 inside fused kernels and
-  // rounded where stored, rather than after every op (ir/schedule.h).
-  bool half_rounding_at_stores = false;
+  // LAZYFUSE_HALF_ROUNDING=each_op: half-type values rounded after every op inside fused
+  // kernels, as one kernel per op does, rather than kept in float32 and rounded where stored,
+  // the default (ir/schedule.h).
+  bool half_rounding_at_stores = true;
   int64_t max_pending = 4096;  // LAZYFUSE_MAX_PENDING: pending nodes that trigger evaluation
   bool dump_fusion = false;    // LAZYFUSE_DUMP contains "fusion": each graph's kernels
   bool dump_cuda = false;      // LAZYFUSE_DUMP contains "cuda": each generated kernel's source

@@ -197,8 +197,8 @@ constexpr size_t kScheduleCacheEntries = 256;
 constexpr size_t kScheduleCacheMaxNodes = 4096;
 
 struct CachedSchedule {
-  Graph graph;                                        // before the passes
-  HalfRounding half_rounding = HalfRounding::EachOp;  // what its kernels were made for
+  Graph graph;                                          // before the passes
+  HalfRounding half_rounding = HalfRounding::AtStores;  // what its kernels were made for
   Schedule schedule;
   std::vector<std::unique_ptr<StepCache>> step_caches;  // one per step, the backends'
   // The device of every compute step where there is one and nothing moves between devices:

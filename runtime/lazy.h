@@ -63,8 +63,8 @@ struct EvalOptions {
   bool fusion = true;
 };
 // How fused kernels round float16 and bfloat16 values (Note [Half precision in fused kernels] in
-// ir/schedule.h): after every op as PyTorch eager does, the default, or only where stored
-// (LAZYFUSE_HALF_ROUNDING=at_stores). Process-wide; evaluations after a change compile for it.
+// ir/schedule.h): only where stored, the default, or after every op as PyTorch eager does
+// (LAZYFUSE_HALF_ROUNDING=each_op). Process-wide; evaluations after a change compile for it.
 HalfRounding half_rounding();
 void set_half_rounding(HalfRounding rounding);
 // The rounding for one scope: HalfRoundingGuard each_op(HalfRounding::EachOp);

@@ -1,9 +1,11 @@
 // lazyfuse fuzz: random graphs over the ops, dtypes, broadcasts, views and reductions, each
 // checked by check_graph (tools/replay.h): against itself evaluated unfused on its own devices,
-// bit for bit (every value is rounded to its dtype after each op, so fusion may not change a
-// result); for a GPU graph, against the CPU unfused, within a per-dtype tolerance; then against
-// float64, within the tolerance of the least precise float the value went through (values
-// computed through float16 or bfloat16 are left to the bit-for-bit comparison). The tolerances
+// bit for bit (these two round every half value to its dtype after each op, so fusion may not
+// change a result); for a GPU graph, against the CPU unfused, within a per-dtype tolerance; then
+// against float64 under the process's half rounding, within the tolerance of the least precise
+// float the value went through (rounding half values at stores, the default, those too; rounding
+// after each op, values computed through float16 or bfloat16 are left to the bit-for-bit
+// comparison, since a half value overflowing mid-chain parts them from float64). The tolerances
 // widen with each result's conditioning (Note [Conditioning] in tools/replay.cc). A failing
 // graph is shrunk (tools/shrink.h) to a small one that still fails the same way, then printed
 // as IR text with the command that replays it: `lazyfuse run FILE --seed=S --check-unfused`
@@ -258,9 +260,10 @@ int fuzz(uint64_t seed, int64_t graphs, const std::string& device_name, bool shr
     report(g, graph_seed, graph, failure, shrink);
   }
   std::cout << absl::StrFormat(
-      "%d graphs evaluated on %s, fused against unfused (bit for bit)%s and float64: %d "
-      "failures\n",
-      tested, device.str(), device.is_cpu() ? "" : ", the CPU", failures);
+      "%d graphs evaluated on %s, fused against unfused (bit for bit)%s and float64 (half "
+      "values rounded %s): %d failures\n",
+      tested, device.str(), device.is_cpu() ? "" : ", the CPU",
+      half_rounding() == HalfRounding::AtStores ? "at stores" : "after each op", failures);
   return failures ? 1 : 0;
 }
 

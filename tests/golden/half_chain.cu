@@ -2,10 +2,10 @@
 // The common prologue (cuda_prologue()) is left out.
 
 // ----- step 0: elementwise -----
-// kernel k_ba0b6e64_r1v8_c
+// kernel k_e1070e86_r1v8_c
 
 // 5 fused nodes
-struct Args_k_ba0b6e64_r1v8_c {
+struct Args_k_e1070e86_r1v8_c {
   long long n;
   long long size[1];
   const void* in[1];
@@ -13,7 +13,7 @@ struct Args_k_ba0b6e64_r1v8_c {
   void* out[2];
 };
 
-extern "C" __global__ void __launch_bounds__(256) k_ba0b6e64_r1v8_c(const Args_k_ba0b6e64_r1v8_c args) {
+extern "C" __global__ void __launch_bounds__(256) k_e1070e86_r1v8_c(const Args_k_e1070e86_r1v8_c args) {
   typedef unsigned int IDX;
   const lf_f16* __restrict__ in0 = (const lf_f16*)args.in[0];
   lf_f16* __restrict__ out0 = (lf_f16*)args.out[0];
@@ -38,14 +38,12 @@ extern "C" __global__ void __launch_bounds__(256) k_ba0b6e64_r1v8_c(const Args_k
         const float b = (float)v0;
         v1 = (float)(a * b);  // mul
       }
-      v1 = lf_round_f16(v1);
       float v2;
       {
         const float a = (float)v1;
         v2 = (float)(lf_tanh(a));  // tanh
       }
-      v2 = lf_round_f16(v2);
-      float v3 = (float)v2;
+      float v3 = (float)lf_round_f16(v2);
       float v4 = 0x1p-1f;
       float v5;
       {
@@ -69,14 +67,12 @@ extern "C" __global__ void __launch_bounds__(256) k_ba0b6e64_r1v8_c(const Args_k
       const float b = (float)v0;
       v1 = (float)(a * b);  // mul
     }
-    v1 = lf_round_f16(v1);
     float v2;
     {
       const float a = (float)v1;
       v2 = (float)(lf_tanh(a));  // tanh
     }
-    v2 = lf_round_f16(v2);
-    float v3 = (float)v2;
+    float v3 = (float)lf_round_f16(v2);
     float v4 = 0x1p-1f;
     float v5;
     {

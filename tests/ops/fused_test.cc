@@ -51,12 +51,13 @@ Tensor expect_fusion_invariant(const std::function<Tensor()>& build, const std::
   return fused;
 }
 
-// Rounding at stores (Note [Half precision in fused kernels] in ir/schedule.h): a fused
-// half-type chain keeps float32 between its ops and rounds where it stores, closer to float64
-// than rounding after every op (the default); a cast, a comparison or a promotion reads a half
-// value as its dtype holds it.
+// Rounding at stores (Note [Half precision in fused kernels] in ir/schedule.h; the default): a
+// fused half-type chain keeps float32 between its ops and rounds where it stores, closer to
+// float64 than rounding after every op; a cast, a comparison or a promotion reads a half value
+// as its dtype holds it.
 TEST(OpsElementwise, HalfChainsKeepFloat32UntilStored) {
-  ASSERT_EQ(half_rounding(), HalfRounding::EachOp) << "the default";
+  if (std::getenv("LAZYFUSE_HALF_ROUNDING") == nullptr)
+    EXPECT_EQ(half_rounding(), HalfRounding::AtStores) << "the default";
   HalfRoundingGuard rounding_at_stores(HalfRounding::AtStores);
   std::mt19937 rng(15);
   Host h = random_host(rng, {40000}, kFloat16, {-4, 4, 0, 0});
