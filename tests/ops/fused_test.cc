@@ -56,8 +56,9 @@ Tensor expect_fusion_invariant(const std::function<Tensor()>& build, const std::
 // float64 than rounding after every op; a cast, a comparison or a promotion reads a half value
 // as its dtype holds it.
 TEST(OpsElementwise, HalfChainsKeepFloat32UntilStored) {
-  if (std::getenv("LAZYFUSE_HALF_ROUNDING") == nullptr)
+  if (std::getenv("LAZYFUSE_HALF_ROUNDING") == nullptr) {
     EXPECT_EQ(half_rounding(), HalfRounding::AtStores) << "the default";
+  }
   HalfRoundingGuard rounding_at_stores(HalfRounding::AtStores);
   std::mt19937 rng(15);
   Host h = random_host(rng, {40000}, kFloat16, {-4, 4, 0, 0});
