@@ -723,8 +723,12 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     if (r == last_reduction)
       for (ValueId m : carried) absl::StrAppend(&s, "    kept", m, "[t] = v", m, ";\n");
     s += "  }\n";
-    // The row's result, rounded to the reduction's dtype exactly as a stored one would be.
+    // The row's result, rounded to the reduction's dtype exactly as a stored one would be; read
+    // in the kernel as that, or, a half value rounding only at stores, in float32 (a LayerNorm's
+    // mean rounded to bfloat16 would cost its outputs several units in their last place).
     const char* result_type = type_name(node.dtype);
+    const bool kept_unrounded =
+        !step.round_each_op && (node.dtype == DType::Float16 || node.dtype == DType::BFloat16);
     absl::StrAppend(&s, "  for (int offset = 16; offset > 0; offset /= 2) acc", k, " = ", combine,
                     "(acc", k, ", __shfl_xor_sync(0xffffffffu, acc", k, ", offset));\n");
     if (spec.row_warps > 1) {
@@ -738,9 +742,16 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     }
     if (divides_by_count(node.op))
       absl::StrAppend(&s, "  acc", k, " = acc", k, " / args.divisor;\n");
-    absl::StrAppend(&s, "  const ", result_type, " total", k, " = lf_store<", result_type, ">(acc",
-                    k, ");\n  const ", type_name(compute_dtype(node.dtype)), " v", r,
-                    " = lf_load(total", k, ");\n");
+    const char* compute_type = type_name(compute_dtype(node.dtype));
+    const bool stored =
+        std::find(step.outputs.begin(), step.outputs.end(), r) != step.outputs.end();
+    if (stored || !kept_unrounded)
+      absl::StrAppend(&s, "  const ", result_type, " total", k, " = lf_store<", result_type,
+                      ">(acc", k, ");\n");
+    absl::StrAppend(&s, "  const ", compute_type, " v", r, " = ",
+                    kept_unrounded ? absl::StrCat("(", compute_type, ")acc", k)
+                                   : absl::StrCat("lf_load(total", k, ")"),
+                    ";\n");
     for (size_t o = 0; o < step.outputs.size(); ++o)
       if (step.outputs[o] == r)
         absl::StrAppend(&s, "  if (lane == 0) ((", result_type, "*)args.out[", o, "])[row] = total",

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
@@ -88,21 +89,62 @@ struct CpuReductionCache : StepCache {
   bool split = false;
   std::vector<Step> parts;
   std::vector<std::shared_ptr<const CpuProgram>> programs;  // one per part; null until compiled
+  std::optional<Graph> widened;  // carried_in_float32's graph, where it differs
 };
+
+// Rounding half values only at stores (Note [Half precision in fused kernels] in
+// ir/schedule.h), the half values a reduction step computes and does not store (a LayerNorm's
+// mean and centred values, a softmax's exponentials and their sum) stay float32 between its
+// parts, as in the GPU's row kernel: the parts run over a copy of the graph with those values
+// typed float32, so that what the parts hand each other is stored as float32 too. A value is
+// widened only where that changes no reading of it: every op of the step that reads it has its
+// dtype or is a reduction (an op reading a half value into another dtype reads it as stored,
+// rounded, which a float32 type would skip). Casts, constants and generators keep their half
+// type, which they round to under either policy.
+std::optional<Graph> carried_in_float32(const Graph& graph, const Step& step) {
+  if (step.round_each_op) return std::nullopt;
+  auto is_half = [](DType dtype) { return dtype == DType::Float16 || dtype == DType::BFloat16; };
+  std::vector<bool> in_step(graph.nodes.size(), false), widen(graph.nodes.size(), false);
+  for (ValueId v : step.nodes) in_step[v] = true;
+  for (ValueId v : step.nodes) {
+    const Node& node = graph.nodes[v];
+    widen[v] = is_half(node.dtype) && node.op != Op::Cast && node.op != Op::Const &&
+               !is_generator(node.op) &&
+               std::find(step.outputs.begin(), step.outputs.end(), v) == step.outputs.end();
+  }
+  for (ValueId v : step.nodes) {
+    const Node& reader = graph.nodes[v];
+    for (ValueId in : reader.inputs)
+      if (in_step[in] && reader.dtype != graph.nodes[in].dtype && !is_reduction(reader.op))
+        widen[in] = false;
+  }
+  std::optional<Graph> widened;
+  for (ValueId v : step.nodes) {
+    if (!widen[v]) continue;
+    if (!widened) widened = graph;
+    widened->nodes[v].dtype = DType::Float32;
+  }
+  return widened;
+}
 
 // A reduction step, one reduction at a time (through the members it reads, when there are
 // any), then what is stored besides the reductions, as an elementwise program that reads them.
-void run_reduction(const Graph& graph, const Step& step, ValueBuffers& values,
+void run_reduction(const Graph& step_graph, const Step& step, ValueBuffers& values,
                    CpuReductionCache* cache) {
   std::vector<Step> uncached;
+  std::optional<Graph> uncached_widened;
   if (cache != nullptr && !cache->split) {
-    cache->parts = split_reduction_step(graph, step);
+    cache->parts = split_reduction_step(step_graph, step);
     cache->programs.assign(cache->parts.size(), nullptr);
+    cache->widened = carried_in_float32(step_graph, step);
     cache->split = true;
   } else if (cache == nullptr) {
-    uncached = split_reduction_step(graph, step);
+    uncached = split_reduction_step(step_graph, step);
+    uncached_widened = carried_in_float32(step_graph, step);
   }
   const std::vector<Step>& parts = cache != nullptr ? cache->parts : uncached;
+  const std::optional<Graph>& widened = cache != nullptr ? cache->widened : uncached_widened;
+  const Graph& graph = widened ? *widened : step_graph;
   for (size_t i = 0; i < parts.size(); ++i) {
     const Step& part = parts[i];
     std::shared_ptr<const CpuProgram>* program = cache != nullptr ? &cache->programs[i] : nullptr;

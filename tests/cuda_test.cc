@@ -1042,6 +1042,56 @@ TEST_F(Cuda, RowAndColumnStepsWithFusedWorkMatchTheCpu) {
   }
 }
 
+// Rounding half values only at stores (the default), a bfloat16 LayerNorm and softmax keep their
+// mean, centred values and sums in float32 inside the row kernel, as the CPU keeps them between
+// its parts (OpsReduction.HalfNormsRoundOnlyWhereStored): every result within about half a unit
+// in the last place of float64's, on rows a warp takes and rows a block takes.
+TEST_F(Cuda, HalfNormsRoundOnlyWhereStoredAsOnTheCpu) {
+  HalfRoundingGuard at_stores(HalfRounding::AtStores);
+  for (int64_t columns : {1000, 4096}) {
+    SCOPED_TRACE(columns);
+    const int64_t rows = 29;
+    const Tensor x =
+        from_vector(random_values(rows * columns, -2, 3, 95), {rows, columns}).to(kBFloat16);
+    const Tensor w = from_vector(random_values(columns, 0.5, 1.5, 96), {columns}).to(kBFloat16);
+    const Tensor b = from_vector(random_values(columns, -1, 1, 97), {columns}).to(kBFloat16);
+    const std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>(),
+                              bv = b.to_vector<double>();
+    std::vector<double> norm(xv.size()), soft(xv.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      const double* row = &xv[r * columns];
+      double mean = 0, variance = 0, top = -INFINITY, total = 0;
+      for (int64_t c = 0; c < columns; ++c) mean += row[c] / columns;
+      for (int64_t c = 0; c < columns; ++c) variance += (row[c] - mean) * (row[c] - mean) / columns;
+      for (int64_t c = 0; c < columns; ++c) top = std::max(top, row[c]);
+      for (int64_t c = 0; c < columns; ++c) total += std::exp(row[c] - top);
+      for (int64_t c = 0; c < columns; ++c) {
+        norm[r * columns + c] = (row[c] - mean) / std::sqrt(variance + 1e-5) * wv[c] + bv[c];
+        soft[r * columns + c] = std::exp(row[c] - top) / total;
+      }
+    }
+    // The largest and the mean error in units in the last place of bfloat16 at float64's value.
+    auto units = [](const Tensor& t, const std::vector<double>& want) {
+      const std::vector<double> got = t.to_vector<double>();
+      double largest = 0, sum = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double unit = std::ldexp(1.0, std::max(-126, std::ilogb(std::fabs(want[i]))) - 7);
+        largest = std::max(largest, std::fabs(got[i] - want[i]) / unit);
+        sum += std::fabs(got[i] - want[i]) / unit;
+      }
+      return std::pair{largest, sum / static_cast<double>(got.size())};
+    };
+    const Tensor gx = x.to("cuda"), gw = w.to("cuda"), gb = b.to("cuda");
+    const auto [norm_largest, norm_mean] =
+        units(nn::functional::layer_norm(gx, {columns}, gw, gb, 1e-5), norm);
+    EXPECT_LE(norm_largest, 1.0);
+    EXPECT_LE(norm_mean, 0.3);
+    const auto [soft_largest, soft_mean] = units(softmax(gx, 1), soft);
+    EXPECT_LE(soft_largest, 1.0);
+    EXPECT_LE(soft_mean, 0.3);
+  }
+}
+
 // Rows a block shares (float32 rows longer than 512: 3000 unvectorized, 4096 in registers,
 // 20000 reread from memory by 32 warps) and half-precision rows read 16 bytes a lane (bfloat16
 // rows of 1024; rows of 128 four elements a lane): LayerNorm, RMSNorm, softmax, log-softmax,

@@ -51,6 +51,59 @@ Tensor expect_fusion_invariant(const std::function<Tensor()>& build, const std::
   return fused;
 }
 
+// A LayerNorm and a softmax in bfloat16, rounding half values only at stores (the default):
+// the mean, the centred values and the exponential sums stay float32 between the reduction
+// step's parts as inside the GPU's row kernel, so every result lands within about half a unit in
+// the last place of float64's, correctly rounded; rounding after every op (the mean to 8 bits)
+// costs LayerNorm several units.
+TEST(OpsReduction, HalfNormsRoundOnlyWhereStored) {
+  constexpr int64_t kRows = 37, kColumns = 1000;
+  std::mt19937 rng(23);
+  const Host x = random_host(rng, {kRows, kColumns}, kBFloat16, {-2, 3, 0, 0});
+  const Host w = random_host(rng, {kColumns}, kBFloat16, {0.5, 1.5, 0, 0});
+  const Host b = random_host(rng, {kColumns}, kBFloat16, {-1, 1, 0, 0});
+  std::vector<double> norm(x.v.size()), soft(x.v.size());
+  for (int64_t r = 0; r < kRows; ++r) {
+    const double* row = &x.v[r * kColumns];
+    double mean = 0, variance = 0, top = -INFINITY, total = 0;
+    for (int64_t c = 0; c < kColumns; ++c) mean += row[c] / kColumns;
+    for (int64_t c = 0; c < kColumns; ++c) variance += (row[c] - mean) * (row[c] - mean) / kColumns;
+    for (int64_t c = 0; c < kColumns; ++c) top = std::max(top, row[c]);
+    for (int64_t c = 0; c < kColumns; ++c) total += std::exp(row[c] - top);
+    for (int64_t c = 0; c < kColumns; ++c) {
+      norm[r * kColumns + c] = (row[c] - mean) / std::sqrt(variance + 1e-5) * w.v[c] + b.v[c];
+      soft[r * kColumns + c] = std::exp(row[c] - top) / total;
+    }
+  }
+  // The error in units in the last place of bfloat16 (8 significant bits) at the float64 value:
+  // the largest and the mean.
+  auto units = [](const Tensor& t, const std::vector<double>& want) {
+    const std::vector<double> got = t.to_vector<double>();
+    double largest = 0, sum = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double unit = std::ldexp(1.0, std::max(-126, std::ilogb(std::fabs(want[i]))) - 7);
+      const double error = std::fabs(got[i] - want[i]) / unit;
+      largest = std::max(largest, error);
+      sum += error;
+    }
+    return std::pair{largest, sum / static_cast<double>(got.size())};
+  };
+  const Tensor tx = to_tensor(x, kBFloat16), tw = to_tensor(w, kBFloat16),
+               tb = to_tensor(b, kBFloat16);
+  auto layer_norm = [&] { return nn::functional::layer_norm(tx, {kColumns}, tw, tb, 1e-5); };
+  {
+    HalfRoundingGuard at_stores(HalfRounding::AtStores);
+    const auto [largest, mean] = units(layer_norm(), norm);
+    EXPECT_LE(largest, 1.0) << "layer_norm";
+    EXPECT_LE(mean, 0.3) << "layer_norm";
+    const auto [soft_largest, soft_mean] = units(softmax(tx, 1), soft);
+    EXPECT_LE(soft_largest, 1.0) << "softmax";
+    EXPECT_LE(soft_mean, 0.3) << "softmax";
+  }
+  HalfRoundingGuard each_op(HalfRounding::EachOp);
+  EXPECT_GT(units(layer_norm(), norm).second, 1.0) << "the mean rounded to bfloat16";
+}
+
 // Rounding at stores (Note [Half precision in fused kernels] in ir/schedule.h; the default): a
 // fused half-type chain keeps float32 between its ops and rounds where it stores, closer to
 // float64 than rounding after every op; a cast, a comparison or a promotion reads a half value
