@@ -64,10 +64,11 @@ std::vector<Step> order_steps(const Graph& graph, std::vector<Step> steps);
 //   accurate than the same ops one kernel each, and its bits differ from theirs; in bfloat16 it
 //   also runs at the memory roof where rounding after each op does not (docs/benchmarks.md).
 //   A half value that an op reads into another dtype (a comparison, a promotion, a cast) is read
-//   as its dtype holds it, so an argmax's comparison with the rounded maximum finds it. The
-//   CPU's reduction steps store the values they carry between their parts in their dtype (a
-//   LayerNorm's centred values and its rsqrt), where the GPU's row kernels keep them in float32:
-//   the two devices agree within the half type's tolerance, not bit for bit. The fuzzer checks half
+//   as its dtype holds it, so an argmax's comparison with the rounded maximum finds it. A
+//   reduction step's unstored values stay float32 too: the GPU's row kernel reads its
+//   reductions unrounded, and the CPU's parts hand each other float32
+//   (runtime/cpu_backend.cc's carried_in_float32). The two devices agree within the half
+//   type's tolerance, not bit for bit (their sums add in different orders). The fuzzer checks half
 //   results against float64 (tools/replay.cc).
 // - EachOp (LAZYFUSE_HALF_ROUNDING=each_op, set_half_rounding): every op's result is rounded to
 //   its dtype, as PyTorch eager does, so a fused chain gives the bits of one kernel per op, on
