@@ -2,7 +2,8 @@
 # On the GPU machine: `lazyfuse fuzz --device=cuda:0` over many graphs at once, in parallel
 # processes (each graph compiles its own kernels, and NVRTC runs on one core), within a time
 # limit. Prints the total of graphs and failures; every failure's shrunk reproducer is in
-# $OUT/fuzz.log (FUZZ_DEVICE=cpu runs the same here).
+# $OUT/fuzz.log (FUZZ_DEVICE=cpu runs the same here). Half values round as the process's
+# policy says: LAZYFUSE_HALF_ROUNDING=each_op for the other one (give each run its own OUT).
 # Usage: scripts/gpu-fuzz.sh LAZYFUSE_BINARY [GRAPHS [PROCESSES [SECONDS [FIRST_SEED]]]]
 set -uo pipefail
 lazyfuse=$1
