@@ -398,6 +398,8 @@ CudaSource cuda_source_for_fresh_operands(const Graph& graph, const Step& step) 
     CudaGroupMember m{&member, {}, false};
     if (member.kind == StepKind::Elementwise || member.nodes.size() > 1) {
       m.spec = spec_for_fresh_operands(graph, member);
+      // A group's reduction with fused work reads element by element (the runtime's run_group).
+      if (member.kind == StepKind::Reduction) m.spec.vectorized = false;
     } else {
       const Node& node = graph.nodes[member.nodes.back()];
       const int64_t rank = static_cast<int64_t>(graph.nodes[node.inputs[0]].shape.size());

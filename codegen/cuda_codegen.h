@@ -178,8 +178,9 @@ int64_t cuda_row_blocks(const CudaElementwiseSpec& spec, int64_t rows);
 int cuda_row_threads(const CudaElementwiseSpec& spec);
 
 // The kernel a step with generated code (elementwise or reduction) runs, by its kind and what
-// is fused into it; for a reduction `spec` must not be vectorized. What the runtime launches
-// and what `lazyfuse codegen` shows.
+// is fused into it; a reduction's `spec` is vectorized only for a row kernel
+// (choose_cuda_row_layout) or a fused reduction over rows of whole vectors whose chunks are
+// whole vectors too. What the runtime launches and what `lazyfuse codegen` shows.
 CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,
                               bool fast_math = false);
 // The kernel a first evaluation of `step` compiles: its operands as freshly made tensors lie,

@@ -121,7 +121,16 @@ std::optional<Graph> carried_in_float32(const Graph& graph, const Step& step) {
   std::optional<Graph> widened;
   for (ValueId v : step.nodes) {
     if (!widen[v]) continue;
-    if (!widened) widened = graph;
+    if (!widened) {
+      // The parts read only the step's nodes and its inputs: the rest of the graph is left out
+      // (empty nodes keep the ids), so the copy costs the step's size, not the graph's.
+      widened.emplace();
+      widened->name = graph.name;
+      widened->nodes.resize(graph.nodes.size());
+      for (ValueId n : step.nodes) widened->nodes[n] = graph.nodes[n];
+      for (ValueId n : step.inputs) widened->nodes[n] = graph.nodes[n];
+      widened->outputs = graph.outputs;
+    }
     widened->nodes[v].dtype = DType::Float32;
   }
   return widened;

@@ -267,13 +267,19 @@ uint64_t reduction_counters(const Device& device, int64_t rows) {
   return address(*slot);
 }
 
+// The columns one block of a reduction over rows takes: LAZYFUSE_REDUCE_CHUNK's, or codegen's
+// by size.
+int64_t row_chunk(int64_t rows, int64_t columns) {
+  return env_config().reduce_chunk > 0 ? env_config().reduce_chunk
+                                       : cuda_reduce_chunk(rows, columns);
+}
+
 // A reduction's words after its operands (codegen/cuda_kernel_args.h), with the partials and
 // counters a row of several chunks needs. Returns the chunks per row.
 int64_t append_reduction_launch(const Device& device, DType acc, uint64_t out, int64_t rows,
                                 int64_t columns, KernelArgs& args,
                                 std::optional<BufferView>& partial) {
-  const int64_t chunk =
-      env_config().reduce_chunk > 0 ? env_config().reduce_chunk : cuda_reduce_chunk(rows, columns);
+  const int64_t chunk = row_chunk(rows, columns);
   const int64_t chunks = std::max<int64_t>(1, (columns + chunk - 1) / chunk);
   if (chunks > 1) partial = allocate_buffer(device, acc, {rows, chunks});
   ReductionWords words;
@@ -291,8 +297,8 @@ int64_t append_reduction_launch(const Device& device, DType acc, uint64_t out, i
 
 // The kernel of a reduction with fused work (over rows or columns), planned for the operands'
 // layouts: a reduction over rows of `columns` reads its operands in vectors where the plan
-// allows and every row is whole vectors (so each row starts aligned); one over columns reads
-// element by element.
+// allows and every row and every chunk of it is whole vectors (so each starts aligned); one
+// over columns reads element by element.
 const LaunchMemo& fused_reduction_kernel(const Graph& graph, const Step& step,
                                          const ValueBuffers& values, LaunchMemo* memo,
                                          LaunchMemo& scratch, int64_t rows) {
@@ -303,7 +309,8 @@ const LaunchMemo& fused_reduction_kernel(const Graph& graph, const Step& step,
         CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
         const int64_t columns = rows == 0 ? 0 : plan.numel / rows;
         plan.spec.vectorized = plan.spec.vectorized && !over_columns && plan.spec.rank == 1 &&
-                               columns % plan.spec.vector_width == 0;
+                               columns % plan.spec.vector_width == 0 &&
+                               row_chunk(rows, columns) % plan.spec.vector_width == 0;
         return plan;
       },
       [&](const CudaElementwiseSpec& spec, bool fast_math) {
@@ -482,8 +489,7 @@ PlainReduction plan_plain_reduction(const Node& node, const BufferView& input) {
   if (plan.columns) {
     plan.chunk = cuda_column_chunk(plan.kept, plan.reduced);
   } else {
-    plan.chunk = env_config().reduce_chunk > 0 ? env_config().reduce_chunk
-                                               : cuda_reduce_chunk(plan.kept, plan.reduced);
+    plan.chunk = row_chunk(plan.kept, plan.reduced);
   }
   plan.chunks = std::max<int64_t>(1, (plan.reduced + plan.chunk - 1) / plan.chunk);
   if (plan.chunks == 1 && !plan.columns) plan.chunk = std::max<int64_t>(plan.reduced, 1);
@@ -645,8 +651,7 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
       fused[m] = fused_column_words(rows, columns);
       continue;
     }
-    const int64_t chunk = env_config().reduce_chunk > 0 ? env_config().reduce_chunk
-                                                        : cuda_reduce_chunk(rows, columns);
+    const int64_t chunk = row_chunk(rows, columns);
     ReductionWords& words = fused[m].emplace();
     words.rows = rows;
     words.columns = columns;

@@ -115,7 +115,8 @@ double unit_roundoff(DType dtype) {
 // and sin of it NaN). So every reference also gives each such value the range of its float:
 // past the largest finite value it becomes infinity, as in the graph. Where half values round
 // only at stores, one inside a kernel has float32's range: the reference gives half values
-// their own range only as results, and the fourth probe finds the results that an intermediate
+// their own range only as results and where made by a cast, a constant or a generator (which
+// round under either policy), and the fourth probe finds the results that an intermediate
 // stored between kernels, and overflowing there, would move.
 enum class Perturbation { None, Up, Down, Alternating, Rounded };
 
@@ -189,10 +190,12 @@ Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbatio
     // ir/schedule.h), a value inside a kernel overflows where float32 does; one stored between
     // kernels overflows at its own range, which the Rounded perturbation meets (Note
     // [Conditioning]). Results are always stored.
+    const Op op = graph.nodes[i].op;
+    const bool rounds_anyway = op == Op::Cast || op == Op::Const || is_generator(op);
     const DType held = half_rounding() == HalfRounding::AtStores &&
                                (graph.nodes[i].dtype == DType::Float16 ||
                                 graph.nodes[i].dtype == DType::BFloat16) &&
-                               !is_output[i]
+                               !is_output[i] && !rounds_anyway
                            ? DType::Float32
                            : graph.nodes[i].dtype;
     const ValueId past_range =
