@@ -110,6 +110,9 @@ def bars(meta, rows):
                 [half_roof(w, "bf16", 26), half_roof(w, "bf16", 28)], lambda v: v >= 90)
     host = meta.get("host_cost_us")
     row("host cost per evaluation on 4096 elements <= 6 us", [host], lambda v: v <= 6)
+    floor = meta.get("launch_floor_us")
+    row("own share of that over a bare cuLaunchKernel <= 1.5 us",
+        [host - floor if host is not None and floor is not None else None], lambda v: v <= 1.5)
     compile_ms = meta.get("compile_ms", {})
     row("new kernel cold <= 50 ms", [compile_ms.get("cold")], lambda v: v <= 50)
     row("new kernel from the disk cache <= 2 ms", [compile_ms.get("warm")], lambda v: v <= 2)
