@@ -19,6 +19,7 @@
 #include "runtime/cuda_memory.h"
 #include "runtime/devices.h"
 #include "runtime/kernel_cache.h"
+#include "tests/reference/reference.h"
 
 namespace lazyfuse {
 namespace {
@@ -1055,31 +1056,12 @@ TEST_F(Cuda, HalfNormsRoundOnlyWhereStoredAsOnTheCpu) {
         from_vector(random_values(rows * columns, -2, 3, 95), {rows, columns}).to(kBFloat16);
     const Tensor w = from_vector(random_values(columns, 0.5, 1.5, 96), {columns}).to(kBFloat16);
     const Tensor b = from_vector(random_values(columns, -1, 1, 97), {columns}).to(kBFloat16);
-    const std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>(),
-                              bv = b.to_vector<double>();
-    std::vector<double> norm(xv.size()), soft(xv.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      const double* row = &xv[r * columns];
-      double mean = 0, variance = 0, top = -INFINITY, total = 0;
-      for (int64_t c = 0; c < columns; ++c) mean += row[c] / columns;
-      for (int64_t c = 0; c < columns; ++c) variance += (row[c] - mean) * (row[c] - mean) / columns;
-      for (int64_t c = 0; c < columns; ++c) top = std::max(top, row[c]);
-      for (int64_t c = 0; c < columns; ++c) total += std::exp(row[c] - top);
-      for (int64_t c = 0; c < columns; ++c) {
-        norm[r * columns + c] = (row[c] - mean) / std::sqrt(variance + 1e-5) * wv[c] + bv[c];
-        soft[r * columns + c] = std::exp(row[c] - top) / total;
-      }
-    }
-    // The largest and the mean error in units in the last place of bfloat16 at float64's value.
+    const std::vector<double> norm = reference::host_layer_norm_rows(x.to_vector<double>(), columns,
+                                                                     w.to_vector<double>(),
+                                                                     b.to_vector<double>(), 1e-5),
+                              soft = reference::host_softmax_rows(x.to_vector<double>(), columns);
     auto units = [](const Tensor& t, const std::vector<double>& want) {
-      const std::vector<double> got = t.to_vector<double>();
-      double largest = 0, sum = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        const double unit = std::ldexp(1.0, std::max(-126, std::ilogb(std::fabs(want[i]))) - 7);
-        largest = std::max(largest, std::fabs(got[i] - want[i]) / unit);
-        sum += std::fabs(got[i] - want[i]) / unit;
-      }
-      return std::pair{largest, sum / static_cast<double>(got.size())};
+      return reference::bfloat16_ulp_errors(t.to_vector<double>(), want);
     };
     const Tensor gx = x.to("cuda"), gw = w.to("cuda"), gb = b.to("cuda");
     const auto [norm_largest, norm_mean] =

@@ -62,31 +62,10 @@ TEST(OpsReduction, HalfNormsRoundOnlyWhereStored) {
   const Host x = random_host(rng, {kRows, kColumns}, kBFloat16, {-2, 3, 0, 0});
   const Host w = random_host(rng, {kColumns}, kBFloat16, {0.5, 1.5, 0, 0});
   const Host b = random_host(rng, {kColumns}, kBFloat16, {-1, 1, 0, 0});
-  std::vector<double> norm(x.v.size()), soft(x.v.size());
-  for (int64_t r = 0; r < kRows; ++r) {
-    const double* row = &x.v[r * kColumns];
-    double mean = 0, variance = 0, top = -INFINITY, total = 0;
-    for (int64_t c = 0; c < kColumns; ++c) mean += row[c] / kColumns;
-    for (int64_t c = 0; c < kColumns; ++c) variance += (row[c] - mean) * (row[c] - mean) / kColumns;
-    for (int64_t c = 0; c < kColumns; ++c) top = std::max(top, row[c]);
-    for (int64_t c = 0; c < kColumns; ++c) total += std::exp(row[c] - top);
-    for (int64_t c = 0; c < kColumns; ++c) {
-      norm[r * kColumns + c] = (row[c] - mean) / std::sqrt(variance + 1e-5) * w.v[c] + b.v[c];
-      soft[r * kColumns + c] = std::exp(row[c] - top) / total;
-    }
-  }
-  // The error in units in the last place of bfloat16 (8 significant bits) at the float64 value:
-  // the largest and the mean.
+  const std::vector<double> norm = host_layer_norm_rows(x.v, kColumns, w.v, b.v, 1e-5),
+                            soft = host_softmax_rows(x.v, kColumns);
   auto units = [](const Tensor& t, const std::vector<double>& want) {
-    const std::vector<double> got = t.to_vector<double>();
-    double largest = 0, sum = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double unit = std::ldexp(1.0, std::max(-126, std::ilogb(std::fabs(want[i]))) - 7);
-      const double error = std::fabs(got[i] - want[i]) / unit;
-      largest = std::max(largest, error);
-      sum += error;
-    }
-    return std::pair{largest, sum / static_cast<double>(got.size())};
+    return bfloat16_ulp_errors(t.to_vector<double>(), want);
   };
   const Tensor tx = to_tensor(x, kBFloat16), tw = to_tensor(w, kBFloat16),
                tb = to_tensor(b, kBFloat16);

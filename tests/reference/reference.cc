@@ -390,6 +390,45 @@ std::vector<double> sum_slack(const Reduced& r) {
 // ---------------------------------------------------------------------------------------------
 // Matmul.
 
+std::vector<double> host_layer_norm_rows(const std::vector<double>& x, int64_t columns,
+                                         const std::vector<double>& weight,
+                                         const std::vector<double>& bias, double eps) {
+  std::vector<double> out(x.size());
+  for (size_t start = 0; start < x.size(); start += static_cast<size_t>(columns)) {
+    const double* row = &x[start];
+    double mean = 0, variance = 0;
+    for (int64_t c = 0; c < columns; ++c) mean += row[c] / columns;
+    for (int64_t c = 0; c < columns; ++c) variance += (row[c] - mean) * (row[c] - mean) / columns;
+    for (int64_t c = 0; c < columns; ++c)
+      out[start + c] = (row[c] - mean) / std::sqrt(variance + eps) * weight[c] + bias[c];
+  }
+  return out;
+}
+
+std::vector<double> host_softmax_rows(const std::vector<double>& x, int64_t columns) {
+  std::vector<double> out(x.size());
+  for (size_t start = 0; start < x.size(); start += static_cast<size_t>(columns)) {
+    const double* row = &x[start];
+    double top = -INFINITY, total = 0;
+    for (int64_t c = 0; c < columns; ++c) top = std::max(top, row[c]);
+    for (int64_t c = 0; c < columns; ++c) total += std::exp(row[c] - top);
+    for (int64_t c = 0; c < columns; ++c) out[start + c] = std::exp(row[c] - top) / total;
+  }
+  return out;
+}
+
+std::pair<double, double> bfloat16_ulp_errors(const std::vector<double>& got,
+                                              const std::vector<double>& want) {
+  double largest = 0, sum = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double unit = std::ldexp(1.0, std::max(-126, std::ilogb(std::fabs(want[i]))) - 7);
+    const double error = std::fabs(got[i] - want[i]) / unit;
+    largest = std::max(largest, error);
+    sum += error;
+  }
+  return {largest, got.empty() ? 0 : sum / static_cast<double>(got.size())};
+}
+
 Host host_matmul(const Host& a, const Host& b, std::vector<double>* magnitude) {
   Shape as = a.shape, bs = b.shape;
   if (as.size() == 1) as.insert(as.begin(), 1);

@@ -20,6 +20,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lazyfuse/lazyfuse.h"
@@ -84,6 +85,19 @@ Reduced host_reduce(const Host& h, const std::vector<int64_t>& dims, bool keepdi
 // Sums are allowed an error of the result dtype's precision times 1% of what was summed: any
 // lost, doubled or misplaced element costs far more than that.
 std::vector<double> sum_slack(const Reduced& r);
+
+// Row by row over a row-major [rows, columns] matrix, in double: LayerNorm (the mean and the
+// biased variance of each row, then (x - mean) / sqrt(variance + eps) * weight + bias) and
+// softmax (exp(x - the row's max) over its sum).
+std::vector<double> host_layer_norm_rows(const std::vector<double>& x, int64_t columns,
+                                         const std::vector<double>& weight,
+                                         const std::vector<double>& bias, double eps);
+std::vector<double> host_softmax_rows(const std::vector<double>& x, int64_t columns);
+
+// The error of each of `got` against `want` in units in the last place of bfloat16 (8
+// significant bits) at `want`: the largest and the mean.
+std::pair<double, double> bfloat16_ulp_errors(const std::vector<double>& got,
+                                              const std::vector<double>& want);
 
 // Naive loops over numpy's matmul semantics: 1-D operands gain a dim that the result drops,
 // batch dims broadcast. `magnitude` gets sum_k |a||b| for each result, the scale of its error.
