@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: lazyfuse's benchmark, then the peers (PyTorch, torch.compile, CuPy, JAX)
 # on the same workloads, merged into one report with a plot. Carry gpu-bundle/ (made by
-# `scripts/gpu-bundle.sh build lazyfuse`). Results land in $OUT (default bench-results/).
+# `scripts/gpu-bundle.sh build lazyfuse`, with lazyfuse_half_accuracy for the half rounding
+# policies' accuracy). Results land in $OUT (default bench-results/).
 # Ours runs one process per workload, each writing its own JSON, so that a time limit loses at
 # most the workload it cut.
 # Usage: scripts/gpu-bench.sh [PEER_SIZES [OUR_SIZES]]   (log2 sizes, comma-separated; defaults
@@ -30,6 +31,9 @@ for workload in exp_mul gelu bias_relu softmax sum_squares chain16 adam layernor
 done
 [ -n "${BEFORE:-}" ] &&
   python3 bench/compare.py --before "$out/before" --after "$out/ours" --markdown "$out/before-after.md"
+# Each half rounding policy's error against float64 on the GPU, where the bundle has the tool.
+[ -x gpu-bundle/bin/lazyfuse_half_accuracy ] &&
+  gpu-bundle/bin/lazyfuse_half_accuracy --device=cuda:0 > "$out/half-accuracy.md" 2>&1
 [ "${PEERS:-1}" != 0 ] &&
   python3 bench/peers.py --out "$out/peers" --sizes "$peer_sizes" --dtypes f32,bf16 2> "$out/peers.log"
 python3 bench/report.py "$out"/ours/*.json $(ls "$out"/peers/*.json 2> /dev/null) \
