@@ -380,9 +380,8 @@ CudaElementwiseSpec spec_for_fresh_operands(const Graph& graph, const Step& step
     choose_cuda_row_layout(plan, columns, step.inputs.size(), /*outputs_aligned=*/true);
     return plan.spec;
   }
-  // As the runtime reads a fused reduction's operands: in vectors over rows of whole vectors.
-  plan.spec.vectorized = plan.spec.vectorized && !parts.columns && plan.spec.rank == 1 &&
-                         columns % plan.spec.vector_width == 0;
+  choose_cuda_fused_reduction_layout(plan, parts.columns, columns,
+                                     cuda_reduce_chunk(rows, columns));
   return plan.spec;
 }
 

@@ -173,6 +173,12 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
 // half-precision elements, four of four bytes) when it is whole groups of such accesses.
 void choose_cuda_row_layout(CudaElementwiseLaunch& plan, int64_t columns, size_t inputs,
                             bool outputs_aligned);
+// Whether a fused reduction (made by plan_cuda_elementwise over the step's operands) reads
+// them in vectors, set in `plan`: over rows of `columns` elements taken `chunk` at a time by a
+// block, where the plan allows and every row and every chunk is whole vectors, so that each
+// starts aligned; over columns (`over_columns`), never.
+void choose_cuda_fused_reduction_layout(CudaElementwiseLaunch& plan, bool over_columns,
+                                        int64_t columns, int64_t chunk);
 // The blocks and threads a row kernel of `spec` launches for `rows` rows.
 int64_t cuda_row_blocks(const CudaElementwiseSpec& spec, int64_t rows);
 int cuda_row_threads(const CudaElementwiseSpec& spec);

@@ -531,6 +531,13 @@ void choose_cuda_row_layout(CudaElementwiseLaunch& plan, int64_t columns, size_t
                                    per_lane, spec.vectorized ? spec.vector_width : 1)))));
 }
 
+void choose_cuda_fused_reduction_layout(CudaElementwiseLaunch& plan, bool over_columns,
+                                        int64_t columns, int64_t chunk) {
+  CudaElementwiseSpec& spec = plan.spec;
+  spec.vectorized = spec.vectorized && !over_columns && spec.rank == 1 &&
+                    columns % spec.vector_width == 0 && chunk % spec.vector_width == 0;
+}
+
 int cuda_row_threads(const CudaElementwiseSpec& spec) {
   return spec.row_warps == 1 ? kCudaReduceThreads : 32 * spec.row_warps;
 }

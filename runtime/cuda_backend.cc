@@ -296,9 +296,7 @@ int64_t append_reduction_launch(const Device& device, DType acc, uint64_t out, i
 }
 
 // The kernel of a reduction with fused work (over rows or columns), planned for the operands'
-// layouts: a reduction over rows of `columns` reads its operands in vectors where the plan
-// allows and every row and every chunk of it is whole vectors (so each starts aligned); one
-// over columns reads element by element.
+// layouts, reading them in vectors where choose_cuda_fused_reduction_layout allows.
 const LaunchMemo& fused_reduction_kernel(const Graph& graph, const Step& step,
                                          const ValueBuffers& values, LaunchMemo* memo,
                                          LaunchMemo& scratch, int64_t rows) {
@@ -308,9 +306,7 @@ const LaunchMemo& fused_reduction_kernel(const Graph& graph, const Step& step,
       [&](const std::vector<OperandLayout>& layouts) {
         CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
         const int64_t columns = rows == 0 ? 0 : plan.numel / rows;
-        plan.spec.vectorized = plan.spec.vectorized && !over_columns && plan.spec.rank == 1 &&
-                               columns % plan.spec.vector_width == 0 &&
-                               row_chunk(rows, columns) % plan.spec.vector_width == 0;
+        choose_cuda_fused_reduction_layout(plan, over_columns, columns, row_chunk(rows, columns));
         return plan;
       },
       [&](const CudaElementwiseSpec& spec, bool fast_math) {

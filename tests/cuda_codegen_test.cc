@@ -713,6 +713,26 @@ TEST(CudaCodegen, RowValuesAreComputedOncePerRowBetweenThePasses) {
   }
 }
 
+// A fused reduction reads its operands in vectors only where every row and every chunk of a
+// row starts aligned, and never over columns.
+TEST(CudaCodegen, FusedReductionsReadVectorsOnlyWhereRowsAndChunksAreWhole) {
+  auto vectorized = [](bool over_columns, int64_t columns, int64_t chunk) {
+    CudaElementwiseLaunch plan;
+    plan.spec.vectorized = true;
+    plan.spec.vector_width = 8;
+    choose_cuda_fused_reduction_layout(plan, over_columns, columns, chunk);
+    return plan.spec.vectorized;
+  };
+  EXPECT_TRUE(vectorized(false, 1024, 4096));
+  EXPECT_FALSE(vectorized(false, 1020, 4096)) << "a row starting mid-vector";
+  EXPECT_FALSE(vectorized(false, 1024, 100)) << "a chunk starting mid-vector";
+  EXPECT_FALSE(vectorized(true, 1024, 4096)) << "over columns";
+  CudaElementwiseLaunch unaligned;  // the plan found an operand unaligned
+  unaligned.spec.vector_width = 8;
+  choose_cuda_fused_reduction_layout(unaligned, false, 1024, 4096);
+  EXPECT_FALSE(unaligned.spec.vectorized);
+}
+
 // How a row kernel lays out a row by its length and dtype (a warp a row while each lane keeps
 // 64 bytes of it or less, a block of warps beyond, in registers while each lane keeps at most 16
 // elements, 16 bytes a lane where the row is whole groups of that), and every layout's
