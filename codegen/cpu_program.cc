@@ -88,7 +88,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
     return instr.dst;
   };
   auto round_if_half = [&](int reg, DType dtype) {
-    if (dtype != DType::Float16 && dtype != DType::BFloat16) return;
+    if (!is_half(dtype)) return;
     Instr instr{Kind::Round};
     instr.src[0] = reg;
     instr.dst = reg;
@@ -99,7 +99,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
   // A half value kept in float32 (Note [Half precision in fused kernels]) as its dtype holds it:
   // a rounded copy, so the register's other readers keep the unrounded value.
   auto as_stored = [&](int reg, DType dtype) {
-    if (dtype != DType::Float16 && dtype != DType::BFloat16) return reg;
+    if (!is_half(dtype)) return reg;
     const int copy = convert_to(reg, vtype[reg], /*fresh=*/true);
     round_if_half(copy, dtype);
     return copy;
@@ -161,8 +161,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
         const DType from = graph.nodes[node.inputs[0]].dtype;
         int operand = reg_of.at(node.inputs[0]);
         if (!step.round_each_op) operand = as_stored(operand, from);
-        bool rounds =
-            from != node.dtype && (node.dtype == DType::Float16 || node.dtype == DType::BFloat16);
+        bool rounds = from != node.dtype && is_half(node.dtype);
         result = convert_to(operand, dtype, rounds);
         if (rounds) round_if_half(result, node.dtype);
         break;

@@ -118,8 +118,7 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
                                       : value;
   };
   auto round = [&](ValueId id, DType dtype) {
-    if (dtype == DType::Float16 || dtype == DType::BFloat16)
-      absl::StrAppend(&b, indent, v(id), " = ", rounded(v(id), dtype), ";\n");
+    if (is_half(dtype)) absl::StrAppend(&b, indent, v(id), " = ", rounded(v(id), dtype), ";\n");
   };
   for (size_t k = 0; k < num_inputs; ++k) {
     const Node& node = graph.nodes[inputs[k]];

@@ -734,8 +734,7 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     // in the kernel as that, or, a half value rounding only at stores, in float32 (a LayerNorm's
     // mean rounded to bfloat16 would cost its outputs several units in their last place).
     const char* result_type = type_name(node.dtype);
-    const bool kept_unrounded =
-        !step.round_each_op && (node.dtype == DType::Float16 || node.dtype == DType::BFloat16);
+    const bool kept_unrounded = !step.round_each_op && is_half(node.dtype);
     absl::StrAppend(&s, "  for (int offset = 16; offset > 0; offset /= 2) acc", k, " = ", combine,
                     "(acc", k, ", __shfl_xor_sync(0xffffffffu, acc", k, ", offset));\n");
     if (spec.row_warps > 1) {

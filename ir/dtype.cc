@@ -82,9 +82,7 @@ DType parse_dtype(std::string_view text) {
                    0, 0);
 }
 
-DType compute_dtype(DType dtype) {
-  return dtype == DType::Float16 || dtype == DType::BFloat16 ? DType::Float32 : dtype;
-}
+DType compute_dtype(DType dtype) { return is_half(dtype) ? DType::Float32 : dtype; }
 
 namespace {
 int category(DType dtype) { return dtype == DType::Bool ? 0 : is_integral(dtype) ? 1 : 2; }

@@ -16,6 +16,8 @@ inline constexpr DType kAllDTypes[] = {DType::Bool,    DType::Int32,    DType::I
 int64_t dtype_size(DType dtype);
 bool is_floating(DType dtype);
 bool is_integral(DType dtype);  // Int32 and Int64; Bool is its own category.
+// Float16 and BFloat16: stored in 16 bits, computed in float32 (Note [Half types]).
+inline bool is_half(DType dtype) { return dtype == DType::Float16 || dtype == DType::BFloat16; }
 
 // "f32", "bf16", "i64", "bool": the spelling of IR text.
 const char* dtype_ir_name(DType dtype);

@@ -103,7 +103,6 @@ struct CpuReductionCache : StepCache {
 // type, which they round to under either policy.
 std::optional<Graph> carried_in_float32(const Graph& graph, const Step& step) {
   if (step.round_each_op) return std::nullopt;
-  auto is_half = [](DType dtype) { return dtype == DType::Float16 || dtype == DType::BFloat16; };
   std::vector<bool> in_step(graph.nodes.size(), false), widen(graph.nodes.size(), false);
   for (ValueId v : step.nodes) in_step[v] = true;
   for (ValueId v : step.nodes) {

@@ -168,7 +168,7 @@ bool computed_through_half(const Graph& graph, ValueId value) {
   for (size_t i = graph.nodes.size(); i-- > 0;) {
     if (!needed[i]) continue;
     const DType dtype = graph.nodes[i].dtype;
-    if (dtype == DType::Float16 || dtype == DType::BFloat16) return true;
+    if (is_half(dtype)) return true;
     for (ValueId in : graph.nodes[i].inputs) needed[in] = true;
   }
   return false;

@@ -192,9 +192,7 @@ Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbatio
     // [Conditioning]). Results are always stored.
     const Op op = graph.nodes[i].op;
     const bool rounds_anyway = op == Op::Cast || op == Op::Const || is_generator(op);
-    const DType held = half_rounding() == HalfRounding::AtStores &&
-                               (graph.nodes[i].dtype == DType::Float16 ||
-                                graph.nodes[i].dtype == DType::BFloat16) &&
+    const DType held = half_rounding() == HalfRounding::AtStores && is_half(graph.nodes[i].dtype) &&
                                !is_output[i] && !rounds_anyway
                            ? DType::Float32
                            : graph.nodes[i].dtype;

@@ -619,9 +619,7 @@ std::vector<Step> Grouping::build_steps() const {
     // Only a step computing half values depends on the policy (and is keyed by it): every
     // other step's kernel is the same under both.
     bool computes_half = false;
-    for (ValueId m : members)
-      computes_half |=
-          graph_.nodes[m].dtype == DType::Float16 || graph_.nodes[m].dtype == DType::BFloat16;
+    for (ValueId m : members) computes_half |= is_half(graph_.nodes[m].dtype);
     step.round_each_op = options_.half_rounding == HalfRounding::EachOp || !computes_half;
     // A group with a reduction is a reduction step (with a prologue and an epilogue); any other
     // group is of its one kind.
