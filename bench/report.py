@@ -5,10 +5,13 @@ the same run, speed-up over each peer) and a table of the issue's bars (met, mis
 measured in the run; docs/benchmarks.md explains the misses), and draws GB/s
 against size (one line per mode and peer) to a PNG when matplotlib is there.
 
-usage: bench/report.py lazyfuse.json [peer.json ...] [--png plot.png] [--markdown out.md]
+usage: bench/report.py lazyfuse.json [peer.json ...] [--png plot.png] [--markdown out.md] [--cpu]
+
+With --cpu, the CPU peers (bench/cpu_peers.py) and the CPU backend issue's bars instead.
 """
 import argparse
 import json
+import math
 import sys
 from collections import defaultdict
 
@@ -20,17 +23,27 @@ def median(values):
 
 def load(paths):
     """Rows from every file; from several lazyfuse files (one process per workload), the median
-    of their host-cost and compile figures."""
+    of their host-cost and compile figures. Where files repeat a measurement (rounds of
+    scripts/cpu-bench.sh), each mode keeps its best; every tool's host cost per call is kept
+    the same way, in meta["peer_host_cost_us"]."""
     metas, rows = [], defaultdict(dict)  # (workload, dtype, n) -> mode -> (us, bytes)
+    peer_host = {}
     for path in paths:
         with open(path) as f:
             data = json.load(f)
         if data.get("tool") == "lazyfuse":
             metas.append(data)
+        elif "host_cost_us" in data:
+            peer_host[data["tool"]] = min(peer_host.get(data["tool"], math.inf), data["host_cost_us"])
         for r in data["results"]:
-            rows[(r["workload"], r["dtype"], r["n"])][r["mode"]] = (r["us"], r["bytes"])
+            modes = rows[(r["workload"], r["dtype"], r["n"])]
+            if r["mode"] not in modes or r["us"] < modes[r["mode"]][0]:
+                modes[r["mode"]] = (r["us"], r["bytes"])
     meta = dict(metas[0]) if metas else {}
-    if len(metas) > 1:
+    meta["peer_host_cost_us"] = peer_host
+    if len(metas) > 1 and meta.get("device") == "cpu":
+        meta["host_cost_us"] = min(m["host_cost_us"] for m in metas if "host_cost_us" in m)
+    elif len(metas) > 1:
         for key in ("host_cost_us", "launch_floor_us"):
             values = [m[key] for m in metas if key in m]
             if values:
@@ -119,13 +132,76 @@ def bars(meta, rows):
     return out
 
 
+CPU_PEERS = ["numpy", "numexpr", "torch eager", "torch.compile", "torch.softmax"]
+
+
+def cpu_bars(meta, rows):
+    """The bars of the CPU backend issue (float32, 2^20 and 2^24), each as a table row."""
+    out = ["| bar (float32, CPU) | measured | met |", "|---|---|---|"]
+
+    def row(name, value, good):
+        verdict = "not measured" if value is None else "yes" if good(value) else "no"
+        out.append(f"| {name} | {'-' if value is None else f'{value:.2f}'} | {verdict} |")
+
+    def ratio(workload, log2, mode):  # mode's time over ours: above 1, we are faster
+        modes = rows.get((workload, "f32", 1 << log2), {})
+        return modes[mode][0] / modes["fused"][0] if mode in modes and "fused" in modes else None
+
+    workloads = sorted({w for (w, d, n) in rows if d == "f32"})
+    for w in workloads:
+        for log2 in (20, 24):
+            row(f"{w} at 2^{log2}: torch.compile / ours >= 1.00", ratio(w, log2, "torch.compile"),
+                lambda v: v >= 1)
+            row(f"{w} at 2^{log2}: torch eager / ours >= 1.00", ratio(w, log2, "torch eager"), lambda v: v >= 1)
+    for log2 in (20, 24):
+        row(f"softmax at 2^{log2}: torch.softmax / ours >= 1.00", ratio("softmax", log2, "torch.softmax"),
+            lambda v: v >= 1)
+    # Memory-bound: all but chain16, whose sixteen ops with four exponentials are compute-bound.
+    for w in workloads:
+        if w != "chain16":
+            row(f"{w} at 2^24: % of the two-thread copy roof >= 60", None if ratio(w, 24, "roof") is None
+                else 100 * ratio(w, 24, "roof"), lambda v: v >= 60)
+    numpy_us = meta.get("peer_host_cost_us", {}).get("numpy")
+    host = meta.get("host_cost_us")
+    row("per call, (z + 2).exp() * y on 4096 elements: NumPy's us / ours >= 1.00",
+        None if numpy_us is None or host is None else numpy_us / host, lambda v: v >= 1)
+    return out
+
+
+def cpu_report(meta, rows):
+    lines = [f"Measured {meta.get('date', '?')} on the CPU, each mode's best round.", "",
+             "| workload | n | fused us | unfused us | two-thread copy us | % roof | "
+             + " | ".join(f"vs {p}" for p in CPU_PEERS) + " |", "|" + "---|" * (6 + len(CPU_PEERS))]
+    for (workload, dtype, n), modes in sorted(rows.items()):
+        if "fused" not in modes or dtype != "f32":
+            continue
+        us = modes["fused"][0]
+        roof = modes.get("roof", (float("nan"),))[0]
+        unfused = modes.get("unfused", (float("nan"),))[0]
+        ratios = [f"{modes[p][0] / us:.2f}x" if p in modes else "-" for p in CPU_PEERS]
+        lines.append(f"| {workload} | 2^{n.bit_length() - 1} | {us:.1f} | {unfused:.1f} | {roof:.1f} | "
+                     f"{100 * roof / us:.1f}% | " + " | ".join(ratios) + " |")
+    host = ", ".join(f"{tool} {us:.2f}" for tool, us in sorted(meta.get("peer_host_cost_us", {}).items()))
+    lines += ["", f"Per call, (z + 2).exp() * y on 4096 elements: lazyfuse {meta.get('host_cost_us', 0):.2f} us; "
+              f"{host} us.", ""] + cpu_bars(meta, rows)
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("files", nargs="+")
     parser.add_argument("--png")
     parser.add_argument("--markdown")
+    parser.add_argument("--cpu", action="store_true", help="the CPU peers and the CPU issue's bars")
     args = parser.parse_args()
     meta, rows = load(args.files)
+    if args.cpu:
+        text = cpu_report(meta, rows)
+        print(text)
+        if args.markdown:
+            with open(args.markdown, "w") as f:
+                f.write(text + "\n")
+        return
     peers = ["torch eager", "torch.compile", "cupy.fuse", "jax.jit"]
     # Where cupy.fuse cannot compile a workload, peers.py measures a cupy.ElementwiseKernel of the
     # same expression instead: its ratio goes in the CuPy column, marked with a dagger.

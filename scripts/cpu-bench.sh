@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# On this machine's CPU: lazyfuse's benchmark and the CPU peers (NumPy, numexpr, PyTorch eager,
+# torch.compile; bench/cpu_peers.py) on the same workloads, interleaved workload by workload
+# and round by round so that the machine's noise hits both, merged into one report (each
+# mode's best round). The peers come from PyPI into a virtual environment outside the
+# repository ($LAZYFUSE_PEERS_VENV, default ~/.cache/lazyfuse/cpu-peers), made on first use:
+# about 5 GB, since PyPI's torch wheel pulls in its CUDA libraries even on the CPU.
+# Usage: scripts/cpu-bench.sh [SIZES [ROUNDS]]   (log2 sizes, comma-separated; default 20,24 and
+# 2 rounds). Results land in $OUT (default bench-results/cpu): report.md and the JSON files.
+# WORKLOADS="exp_mul gelu" runs a subset.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sizes=${1:-20,24}
+rounds=${2:-2}
+out=${OUT:-bench-results/cpu}
+venv=${LAZYFUSE_PEERS_VENV:-$HOME/.cache/lazyfuse/cpu-peers}
+workloads=${WORKLOADS:-exp_mul gelu bias_relu softmax sum_squares chain16 adam layernorm layernorm4k rmsnorm rmsnorm4k log_softmax}
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, numexpr" 2> /dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet numpy numexpr torch
+fi
+[ -x build/bin/lazyfuse ] || { echo "build first: make" >&2; exit 1; }
+mkdir -p "$out"
+rm -f "$out"/*.json
+for round in $(seq 1 "$rounds"); do
+  for workload in $workloads; do
+    echo "round $round: $workload" >&2
+    build/bin/lazyfuse bench --device=cpu --workloads "$workload" --sizes ${sizes//,/ } \
+      --dtypes f32 --batches 5 --json "$out/lazyfuse-$workload-$round.json" > /dev/null
+    "$venv/bin/python" bench/cpu_peers.py --out "$out" --sizes "$sizes" --workloads "$workload" \
+      --tag="-$workload-$round" 2>> "$out/peers.log"
+  done
+done
+python3 bench/report.py --cpu "$out"/*.json --markdown "$out/report.md"
