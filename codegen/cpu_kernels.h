@@ -17,10 +17,20 @@ using CpuApplyFn = void (*)(const void* const* in, void* out, int64_t n);
 using CpuConvertFn = void (*)(const void* in, void* out, int64_t n);
 inline constexpr int kCpuVectorPad = 8;
 
+// Reduces n contiguous values of a storage type into kCpuReduceLanes accumulators of the
+// reduction's accumulator type (CpuAccumulator in codegen/cpu_reduction.h), combining value j
+// into lane (first_lane + j) % kCpuReduceLanes. The lanes are independent, so additions do not
+// wait on each other, and their number is fixed, not the vector width: every instruction set,
+// and a scalar loop over a strided run, gives the same bits; and a value's lane depends only on
+// its position, so any split of the values into runs gives the same bits too.
+using CpuReduceRunFn = void (*)(const void* values, int64_t n, void* lanes, int first_lane);
+inline constexpr int kCpuReduceLanes = 16;
+
 struct CpuKernelTable {
   const char* isa;
   CpuApplyFn apply[kNumOps][kNumComputeSlots];  // null where the op does not take the dtype
   CpuConvertFn convert[kNumComputeSlots][kNumComputeSlots];
+  CpuReduceRunFn reduce_run[kNumOps][kNumStorageSlots];  // null for ops that do not reduce
 };
 
 const CpuKernelTable& cpu_kernel_table();

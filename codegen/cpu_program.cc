@@ -205,6 +205,14 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
     }
   }
 
+  // Constants are the same in every block: computed once per run() into registers of their own.
+  std::vector<bool> constant(vtype.size(), false);
+  for (Instr& instr : code) {
+    if (instr.kind == Kind::Const || (instr.kind == Kind::Round && constant[instr.dst])) {
+      instr.once = true;
+      constant[instr.dst] = true;
+    }
+  }
   // Map virtual registers to as few physical ones as their lifetimes allow.
   std::vector<int> last_use(vtype.size(), -1);
   for (size_t i = 0; i < code.size(); ++i) {
@@ -213,6 +221,8 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
     if (code[i].dst >= 0)
       last_use[code[i].dst] = std::max(last_use[code[i].dst], static_cast<int>(i));
   }
+  for (size_t v = 0; v < vtype.size(); ++v)
+    if (constant[v]) last_use[v] = static_cast<int>(code.size());  // never given back
   std::vector<int> physical(vtype.size(), -1);
   std::vector<int> free_list;
   for (size_t i = 0; i < code.size(); ++i) {
@@ -225,7 +235,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
     // types of different widths cannot run in place.
     if (virtual_dst >= 0) {
       if (physical[virtual_dst] < 0) {
-        if (free_list.empty()) {
+        if (free_list.empty() || constant[virtual_dst]) {
           physical[virtual_dst] = program.num_registers_++;
         } else {
           physical[virtual_dst] = free_list.back();
@@ -243,6 +253,17 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
     if (virtual_dst >= 0 && last_use[virtual_dst] == static_cast<int>(i))
       free_list.push_back(physical[virtual_dst]);
   }
+  // An op's result stored as computed, in its own type: written where it is stored.
+  for (size_t i = 1; i < code.size(); ++i) {
+    Instr& store = code[i];
+    Instr& producer = code[i - 1];
+    if (store.kind == Kind::Store && store.from == store.dtype && !is_half(store.dtype) &&
+        (producer.kind == Kind::Apply || producer.kind == Kind::Convert) &&
+        producer.dst == store.src[0] && producer.dtype == store.dtype) {
+      producer.store_slot = store.slot;
+      store.stored_directly = true;
+    }
+  }
   return program;
 }
 
@@ -251,23 +272,36 @@ void CpuProgram::clear_scratch(std::byte* scratch, int64_t elements) const {
   const int64_t reach = std::min(kCpuBlock, (std::max<int64_t>(elements, 1) + 63) / 64 * 64);
   const size_t bytes = std::min(kRegisterBytes, static_cast<size_t>(reach) * 8);
   for (int r = 0; r < num_registers_; ++r)
-    std::fill_n(scratch + static_cast<size_t>(r) * kRegisterBytes, bytes, std::byte{0});
+    std::fill_n(scratch + static_cast<size_t>(r) * kRegisterStride, bytes, std::byte{0});
 }
 
-void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuResult> results,
-                     int64_t begin, int64_t end, std::byte* scratch, int64_t result_base) const {
-  auto reg = [&](int r) { return scratch + static_cast<size_t>(r) * kRegisterBytes; };
+const std::byte* CpuProgram::run(std::span<const CpuOperand> operands,
+                                 std::span<const CpuResult> results, int64_t begin, int64_t end,
+                                 std::byte* scratch, int64_t result_base) const {
+  auto reg = [&](int r) { return scratch + static_cast<size_t>(r) * kRegisterStride; };
   // Where each register's elements are read from: its scratch, or, for an operand stored
-  // contiguously in the register's own type, the operand itself (no copy). Instructions only
-  // ever write to scratch.
+  // contiguously in the register's own type, the operand itself (no copy), or, for a result
+  // written where it is stored, the result. Instructions write to scratch otherwise.
   absl::InlinedVector<const std::byte*, 16> view(static_cast<size_t>(num_registers_));
   auto wrote = [&](int r) { view[r] = reg(r); };
+  const std::byte* kept = nullptr;  // result 0's elements, when it is not stored
   for (int64_t start = begin; start < end; start += kCpuBlock) {
     const int64_t n = std::min(kCpuBlock, end - start);
     // Vector kernels read whole vectors, the last one past n into a register's padding; an
-    // operand read in place has none, so it is read in place only when no vector crosses n.
+    // operand read in place has none, so it is read in place only when no vector crosses n,
+    // and a result is written in place only then.
     const bool whole_vectors = n % kWholeVectorElements == 0;
+    // Where an op writes: its register, or the result it is stored in.
+    auto destination = [&](const Instr& instr) -> std::byte* {
+      if (instr.store_slot < 0 || !whole_vectors || results[instr.store_slot].data == nullptr)
+        return reg(instr.dst);
+      return static_cast<std::byte*>(results[instr.store_slot].data) +
+             static_cast<size_t>(start - result_base) * dtype_size(instr.dtype);
+    };
     for (const Instr& instr : code_) {
+      // A constant's register keeps what the first block computed (the largest block: only the
+      // last may be shorter).
+      if (instr.once && start != begin) continue;
       switch (instr.kind) {
         case Kind::Load: {
           const CpuOperand& operand = operands[instr.slot];
@@ -323,14 +357,17 @@ void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuRe
         case Kind::Apply: {
           const void* in[3] = {view[instr.src[0]], instr.src[1] >= 0 ? view[instr.src[1]] : nullptr,
                                instr.src[2] >= 0 ? view[instr.src[2]] : nullptr};
-          instr.apply(in, reg(instr.dst), n);
-          wrote(instr.dst);
+          std::byte* out = destination(instr);
+          instr.apply(in, out, n);
+          view[instr.dst] = out;
           break;
         }
-        case Kind::Convert:
-          instr.convert(view[instr.src[0]], reg(instr.dst), n);
-          wrote(instr.dst);
+        case Kind::Convert: {
+          std::byte* out = destination(instr);
+          instr.convert(view[instr.src[0]], out, n);
+          view[instr.dst] = out;
           break;
+        }
         case Kind::Round: {
           // In place, on a register an Apply, Convert or generator wrote: never an operand.
           float* values = reinterpret_cast<float*>(reg(instr.dst));
@@ -342,6 +379,11 @@ void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuRe
           break;
         }
         case Kind::Store:
+          if (results[instr.slot].data == nullptr) {
+            if (instr.slot == 0) kept = view[instr.src[0]];
+            break;
+          }
+          if (instr.stored_directly && whole_vectors) break;
           dispatch_storage(instr.dtype, [&]<typename S>() {
             dispatch_compute(instr.from, [&]<typename R>() {
               const R* src = reinterpret_cast<const R*>(view[instr.src[0]]);
@@ -353,6 +395,7 @@ void CpuProgram::run(std::span<const CpuOperand> operands, std::span<const CpuRe
       }
     }
   }
+  return kept;
 }
 
 std::string CpuProgram::listing() const {
@@ -362,7 +405,12 @@ std::string CpuProgram::listing() const {
     for (int s : instr.src)
       if (s >= 0) srcs.push_back(absl::StrCat("r", s));
     absl::StrAppend(&out, instr.dst >= 0 ? absl::StrCat("r", instr.dst, " = ") : "", instr.text,
-                    srcs.empty() ? "" : " ", absl::StrJoin(srcs, ", "), "\n");
+                    srcs.empty() ? "" : " ", absl::StrJoin(srcs, ", "),
+                    instr.once ? "  // once per call"
+                    : instr.stored_directly
+                        ? "  // by the op above where the block is whole vectors"
+                        : "",
+                    "\n");
   }
   return out;
 }

@@ -46,7 +46,7 @@ class CpuProgram {
   static CpuProgram compile(const Graph& graph, const Step& step);
 
   int64_t numel() const { return numel_; }
-  size_t scratch_bytes() const { return static_cast<size_t>(num_registers_) * kRegisterBytes; }
+  size_t scratch_bytes() const { return static_cast<size_t>(num_registers_) * kRegisterStride; }
   // Zeroes what run() can read of each register in `scratch` when it computes at most
   // `elements` elements: a block's elements and the padding its last vector reaches into, so
   // that no lane ever reads uninitialised memory. A few of them cost far less than the whole.
@@ -54,14 +54,21 @@ class CpuProgram {
   // Computes elements [begin, end) of every result. `scratch` holds scratch_bytes(), 64-byte
   // aligned; each thread brings its own.
   // Element i is stored at index i - result_base of its result (a block buffer passes the
-  // block's first index).
-  void run(std::span<const CpuOperand> operands, std::span<const CpuResult> results, int64_t begin,
-           int64_t end, std::byte* scratch, int64_t result_base = 0) const;
+  // block's first index). A result whose data is null is not stored: its elements are left in
+  // the registers, and run() returns where the last block's elements of result 0 are (of its
+  // compute type), for a caller that consumes them block by block (a fused reduction).
+  const std::byte* run(std::span<const CpuOperand> operands, std::span<const CpuResult> results,
+                       int64_t begin, int64_t end, std::byte* scratch,
+                       int64_t result_base = 0) const;
   // A listing of the program, one instruction a line (LAZYFUSE_DUMP=cpu).
   std::string listing() const;
 
  private:
   static constexpr size_t kRegisterBytes = kCpuBlock * 8;
+  // Registers lie this far apart: five cache lines more than a register, so that the same
+  // element of two registers is never 4 KiB apart, where a load after a store to the other
+  // waits for it (4K aliasing: each op reads one register while writing another).
+  static constexpr size_t kRegisterStride = kRegisterBytes + 5 * 64;
   // A multiple of every vector kernel's lanes (vectors are at most 64 bytes of elements of at
   // least 4 bytes): a block of such a length is read in whole vectors.
   static constexpr int64_t kWholeVectorElements = 16;
@@ -80,8 +87,15 @@ class CpuProgram {
     int64_t period = 0;          // Arange: counts the index modulo this (0: no period)
     int64_t int_value = 0;       // Const value of integer dtypes
     uint64_t seed = 0, offset = 0;
-    int bits = 24;     // Rand: random bits per draw
-    std::string text;  // the listing's line
+    int bits = 24;  // Rand: random bits per draw
+    // Const, and Round of a constant: run once per run() call, into a register no other value
+    // takes, rather than once per block.
+    bool once = false;
+    // An Apply or Convert whose result the next instruction stores unconverted: where the block
+    // is whole vectors, it writes into result `store_slot` directly and that Store is skipped.
+    int store_slot = -1;
+    bool stored_directly = false;  // a Store that the instruction before may have done
+    std::string text;              // the listing's line
   };
   std::vector<Instr> code_;
   int num_registers_ = 0;

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/cpu_kernels.h"
 #include "codegen/cpu_program.h"
 #include "codegen/cpu_reduction.h"
 #include "codegen/kernel_plan.h"
@@ -27,9 +28,11 @@ constexpr int64_t kReduceBlock = 1 << 15;
 
 // Reduces `outer` rows of `inner` elements each. `visit(row, begin, end, consume)` hands
 // elements [begin, end) of a row to consume(values, count, stride) in runs, in order, as values
-// of storage type S: read from a buffer, or computed by a fused prologue. Each run is reduced
-// with four interleaved accumulators, so that additions do not wait on each other; the runs of
-// a contiguous operand and of a fused prologue are the same blocks, so both give the same bits.
+// of storage type S: read from a buffer, or computed by a fused prologue. A part's elements
+// go into kCpuReduceLanes interleaved accumulators by their position in the part
+// (CpuReduceRunFn, vector code for a contiguous run), which are then combined in a fixed tree:
+// the bits depend on the part's values alone, not on how they came in runs, so a strided
+// operand, a contiguous one and a fused prologue's blocks all give the same.
 template <typename S, typename Visit>
 void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferView& out,
                  Visit&& visit) {
@@ -48,23 +51,27 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
     std::vector<Acc> partials(parts);
     ParallelFailure failure;  // a fused prologue's scratch can fail to allocate
     // Part p: block p % blocks of row p / blocks.
+    const CpuReduceRunFn reduce_run =
+        cpu_kernel_table().reduce_run[static_cast<int>(kOp)][storage_slot_of<S>()];
     auto reduce_part = [&](int64_t part) {
       const int64_t row = part / blocks, begin = part % blocks * kReduceBlock;
-      Acc acc = identity;
+      Acc lanes[kCpuReduceLanes];
+      std::fill_n(lanes, kCpuReduceLanes, identity);
+      int64_t position = 0;  // in the part
       visit(row, begin, std::min(inner, begin + kReduceBlock),
             [&](const S* values, int64_t count, int64_t stride) {
-              Acc lanes[4] = {identity, identity, identity, identity};
-              int64_t i = 0;
-              for (; i + 4 <= count; i += 4)
-                for (int l = 0; l < 4; ++l)
-                  lanes[l] =
-                      Meaning::combine(lanes[l], convert_value<Acc>(values[(i + l) * stride]));
-              for (; i < count; ++i)
-                lanes[0] = Meaning::combine(lanes[0], convert_value<Acc>(values[i * stride]));
-              acc = Meaning::combine(acc, Meaning::combine(Meaning::combine(lanes[0], lanes[1]),
-                                                           Meaning::combine(lanes[2], lanes[3])));
+              const int first_lane = static_cast<int>(position % kCpuReduceLanes);
+              if (stride == 1) {
+                reduce_run(values, count, lanes, first_lane);
+              } else {
+                for (int64_t i = 0, l = first_lane; i < count; ++i, l = (l + 1) % kCpuReduceLanes)
+                  lanes[l] = Meaning::combine(lanes[l], convert_value<Acc>(values[i * stride]));
+              }
+              position += count;
             });
-      return acc;
+      for (int width = kCpuReduceLanes / 2; width >= 1; width /= 2)
+        for (int l = 0; l < width; ++l) lanes[l] = Meaning::combine(lanes[l], lanes[l + width]);
+      return lanes[0];
     };
 #pragma omp parallel for schedule(dynamic, 1) if (outer * inner > 32768)
     for (int64_t item = 0; item < items; ++item) {
@@ -202,15 +209,26 @@ BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuf
   BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
   dispatch_storage(dtype, [&]<typename S>() {
     auto visit = [&](int64_t row, int64_t begin, int64_t end, auto&& f) {
-      // Each thread keeps its block and registers between visits: allocating them per visit
-      // (a block is 128 KiB, past malloc's mmap threshold) cost page faults on every block.
+      // The prologue runs a program block at a time, each reduced while it is in the L1 cache.
+      // Each thread keeps its block and registers between visits.
       thread_local AlignedBytes block, scratch;
-      std::byte* elements = block.at_least(static_cast<size_t>(end - begin) * sizeof(S));
+      std::byte* elements = block.at_least(static_cast<size_t>(kCpuBlock) * sizeof(S));
       std::byte* registers = scratch.at_least(program.scratch_bytes());
-      const int64_t first = row * inner + begin;
-      CpuResult result{elements, dtype};
-      program.run(operands, std::span(&result, 1), first, first + (end - begin), registers, first);
-      f(reinterpret_cast<const S*>(elements), end - begin, 1);
+      for (int64_t first = row * inner + begin, last = row * inner + end; first < last;
+           first += kCpuBlock) {
+        const int64_t count = std::min(kCpuBlock, last - first);
+        if constexpr (std::is_same_v<S, ComputeOf<S>>) {
+          // Stored as computed: reduced where the program left it.
+          CpuResult kept{nullptr, dtype};
+          f(reinterpret_cast<const S*>(
+                program.run(operands, std::span(&kept, 1), first, first + count, registers)),
+            count, 1);
+        } else {
+          CpuResult result{elements, dtype};
+          program.run(operands, std::span(&result, 1), first, first + count, registers, first);
+          f(reinterpret_cast<const S*>(elements), count, 1);
+        }
+      }
     };
     reduce_rows<S>(node, outer, inner, out, visit);
   });

@@ -264,5 +264,86 @@ TEST(OpsElementwise, FusedAndUnfusedGiveIdenticalBits) {
                  sum_slack(want_sum));
 }
 
+// The CPU runs an elementwise program a block of 1024 elements at a time, over tasks of 16
+// blocks: its constants are computed once per task in registers no other value takes, and an
+// op whose result is stored as computed writes into the result where the block is whole
+// vectors (a last block of 7 is not). Sizes that end in a partial block, values stored and read
+// again, and a result written into the buffer of the value it replaces (an in-place update) all
+// keep fused and unfused equal and both right.
+TEST(OpsElementwise, ConstantsAndStoresHoldOverBlocksAndTasks) {
+  std::mt19937 rng(31);
+  const int64_t n = 3 * 16 * 1024 + 1000 + 7;
+  Host x = random_host(rng, {n}, kFloat32, {-2, 2, 0, 0});
+  Tensor tx = to_tensor(x, kFloat32);
+  auto f32 = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  // Six constants, more registers than the chain needs at once, a stored value read again.
+  auto build = [&] {
+    Tensor a = tx * 3 + 1;
+    return ((a * 0.5 - 0.25).exp() + a * 2 - 7) * 1.5;
+  };
+  Tensor got = expect_fusion_invariant(build, "constants over blocks");
+  Host want{{n}, std::vector<double>(n)};
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = f32(f32(x.v[i] * 3) + 1);
+    const double e = f32(std::exp(f32(f32(a * 0.5) - 0.25)));
+    want.v[i] = f32(f32(f32(e + f32(a * 2)) - 7) * 1.5);
+  }
+  expect_matches(got, want, kFloat32, tol_for(kFloat32), "constants over blocks vs reference");
+
+  // Two outputs of one program, one of them read by the other.
+  Tensor a = tx * 3 + 1, b = (a * a).exp();
+  eval({a, b});
+  Host want_a{{n}, std::vector<double>(n)}, want_b{{n}, std::vector<double>(n)};
+  for (int64_t i = 0; i < n; ++i) {
+    want_a.v[i] = f32(f32(x.v[i] * 3) + 1);
+    want_b.v[i] = f32(std::exp(f32(want_a.v[i] * want_a.v[i])));
+  }
+  expect_matches(a, want_a, kFloat32, {}, "stored and read again");
+  expect_matches(b, want_b, kFloat32, tol_for(kFloat32), "its reader");
+
+  // An in-place update, evaluated twice so that the second writes into its own buffer.
+  Tensor p = to_tensor(x, kFloat32), g = to_tensor(x, kFloat32);
+  Host want_p = x;
+  for (int step = 0; step < 2; ++step) {
+    p.mul_(0.5).add_(g * 0.25 + 1);
+    reset_eval_stats();
+    eval(p);
+    if (step == 1) EXPECT_EQ(eval_stats().in_place_outputs, 1);
+    for (int64_t i = 0; i < n; ++i)
+      want_p.v[i] = f32(f32(want_p.v[i] * 0.5) + f32(f32(x.v[i] * 0.25) + 1));
+  }
+  expect_matches(p, want_p, kFloat32, {}, "in place");
+}
+
+// A CPU reduction combines each block of 2^15 elements of a row in 16 accumulators by position
+// (element j into accumulator j % 16), then those in a fixed tree: its bits depend on the values
+// alone, not on whether they come as one contiguous run, as strided runs of 13 (a narrowed
+// view read in place), or as a fused producer's blocks.
+TEST(OpsReduction, CpuSumsDependOnTheValuesNotTheirLayout) {
+  std::mt19937 rng(32);
+  Host base = random_host(rng, {5000, 20}, kFloat32, {-1, 1, 0, 0});
+  // Values whose sum in float64 depends on its order: exp gives them every bit of mantissa.
+  for (double& v : base.v) v = std::exp(v);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(name_of(dtype));
+    Tensor wide = to_tensor(base, kFloat64).to(dtype);
+    eval(wide);
+    Tensor strided = wide.narrow(1, 3, 13);  // runs of 13, contiguous within each
+    Tensor contiguous = strided.contiguous();
+    eval(contiguous);
+    std::vector<Tensor> sums = {strided.sum(), contiguous.sum(), (contiguous * 1).sum(),
+                                strided.max(), contiguous.max(), (contiguous + 0).max()};
+    // Unfused, the reductions of the view read it through its strides.
+    eval({sums[0], sums[3]}, EvalOptions{.fusion = false});
+    eval(sums);
+    for (int k : {1, 2}) {
+      EXPECT_EQ(sums[0].item<double>(), sums[k].item<double>()) << "sum " << k;
+      EXPECT_EQ(sums[3].item<double>(), sums[3 + k].item<double>()) << "max " << k;
+    }
+    Reduced want = host_reduce(host_narrow(base, 1, 3, 13), {}, false, Reduce::Sum);
+    expect_matches(sums[0], want.value, dtype, tol_for(dtype), "sum vs reference", sum_slack(want));
+  }
+}
+
 }  // namespace
 }  // namespace lazyfuse
