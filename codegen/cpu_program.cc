@@ -41,10 +41,35 @@ void gather(const CpuOperand& operand, int64_t start, int64_t n, R* out) {
   for (int64_t i = 0; i < n;) {
     const int64_t run = std::min(n - i, cursor.run_left());
     const S* at = base + cursor.offset();
-    for (int64_t j = 0; j < run; ++j) out[i + j] = convert_value<R>(at[j * inner_stride]);
+    // The common runs as loops the compiler vectorizes: a value broadcast along the run (a row's
+    // maximum over the row), and a dense run.
+    if (inner_stride == 0) {
+      std::fill_n(out + i, run, convert_value<R>(at[0]));
+    } else if (inner_stride == 1) {
+      for (int64_t j = 0; j < run; ++j) out[i + j] = convert_value<R>(at[j]);
+    } else {
+      for (int64_t j = 0; j < run; ++j) out[i + j] = convert_value<R>(at[j * inner_stride]);
+    }
     i += run;
     cursor.advance(run);
   }
+}
+
+// Where elements [start, start + n) of `operand` lie in memory, when they lie in order one after
+// another (a contiguous operand, or a block within one row of a dense inner dim, such as a bias
+// broadcast over rows); null otherwise.
+const std::byte* dense_block(const CpuOperand& operand, int64_t start, int64_t n) {
+  const int rank = static_cast<int>(operand.shape.size());
+  if (rank == 0 || operand.strides[rank - 1] != 1) return nullptr;
+  const int64_t row = operand.shape[rank - 1];
+  if (start % row + n > row) return nullptr;
+  int64_t offset = start % row;
+  for (int64_t d = rank - 2, rest = start / row; d >= 0 && rest > 0; --d) {
+    offset += rest % operand.shape[d] * operand.strides[d];
+    rest /= operand.shape[d];
+  }
+  return static_cast<const std::byte*>(operand.data) +
+         static_cast<size_t>(offset) * dtype_size(operand.dtype);
 }
 
 template <typename R, typename F>
@@ -305,11 +330,11 @@ const std::byte* CpuProgram::run(std::span<const CpuOperand> operands,
       switch (instr.kind) {
         case Kind::Load: {
           const CpuOperand& operand = operands[instr.slot];
-          const bool contiguous = operand.shape.size() == 1 && operand.strides[0] == 1;
-          if (whole_vectors && contiguous && instr.from == instr.dtype) {
-            view[instr.dst] = static_cast<const std::byte*>(operand.data) +
-                              static_cast<size_t>(start) * dtype_size(instr.dtype);
-            break;
+          if (whole_vectors && instr.from == instr.dtype) {
+            if (const std::byte* in_place = dense_block(operand, start, n)) {
+              view[instr.dst] = in_place;
+              break;
+            }
           }
           dispatch_storage(instr.from, [&]<typename S>() {
             dispatch_compute(instr.dtype, [&]<typename R>() {
