@@ -1,13 +1,29 @@
-// Chooses the kernel table for the CPU at hand, once.
+// Chooses the kernel table for the CPU at hand, once: the widest instruction set it supports,
+// or less where LAZYFUSE_CPU_ISA asks (for measuring one against another).
 #include "codegen/cpu_kernels.h"
+
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "ir/errors.h"
 
 namespace lazyfuse {
 
 const CpuKernelTable& cpu_kernel_table() {
   static const CpuKernelTable& table = [&]() -> const CpuKernelTable& {
+    const char* asked = std::getenv("LAZYFUSE_CPU_ISA");
+    const std::string_view limit = asked != nullptr ? asked : "";
+    if (!limit.empty() && limit != "avx512" && limit != "avx2" && limit != "baseline")
+      throw UnsupportedError(absl::StrCat("LAZYFUSE_CPU_ISA=", std::string(limit),
+                                          ": expected avx512, avx2 or baseline"));
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-      return cpu_avx2::kernel_table();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        (limit.empty() || limit == "avx512"))
+      return cpu_avx512::kernel_table();
+    if (avx2 && limit != "baseline") return cpu_avx2::kernel_table();
 #endif
     return cpu_baseline::kernel_table();
   }();

@@ -1,6 +1,7 @@
 // The CPU's elementwise kernels: one function per (op, compute dtype), generated from the
-// expressions in ir/ops.def. Built twice, for AVX2 (SLEEF vector math) and for the x86-64
-// baseline; the table for the CPU at hand is chosen once at run time.
+// expressions in ir/ops.def, and the reductions' inner loops. Built three times, for AVX-512
+// and AVX2 (SLEEF vector math) and for the x86-64 baseline; the table for the CPU at hand is
+// chosen once at run time (LAZYFUSE_CPU_ISA=avx2 or baseline asks for less).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,7 @@ namespace lazyfuse {
 // stop at n (padding holds stale bytes, not valid values of every type).
 using CpuApplyFn = void (*)(const void* const* in, void* out, int64_t n);
 using CpuConvertFn = void (*)(const void* in, void* out, int64_t n);
-inline constexpr int kCpuVectorPad = 8;
+inline constexpr int kCpuVectorPad = 16;
 
 // Reduces n contiguous values of a storage type into kCpuReduceLanes accumulators of the
 // reduction's accumulator type (CpuAccumulator in codegen/cpu_reduction.h), combining value j
@@ -35,6 +36,9 @@ struct CpuKernelTable {
 
 const CpuKernelTable& cpu_kernel_table();
 
+namespace cpu_avx512 {
+const CpuKernelTable& kernel_table();
+}
 namespace cpu_avx2 {
 const CpuKernelTable& kernel_table();
 }

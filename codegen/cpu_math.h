@@ -1,6 +1,9 @@
 // The lf_* functions that op expressions in ir/ops.def call, for the CPU: on scalars of every
 // compute dtype, and, where the translation unit is compiled for AVX2, on 8 floats or 4
-// doubles at once through SLEEF (accuracy 1.0 ULP, the u10 variants).
+// doubles at once, or for AVX-512, on 16 floats or 8 doubles, through SLEEF (accuracy 1.0 ULP,
+// the u10 variants). Everything here lies in a namespace of the instruction set the including
+// file is compiled for: the same inline function compiled for two of them must not be merged
+// into one by the linker, or code for AVX-512 could run on a CPU without it.
 //
 // Note [NaN in comparisons]: maximum, minimum, clamp and relu propagate NaN as PyTorch does;
 // the scalar and vector forms agree on it.
@@ -24,7 +27,16 @@
 #include <sleef.h>
 #endif
 
+#if defined(__AVX512F__)
+#define LF_CPU_MATH_ISA avx512
+#elif defined(__AVX2__)
+#define LF_CPU_MATH_ISA avx2
+#else
+#define LF_CPU_MATH_ISA baseline
+#endif
+
 namespace lazyfuse::cpu_math {
+inline namespace LF_CPU_MATH_ISA {
 
 template <typename T>
 concept Floating = std::floating_point<T>;
@@ -174,14 +186,83 @@ inline Vd4 lf_sqrt(Vd4 a) { return {_mm256_sqrt_pd(a.v)}; }
 inline Vd4 lf_tanh(Vd4 a) { return {Sleef_tanhd4_u10avx2(a.v)}; }
 inline Vd4 lf_pow(Vd4 a, Vd4 b) { return {Sleef_powd4_u10avx2(a.v, b.v)}; }
 
+#ifdef __AVX512F__
+// Sixteen floats (AVX512F and AVX512DQ).
+struct Vf16 {
+  __m512 v;
+};
+inline Vf16 operator+(Vf16 a, Vf16 b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline Vf16 operator-(Vf16 a, Vf16 b) { return {_mm512_sub_ps(a.v, b.v)}; }
+inline Vf16 operator*(Vf16 a, Vf16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline Vf16 operator/(Vf16 a, Vf16 b) { return {_mm512_div_ps(a.v, b.v)}; }
+inline Vf16 operator-(Vf16 a) { return {_mm512_xor_ps(a.v, _mm512_set1_ps(-0.0f))}; }
+inline Vf16 lf_abs(Vf16 a) { return {_mm512_andnot_ps(_mm512_set1_ps(-0.0f), a.v)}; }
+inline Vf16 lf_exp(Vf16 a) { return {Sleef_expf16_u10avx512f(a.v)}; }
+inline Vf16 lf_log(Vf16 a) { return {Sleef_logf16_u10avx512f(a.v)}; }
+inline Vf16 lf_sqrt(Vf16 a) { return {_mm512_sqrt_ps(a.v)}; }
+inline Vf16 lf_rsqrt(Vf16 a) { return {_mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_sqrt_ps(a.v))}; }
+inline Vf16 lf_tanh(Vf16 a) { return {Sleef_tanhf16_u10avx512f(a.v)}; }
+inline Vf16 lf_pow(Vf16 a, Vf16 b) { return {Sleef_powf16_u10avx512f(a.v, b.v)}; }
+inline Vf16 lf_sigmoid(Vf16 a) {
+  __m512 one = _mm512_set1_ps(1.0f);
+  return {_mm512_div_ps(one, _mm512_add_ps(one, Sleef_expf16_u10avx512f((-a).v)))};
+}
+// As the AVX2 forms: max_ps gives its second operand where either is NaN; a NaN first one is
+// then put back.
+inline Vf16 lf_max(Vf16 a, Vf16 b) {
+  return {_mm512_mask_blend_ps(_mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q), _mm512_max_ps(a.v, b.v),
+                               a.v)};
+}
+inline Vf16 lf_min(Vf16 a, Vf16 b) {
+  return {_mm512_mask_blend_ps(_mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q), _mm512_min_ps(a.v, b.v),
+                               a.v)};
+}
+inline Vf16 lf_relu(Vf16 a) {
+  __m512 zero = _mm512_setzero_ps();
+  return {_mm512_mask_blend_ps(_mm512_cmp_ps_mask(a.v, zero, _CMP_LT_OQ), a.v, zero)};
+}
+
+// Eight doubles.
+struct Vd8 {
+  __m512d v;
+};
+inline Vd8 operator+(Vd8 a, Vd8 b) { return {_mm512_add_pd(a.v, b.v)}; }
+inline Vd8 operator-(Vd8 a, Vd8 b) { return {_mm512_sub_pd(a.v, b.v)}; }
+inline Vd8 operator*(Vd8 a, Vd8 b) { return {_mm512_mul_pd(a.v, b.v)}; }
+inline Vd8 operator/(Vd8 a, Vd8 b) { return {_mm512_div_pd(a.v, b.v)}; }
+inline Vd8 operator-(Vd8 a) { return {_mm512_xor_pd(a.v, _mm512_set1_pd(-0.0))}; }
+inline Vd8 lf_abs(Vd8 a) { return {_mm512_andnot_pd(_mm512_set1_pd(-0.0), a.v)}; }
+inline Vd8 lf_exp(Vd8 a) { return {Sleef_expd8_u10avx512f(a.v)}; }
+inline Vd8 lf_log(Vd8 a) { return {Sleef_logd8_u10avx512f(a.v)}; }
+inline Vd8 lf_sqrt(Vd8 a) { return {_mm512_sqrt_pd(a.v)}; }
+inline Vd8 lf_tanh(Vd8 a) { return {Sleef_tanhd8_u10avx512f(a.v)}; }
+inline Vd8 lf_pow(Vd8 a, Vd8 b) { return {Sleef_powd8_u10avx512f(a.v, b.v)}; }
+#endif  // __AVX512F__
+
+// The widest vector of T the translation unit is compiled for.
 template <typename T>
 struct VectorOf;
+#ifdef __AVX512F__
+template <>
+struct VectorOf<float> {
+  using type = Vf16;
+  static constexpr int lanes = 16;
+  static Vf16 load(const float* p) { return {_mm512_loadu_ps(p)}; }
+  static void store(float* p, Vf16 x) { _mm512_storeu_ps(p, x.v); }
+};
+template <>
+struct VectorOf<double> {
+  using type = Vd8;
+  static constexpr int lanes = 8;
+  static Vd8 load(const double* p) { return {_mm512_loadu_pd(p)}; }
+  static void store(double* p, Vd8 x) { _mm512_storeu_pd(p, x.v); }
+};
+#else
 template <>
 struct VectorOf<float> {
   using type = Vf8;
   static constexpr int lanes = 8;
   static Vf8 load(const float* p) { return {_mm256_loadu_ps(p)}; }
-  static Vf8 splat(float x) { return {_mm256_set1_ps(x)}; }
   static void store(float* p, Vf8 x) { _mm256_storeu_ps(p, x.v); }
 };
 template <>
@@ -189,9 +270,10 @@ struct VectorOf<double> {
   using type = Vd4;
   static constexpr int lanes = 4;
   static Vd4 load(const double* p) { return {_mm256_loadu_pd(p)}; }
-  static Vd4 splat(double x) { return {_mm256_set1_pd(x)}; }
   static void store(double* p, Vd4 x) { _mm256_storeu_pd(p, x.v); }
 };
+#endif  // __AVX512F__
 #endif  // __AVX2__
 
+}  // namespace LF_CPU_MATH_ISA
 }  // namespace lazyfuse::cpu_math

@@ -9,8 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
+#include <random>
 #include <span>
 #include <stdexcept>
 #include <type_traits>
@@ -19,6 +21,7 @@
 #include <lazyfuse/lazyfuse.h>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/cpu_kernels.h"
 #include "codegen/cpu_reduction.h"
 #include "ir/errors.h"
 #include "runtime/backend.h"
@@ -248,6 +251,101 @@ TEST(Backend, AnOpTheBackendRefusesLeavesEveryTensorUsable) {
   Tensor r = a.sqrt();
   EXPECT_THROW(r.to_vector<double>(), UnsupportedError);
   EXPECT_EQ((a + a).to_vector<double>(), (std::vector<double>{2.0, 8.0}));
+}
+
+// Every instruction set's kernel table this CPU can run (codegen/cpu_kernels.h), against the
+// baseline's scalar loops and libm: each floating op within two units in the last place (both
+// are within one of the true value), conversions exact; and each reduction's inner loop the
+// same bits, since its accumulators are fixed in number, not the vector width, wherever a run
+// starts among them. The suite runs on whichever table the machine picks; this keeps the
+// others tested on it too.
+TEST(Backend, EveryCpuInstructionSetAgreesWithTheBaseline) {
+  std::vector<const CpuKernelTable*> tables;
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    tables.push_back(&cpu_avx2::kernel_table());
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"))
+    tables.push_back(&cpu_avx512::kernel_table());
+#endif
+  if (tables.empty()) GTEST_SKIP() << "no vector instruction set on this CPU";
+  const CpuKernelTable& baseline = cpu_baseline::kernel_table();
+  constexpr int64_t n = 1000;  // not a whole number of vectors: the padding is read
+  std::mt19937 rng(41);
+  auto values = [&](double lo, double hi) {
+    std::uniform_real_distribution<double> pick(lo, hi);
+    std::vector<double> v(n + kCpuVectorPad);
+    for (double& x : v) x = pick(rng);
+    return v;
+  };
+  // Within two units in the last place of T, NaN meeting NaN.
+  auto close = [](auto a, auto b) {
+    using T = decltype(a);
+    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+    if (a == b) return true;
+    const T ulp = std::nextafter(std::abs(b), std::numeric_limits<T>::infinity()) - std::abs(b);
+    return std::abs(a - b) <= 2 * std::max(ulp, std::numeric_limits<T>::denorm_min());
+  };
+  for (const CpuKernelTable* table : tables) {
+    SCOPED_TRACE(table->isa);
+    int checked = 0;
+    for (int op = 0; op < kNumOps; ++op) {
+      for (int slot : {3, 4}) {
+        if (table->apply[op][slot] == nullptr || baseline.apply[op][slot] == nullptr) continue;
+        const bool compares = op_dtype_rule(static_cast<Op>(op)) == DTypeRule::Compare;
+        auto run = [&]<typename T>() {
+          // Mixed signs, then positive operands (the domain of log, sqrt and pow).
+          for (auto [lo, hi] : {std::pair{-3.0, 3.0}, std::pair{0.05, 3.0}}) {
+            std::vector<std::vector<T>> in;
+            for (int k = 0; k < 3; ++k) {
+              std::vector<double> v = values(lo, hi);
+              in.emplace_back(v.begin(), v.end());
+            }
+            const void* args[3] = {in[0].data(), in[1].data(), in[2].data()};
+            std::vector<T> got(n + kCpuVectorPad), want(n + kCpuVectorPad);
+            table->apply[op][slot](args, got.data(), n);
+            baseline.apply[op][slot](args, want.data(), n);
+            for (int64_t i = 0; i < n; ++i) {
+              if (compares) {  // results are bools
+                ASSERT_EQ(reinterpret_cast<bool*>(got.data())[i],
+                          reinterpret_cast<bool*>(want.data())[i])
+                    << op_name(static_cast<Op>(op)) << " element " << i;
+              } else {
+                ASSERT_TRUE(close(got[i], want[i]))
+                    << op_name(static_cast<Op>(op)) << " " << (slot == 3 ? "f32" : "f64")
+                    << " element " << i << ": " << got[i] << " against " << want[i];
+              }
+            }
+          }
+          ++checked;
+        };
+        if (slot == 3)
+          run.template operator()<float>();
+        else
+          run.template operator()<double>();
+      }
+    }
+    EXPECT_GT(checked, 40);
+    // Reductions: the same bits, from any first lane.
+    std::vector<double> v = values(-1e3, 1e3);
+    std::vector<float> floats(v.begin(), v.end());
+    for (Op op : {Op::Sum, Op::Mean, Op::Max, Op::Min}) {
+      for (int first_lane : {0, 5}) {
+        double got[kCpuReduceLanes], want[kCpuReduceLanes];
+        float got_max[kCpuReduceLanes], want_max[kCpuReduceLanes];
+        const bool wide = op == Op::Sum || op == Op::Mean;
+        void* g = wide ? static_cast<void*>(got) : got_max;
+        void* w = wide ? static_cast<void*>(want) : want_max;
+        std::memset(g, 0, sizeof(got));
+        std::memset(w, 0, sizeof(want));
+        table->reduce_run[static_cast<int>(op)][storage_slot(DType::Float32)](floats.data(), n, g,
+                                                                              first_lane);
+        baseline.reduce_run[static_cast<int>(op)][storage_slot(DType::Float32)](floats.data(), n, w,
+                                                                                first_lane);
+        EXPECT_EQ(std::memcmp(g, w, wide ? sizeof(got) : sizeof(got_max)), 0)
+            << op_name(op) << " from lane " << first_lane;
+      }
+    }
+  }
 }
 
 }  // namespace
