@@ -15,6 +15,7 @@
 #include "codegen/cpu_program.h"
 #include "codegen/kernel_plan.h"
 #include "ir/errors.h"
+#include "ir/infer.h"
 #include "runtime/backend.h"
 #include "runtime/host_memory.h"
 #include "runtime/parallel.h"
@@ -25,27 +26,42 @@ namespace {
 // Elements per parallel task: large enough to amortise scheduling, small enough to balance.
 constexpr int64_t kTaskElements = 16 * kCpuBlock;
 
-void run_elementwise(const Graph& graph, const Step& step, ValueBuffers& values,
-                     std::shared_ptr<const CpuProgram>* memo = nullptr) {
-  std::shared_ptr<const CpuProgram> compiled = memo != nullptr ? *memo : nullptr;
-  if (compiled == nullptr) {
-    compiled = std::make_shared<const CpuProgram>(CpuProgram::compile(graph, step));
-    if (memo != nullptr) *memo = compiled;
-  }
-  const CpuProgram& program = *compiled;
+// An elementwise step ready to run: its program, its operands, its results allocated.
+struct PreparedProgram {
+  std::shared_ptr<const CpuProgram> program;
   std::vector<CpuOperand> operands;
+  std::vector<CpuResult> results;
+};
+
+PreparedProgram prepare_elementwise(const Graph& graph, const Step& step, ValueBuffers& values,
+                                    std::shared_ptr<const CpuProgram>* memo) {
+  PreparedProgram prepared;
+  prepared.program = memo != nullptr ? *memo : nullptr;
+  if (prepared.program == nullptr) {
+    prepared.program = std::make_shared<const CpuProgram>(CpuProgram::compile(graph, step));
+    if (memo != nullptr) *memo = prepared.program;
+  }
   for (ValueId v : step.inputs) {
     const BufferView& in = *values[v];
-    operands.push_back(make_cpu_operand(in.data(), in.dtype, in.shape, in.strides, step.shape));
+    prepared.operands.push_back(
+        make_cpu_operand(in.data(), in.dtype, in.shape, in.strides, step.shape));
   }
-  std::vector<CpuResult> results;
   for (ValueId v : step.outputs) {
     const Node& node = graph.nodes[v];
     // An output the evaluator bound already is written where it lies (Note [Writing an update
     // into its own buffer] in runtime/lazy.cc).
     if (!values[v]) values[v] = allocate_buffer(node.device, node.dtype, node.shape);
-    results.push_back({values[v]->data(), node.dtype});
+    prepared.results.push_back({values[v]->data(), node.dtype});
   }
+  return prepared;
+}
+
+void run_elementwise(const Graph& graph, const Step& step, ValueBuffers& values,
+                     std::shared_ptr<const CpuProgram>* memo = nullptr) {
+  const PreparedProgram prepared = prepare_elementwise(graph, step, values, memo);
+  const CpuProgram& program = *prepared.program;
+  const std::vector<CpuOperand>& operands = prepared.operands;
+  const std::vector<CpuResult>& results = prepared.results;
   const int64_t total = program.numel();
   const int64_t tasks = (total + kTaskElements - 1) / kTaskElements;
   const size_t scratch_bytes = program.scratch_bytes();
@@ -135,8 +151,108 @@ std::optional<Graph> carried_in_float32(const Graph& graph, const Step& step) {
   return widened;
 }
 
+// Note [Row blocks]
+// A row step (a softmax, a LayerNorm: reductions over the same trailing dims, the values per row
+// they give, and the work over the step's space that reads them) runs as parts, each a pass over
+// the whole tensor, which would make a softmax over 64 MiB read 384 MiB from memory. Every part
+// treats each row apart from the others, though: an elementwise part computes element (r, j)
+// from row r of its inputs, a reduction reduces each row alone, a row value is one per row. So
+// the parts run a block of rows at a time, all of them on one block before the next, each block
+// on one thread: what one part stores for the next is still in that core's cache when the next
+// reads it, and the step reads its input from memory about once. Each row's arithmetic is the
+// same as a part at a time, so no bit changes.
+
+// The elements per row of a row step whose reductions all reduce the same trailing dims of its
+// space; 0 where the step is not one.
+int64_t row_length(const Graph& graph, const Step& step) {
+  if (reduction_parts(graph, step).columns) return 0;
+  int64_t length = 0;
+  const int64_t rank = static_cast<int64_t>(step.shape.size());
+  for (ValueId v : step.nodes) {
+    const Node& node = graph.nodes[v];
+    if (!is_reduction(node.op)) continue;
+    if (graph.nodes[node.inputs[0]].shape != step.shape) return 0;
+    const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
+    if (dims.empty()) return 0;
+    int64_t elements = 1;
+    for (size_t k = 0; k < dims.size(); ++k) {
+      if (dims[k] != rank - static_cast<int64_t>(dims.size()) + static_cast<int64_t>(k)) return 0;
+      elements *= step.shape[dims[k]];
+    }
+    if (length != 0 && elements != length) return 0;
+    length = elements;
+  }
+  return length;
+}
+
+// Rows per block: about 64 KiB of float32 per value the parts hand each other.
+constexpr int64_t kRowBlockElements = 16 * 1024;
+
+// The parts of a row step a block of rows at a time (Note [Row blocks]); false, having done
+// nothing, where the step is not one, or has too few rows for blocks to pay.
+bool run_row_blocks(const Graph& graph, const std::vector<Step>& parts, const Step& step,
+                    ValueBuffers& values,
+                    std::vector<std::shared_ptr<const CpuProgram>>& programs) {
+  const int64_t length = row_length(graph, step);
+  if (length == 0) return false;
+  const int64_t rows = numel(step.shape) / length;
+  const int64_t rows_per_block = std::max<int64_t>(1, kRowBlockElements / length);
+  if (rows < 2 * rows_per_block) return false;
+  // Each part's elements per row: the row's length over the step's space, 1 for a row value.
+  std::vector<int64_t> per_row(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const int64_t elements = numel(parts[i].shape);
+    if (elements != rows * length && elements != rows) return false;
+    per_row[i] = elements / rows;
+  }
+  // Everything that can fail, first: compiling, allocating.
+  std::vector<PreparedProgram> prepared(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Step& part = parts[i];
+    if (part.kind == StepKind::Elementwise) {
+      prepared[i] = prepare_elementwise(graph, part, values, &programs[i]);
+      continue;
+    }
+    const Node& node = graph.nodes[part.outputs[0]];
+    if (part.nodes.size() > 1 && programs[i] == nullptr)
+      programs[i] = compile_reduction_prologue(graph, part);
+    values[part.outputs[0]] = allocate_buffer(node.device, node.dtype, node.shape);
+  }
+  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  ParallelFailure failure;
+#pragma omp parallel for schedule(static)
+  for (int64_t block = 0; block < blocks; ++block) {
+    if (failure.stopped()) continue;
+    try {
+      const int64_t first = block * rows_per_block, last = std::min(rows, first + rows_per_block);
+      thread_local AlignedBytes scratch;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const Step& part = parts[i];
+        if (part.kind == StepKind::Elementwise) {
+          const CpuProgram& program = *prepared[i].program;
+          program.run(prepared[i].operands, prepared[i].results, first * per_row[i],
+                      last * per_row[i], scratch.at_least(program.scratch_bytes()));
+          continue;
+        }
+        const ValueId reduction = part.outputs[0];
+        const Node& node = graph.nodes[reduction];
+        if (part.nodes.size() == 1)
+          cpu_reduce(node, *values[node.inputs[0]], RowRange{first, last}, values[reduction]);
+        else
+          cpu_fused_reduce(graph, part, values, &programs[i], RowRange{first, last},
+                           values[reduction]);
+      }
+    } catch (...) {
+      failure.capture();
+    }
+  }
+  failure.rethrow_if_any();
+  return true;
+}
+
 // A reduction step, one reduction at a time (through the members it reads, when there are
-// any), then what is stored besides the reductions, as an elementwise program that reads them.
+// any), then what is stored besides the reductions, as an elementwise program that reads them;
+// a row step a block of rows at a time (Note [Row blocks]).
 void run_reduction(const Graph& step_graph, const Step& step, ValueBuffers& values,
                    CpuReductionCache* cache) {
   std::vector<Step> uncached;
@@ -153,9 +269,13 @@ void run_reduction(const Graph& step_graph, const Step& step, ValueBuffers& valu
   const std::vector<Step>& parts = cache != nullptr ? cache->parts : uncached;
   const std::optional<Graph>& widened = cache != nullptr ? cache->widened : uncached_widened;
   const Graph& graph = widened ? *widened : step_graph;
-  for (size_t i = 0; i < parts.size(); ++i) {
+  std::vector<std::shared_ptr<const CpuProgram>> uncached_programs(parts.size());
+  std::vector<std::shared_ptr<const CpuProgram>>& programs =
+      cache != nullptr ? cache->programs : uncached_programs;
+  const bool blocked = parts.size() > 1 && run_row_blocks(graph, parts, step, values, programs);
+  for (size_t i = 0; i < parts.size() && !blocked; ++i) {
     const Step& part = parts[i];
-    std::shared_ptr<const CpuProgram>* program = cache != nullptr ? &cache->programs[i] : nullptr;
+    std::shared_ptr<const CpuProgram>* program = &programs[i];
     if (part.kind == StepKind::Elementwise) {
       run_elementwise(graph, part, values, program);
       continue;

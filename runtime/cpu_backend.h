@@ -3,11 +3,16 @@
 // the CUDA backend's staging and for tests.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "ir/errors.h"
 #include "ir/schedule.h"
 #include "runtime/storage.h"
@@ -25,13 +30,51 @@ struct MatmulShapes {
 };
 MatmulShapes matmul_shapes(const BufferView& a, const BufferView& b);
 
-// The library steps, also used on their own by tests.
-BufferView cpu_reduce(const Node& node, const BufferView& input);
+// A 64-byte aligned buffer that only grows, zeroed when it does (so no lane of a program's
+// registers ever reads uninitialised memory): scratch kept by a thread between uses.
+class AlignedBytes {
+ public:
+  AlignedBytes() = default;
+  AlignedBytes(const AlignedBytes&) = delete;
+  AlignedBytes& operator=(const AlignedBytes&) = delete;
+  ~AlignedBytes() { std::free(data_); }
+  std::byte* at_least(size_t bytes) {
+    if (bytes > size_) {
+      const size_t size = std::max<size_t>((bytes + 63) / 64 * 64, 64);
+      void* fresh = std::aligned_alloc(64, size);
+      if (fresh == nullptr)
+        throw OutOfMemoryError(absl::StrCat("out of host memory for ", size, " bytes of scratch"));
+      std::memset(fresh, 0, size);
+      std::free(data_);
+      data_ = static_cast<std::byte*>(fresh);
+      size_ = size;
+    }
+    return data_;
+  }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Rows of a reduction over trailing dims: [begin, end) on the calling thread, or, with end < 0,
+// every row across the threads.
+struct RowRange {
+  int64_t begin = 0, end = -1;
+};
+// The library steps, also used on their own by tests. A reduction writes `into` where given
+// (a buffer of the node's shape), else into a new buffer; either is returned.
+BufferView cpu_reduce(const Node& node, const BufferView& input, const RowRange& rows = {},
+                      const std::optional<BufferView>& into = std::nullopt);
 // A reduction step with a fused elementwise prologue, computed block by block.
 // `prologue`, when given, keeps the compiled prologue for the next run of the step (compiled
 // here when it is null).
 BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuffers& values,
-                            std::shared_ptr<const CpuProgram>* prologue = nullptr);
+                            std::shared_ptr<const CpuProgram>* prologue = nullptr,
+                            const RowRange& rows = {},
+                            const std::optional<BufferView>& into = std::nullopt);
+// The prologue of a reduction step of one reduction, compiled: what cpu_fused_reduce runs.
+std::shared_ptr<const CpuProgram> compile_reduction_prologue(const Graph& graph, const Step& step);
 BufferView cpu_matmul(const Node& node, const BufferView& a, const BufferView& b);
 // A contiguous copy of any view.
 BufferView cpu_contiguous(const BufferView& input);

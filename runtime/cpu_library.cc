@@ -33,14 +33,18 @@ constexpr int64_t kReduceBlock = 1 << 15;
 // (CpuReduceRunFn, vector code for a contiguous run), which are then combined in a fixed tree:
 // the bits depend on the part's values alone, not on how they came in runs, so a strided
 // operand, a contiguous one and a fused prologue's blocks all give the same.
+// Only rows [rows.begin, rows.end) on the calling thread when rows.end >= 0; otherwise every
+// row, across the threads. A row's bits are the same either way.
 template <typename S, typename Visit>
 void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferView& out,
-                 Visit&& visit) {
+                 Visit&& visit, const RowRange& rows) {
   const int64_t blocks = std::max<int64_t>(1, (inner + kReduceBlock - 1) / kReduceBlock);
+  const bool all_rows = rows.end < 0;
+  const int64_t first_row = all_rows ? 0 : rows.begin, end_row = all_rows ? outer : rows.end;
   // Rows shorter than a block go to the threads a block's worth at a time: one parallel item a
   // row made the scheduling cost more than the work on short rows (a softmax over rows of 64).
   // Each row is reduced as alone, so the grouping changes no bit.
-  const int64_t parts = outer * blocks;
+  const int64_t parts = (end_row - first_row) * blocks;
   const int64_t parts_per_item =
       blocks == 1 ? std::max<int64_t>(1, kReduceBlock / std::max<int64_t>(inner, 1)) : 1;
   const int64_t items = (parts + parts_per_item - 1) / parts_per_item;
@@ -50,11 +54,11 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
     const Acc identity = reduction_identity_value<Acc>(Meaning::identity);
     std::vector<Acc> partials(parts);
     ParallelFailure failure;  // a fused prologue's scratch can fail to allocate
-    // Part p: block p % blocks of row p / blocks.
+    // Part p: block p % blocks of row first_row + p / blocks.
     const CpuReduceRunFn reduce_run =
         cpu_kernel_table().reduce_run[static_cast<int>(kOp)][storage_slot_of<S>()];
     auto reduce_part = [&](int64_t part) {
-      const int64_t row = part / blocks, begin = part % blocks * kReduceBlock;
+      const int64_t row = first_row + part / blocks, begin = part % blocks * kReduceBlock;
       Acc lanes[kCpuReduceLanes];
       std::fill_n(lanes, kCpuReduceLanes, identity);
       int64_t position = 0;  // in the part
@@ -73,7 +77,7 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
         for (int l = 0; l < width; ++l) lanes[l] = Meaning::combine(lanes[l], lanes[l + width]);
       return lanes[0];
     };
-#pragma omp parallel for schedule(dynamic, 1) if (outer * inner > 32768)
+#pragma omp parallel for schedule(dynamic, 1) if (all_rows && outer * inner > 32768)
     for (int64_t item = 0; item < items; ++item) {
       if (failure.stopped()) continue;
       try {
@@ -87,9 +91,10 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
     failure.rethrow_if_any();
     dispatch_storage(node.dtype, [&]<typename R>() {
       R* dst = static_cast<R*>(out.data());
-      for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t o = first_row; o < end_row; ++o) {
         Acc acc = identity;
-        for (int64_t b = 0; b < blocks; ++b) acc = Meaning::combine(acc, partials[o * blocks + b]);
+        for (int64_t b = 0; b < blocks; ++b)
+          acc = Meaning::combine(acc, partials[(o - first_row) * blocks + b]);
         if constexpr (Meaning::finish == ReductionFinish::DivideByCount) {
           if constexpr (std::is_floating_point_v<Acc>)
             acc =
@@ -105,7 +110,8 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
 
 }  // namespace
 
-BufferView cpu_reduce(const Node& node, const BufferView& input) {
+BufferView cpu_reduce(const Node& node, const BufferView& input, const RowRange& rows,
+                      const std::optional<BufferView>& into) {
   const int64_t rank = static_cast<int64_t>(input.shape.size());
   std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
   Shape outer_shape, inner_shape;
@@ -121,7 +127,7 @@ BufferView cpu_reduce(const Node& node, const BufferView& input) {
     inner_shape = std::move(runs.sizes);
     inner_strides = std::move(runs.strides[0]);
   }
-  BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
+  BufferView out = into ? *into : allocate_buffer(node.device, node.dtype, node.shape);
   dispatch_storage(input.dtype, [&]<typename S>() {
     const S* base = static_cast<const S*>(input.data());
     const int inner_rank = static_cast<int>(inner_shape.size());
@@ -145,54 +151,30 @@ BufferView cpu_reduce(const Node& node, const BufferView& input) {
         cursor.advance(run);
       }
     };
-    reduce_rows<S>(node, numel(outer_shape), numel(inner_shape), out, visit);
+    reduce_rows<S>(node, numel(outer_shape), numel(inner_shape), out, visit, rows);
   });
   return out;
 }
 
-namespace {
-
-// A 64-byte aligned buffer that only grows, zeroed when it does (so no lane of a program's
-// registers ever reads uninitialised memory): scratch kept by a thread between uses.
-class AlignedBytes {
- public:
-  AlignedBytes() = default;
-  AlignedBytes(const AlignedBytes&) = delete;
-  AlignedBytes& operator=(const AlignedBytes&) = delete;
-  ~AlignedBytes() { std::free(data_); }
-  std::byte* at_least(size_t bytes) {
-    if (bytes > size_) {
-      const size_t size = std::max<size_t>((bytes + 63) / 64 * 64, 64);
-      void* fresh = std::aligned_alloc(64, size);
-      if (fresh == nullptr) throw OutOfMemoryError("out of host memory for a reduction's block");
-      std::memset(fresh, 0, size);
-      std::free(data_);
-      data_ = static_cast<std::byte*>(fresh);
-      size_ = size;
-    }
-    return data_;
-  }
-
- private:
-  std::byte* data_ = nullptr;
-  size_t size_ = 0;
-};
-
-}  // namespace
+std::shared_ptr<const CpuProgram> compile_reduction_prologue(const Graph& graph, const Step& step) {
+  const ReductionParts parts = reduction_parts(graph, step);
+  Step prologue = step;
+  prologue.kind = StepKind::Elementwise;
+  prologue.nodes = parts.prologue;
+  prologue.outputs = {graph.nodes[parts.reduction].inputs[0]};
+  return std::make_shared<const CpuProgram>(CpuProgram::compile(graph, prologue));
+}
 
 BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuffers& values,
-                            std::shared_ptr<const CpuProgram>* prologue_memo) {
+                            std::shared_ptr<const CpuProgram>* prologue_memo, const RowRange& rows,
+                            const std::optional<BufferView>& into) {
   const ReductionParts parts = reduction_parts(graph, step);
   const Node& node = graph.nodes[parts.reduction];
   const ValueId operand = node.inputs[0];
   // The prologue as an elementwise program whose one result is the reduction's operand.
   std::shared_ptr<const CpuProgram> compiled = prologue_memo != nullptr ? *prologue_memo : nullptr;
   if (compiled == nullptr) {
-    Step prologue = step;
-    prologue.kind = StepKind::Elementwise;
-    prologue.nodes = parts.prologue;
-    prologue.outputs = {operand};
-    compiled = std::make_shared<const CpuProgram>(CpuProgram::compile(graph, prologue));
+    compiled = compile_reduction_prologue(graph, step);
     if (prologue_memo != nullptr) *prologue_memo = compiled;
   }
   const CpuProgram& program = *compiled;
@@ -206,7 +188,7 @@ BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuf
   const int64_t inner = numel(step.shape) / std::max<int64_t>(1, numel(node.shape));
   const int64_t outer = numel(node.shape);
   const DType dtype = graph.nodes[operand].dtype;
-  BufferView out = allocate_buffer(node.device, node.dtype, node.shape);
+  BufferView out = into ? *into : allocate_buffer(node.device, node.dtype, node.shape);
   dispatch_storage(dtype, [&]<typename S>() {
     auto visit = [&](int64_t row, int64_t begin, int64_t end, auto&& f) {
       // The prologue runs a program block at a time, each reduced while it is in the L1 cache.
@@ -230,7 +212,7 @@ BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuf
         }
       }
     };
-    reduce_rows<S>(node, outer, inner, out, visit);
+    reduce_rows<S>(node, outer, inner, out, visit, rows);
   });
   return out;
 }

@@ -345,5 +345,31 @@ TEST(OpsReduction, CpuSumsDependOnTheValuesNotTheirLayout) {
   }
 }
 
+// The CPU runs a row step (softmax, LayerNorm) a block of rows at a time, every part of the
+// step on one block before the next (Note [Row blocks] in runtime/cpu_backend.cc): the same
+// bits as one kernel per op, and right, with a last block of fewer rows, rows of 1000 (16 rows a
+// block) and of 33 (496 rows a block).
+TEST(OpsReduction, RowStepsInBlocksOfRows) {
+  std::mt19937 rng(33);
+  for (auto [rows, columns] : {std::pair<int64_t, int64_t>{70, 1000}, {1500, 33}}) {
+    SCOPED_TRACE(std::to_string(rows) + " rows of " + std::to_string(columns));
+    Host x = random_host(rng, {rows, columns}, kFloat32, {-4, 4, 0, 0});
+    Tensor tx = to_tensor(x, kFloat32);
+    Tensor got = expect_fusion_invariant([&] { return softmax(tx, 1); }, "softmax");
+    expect_matches(got, Host{{rows, columns}, host_softmax_rows(x.v, columns)}, kFloat32,
+                   tol_for(kFloat32), "softmax vs reference");
+    got = expect_fusion_invariant(
+        [&] {
+          Tensor mean = tx.mean({1}, true), centred = tx - mean;
+          return centred * ((centred * centred).mean({1}, true) + 1e-5).rsqrt() * 2 + 1;
+        },
+        "layer norm");
+    std::vector<double> want = host_layer_norm_rows(x.v, columns, std::vector<double>(columns, 2),
+                                                    std::vector<double>(columns, 1), 1e-5);
+    expect_matches(got, Host{{rows, columns}, want}, kFloat32, tol_for(kFloat32),
+                   "layer norm vs reference");
+  }
+}
+
 }  // namespace
 }  // namespace lazyfuse
