@@ -24,7 +24,7 @@ namespace lazyfuse {
 namespace {
 
 // Elements per parallel task: large enough to amortise scheduling, small enough to balance.
-constexpr int64_t kTaskElements = 16 * kCpuBlock;
+constexpr int64_t kTaskElements = 16 * 1024;
 
 // An elementwise step ready to run: its program, its operands, its results allocated.
 struct PreparedProgram {

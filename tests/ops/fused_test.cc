@@ -264,12 +264,12 @@ TEST(OpsElementwise, FusedAndUnfusedGiveIdenticalBits) {
                  sum_slack(want_sum));
 }
 
-// The CPU runs an elementwise program a block of 1024 elements at a time, over tasks of 16
-// blocks: its constants are computed once per task in registers no other value takes, and an
-// op whose result is stored as computed writes into the result where the block is whole
-// vectors (a last block of 7 is not). Sizes that end in a partial block, values stored and read
-// again, and a result written into the buffer of the value it replaces (an in-place update) all
-// keep fused and unfused equal and both right.
+// The CPU runs an elementwise program a block of kCpuBlock elements at a time, over tasks of
+// 16384 elements: its constants are computed once per task in registers no other value takes, and
+// an op whose result is stored as computed writes into the result where the block is whole vectors
+// (a last block of 7 is not). Sizes that end in a partial block, values stored and read again, and
+// a result written into the buffer of the value it replaces (an in-place update) all keep fused and
+// unfused equal and both right.
 TEST(OpsElementwise, ConstantsAndStoresHoldOverBlocksAndTasks) {
   std::mt19937 rng(31);
   const int64_t n = 3 * 16 * 1024 + 1000 + 7;
