@@ -30,6 +30,10 @@ inline constexpr int kCpuReduceLanes = 16;
 struct CpuKernelTable {
   const char* isa;
   CpuApplyFn apply[kNumOps][kNumComputeSlots];  // null where the op does not take the dtype
+  // The same, writing `out` with non-temporal stores (past the caches, without reading each
+  // line in first), for a result larger than the caches: `out` 64-byte aligned and n a whole
+  // number of vectors. Null where the kernel has no vector loop.
+  CpuApplyFn apply_stream[kNumOps][kNumComputeSlots];
   CpuConvertFn convert[kNumComputeSlots][kNumComputeSlots];
   CpuReduceRunFn reduce_run[kNumOps][kNumStorageSlots];  // null for ops that do not reduce
 };

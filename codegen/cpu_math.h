@@ -249,6 +249,7 @@ struct VectorOf<float> {
   static constexpr int lanes = 16;
   static Vf16 load(const float* p) { return {_mm512_loadu_ps(p)}; }
   static void store(float* p, Vf16 x) { _mm512_storeu_ps(p, x.v); }
+  static void stream(float* p, Vf16 x) { _mm512_stream_ps(p, x.v); }
 };
 template <>
 struct VectorOf<double> {
@@ -256,6 +257,7 @@ struct VectorOf<double> {
   static constexpr int lanes = 8;
   static Vd8 load(const double* p) { return {_mm512_loadu_pd(p)}; }
   static void store(double* p, Vd8 x) { _mm512_storeu_pd(p, x.v); }
+  static void stream(double* p, Vd8 x) { _mm512_stream_pd(p, x.v); }
 };
 #else
 template <>
@@ -264,6 +266,7 @@ struct VectorOf<float> {
   static constexpr int lanes = 8;
   static Vf8 load(const float* p) { return {_mm256_loadu_ps(p)}; }
   static void store(float* p, Vf8 x) { _mm256_storeu_ps(p, x.v); }
+  static void stream(float* p, Vf8 x) { _mm256_stream_ps(p, x.v); }
 };
 template <>
 struct VectorOf<double> {
@@ -271,6 +274,7 @@ struct VectorOf<double> {
   static constexpr int lanes = 4;
   static Vd4 load(const double* p) { return {_mm256_loadu_pd(p)}; }
   static void store(double* p, Vd4 x) { _mm256_storeu_pd(p, x.v); }
+  static void stream(double* p, Vd4 x) { _mm256_stream_pd(p, x.v); }
 };
 #endif  // __AVX512F__
 #endif  // __AVX2__

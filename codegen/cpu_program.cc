@@ -1,7 +1,10 @@
 // Compiling an elementwise step into a CPU program, and running it over blocks.
 #include "codegen/cpu_program.h"
 
+#include <emmintrin.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
@@ -205,6 +208,8 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
           instr.src[k] = convert_to(operand, operand_dtype);
         }
         instr.apply = table.apply[static_cast<int>(node.op)][compute_slot(operand_dtype)];
+        instr.apply_stream =
+            table.apply_stream[static_cast<int>(node.op)][compute_slot(operand_dtype)];
         if (instr.apply == nullptr)
           throw DTypeError(absl::StrCat(op_name(node.op), " has no CPU kernel for ",
                                         dtype_torch_name(operand_dtype)));
@@ -253,6 +258,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
   for (size_t i = 0; i < code.size(); ++i) {
     Instr& instr = code[i];
     const int virtual_dst = instr.dst;
+    instr.read_only_by_store = virtual_dst >= 0 && last_use[virtual_dst] == static_cast<int>(i) + 1;
     int virtual_src[3] = {instr.src[0], instr.src[1], instr.src[2]};
     for (int& s : instr.src)
       if (s >= 0) s = physical[s];
@@ -310,6 +316,7 @@ const std::byte* CpuProgram::run(std::span<const CpuOperand> operands,
   absl::InlinedVector<const std::byte*, 16> view(static_cast<size_t>(num_registers_));
   auto wrote = [&](int r) { view[r] = reg(r); };
   const std::byte* kept = nullptr;  // result 0's elements, when it is not stored
+  bool streamed = false;
   for (int64_t start = begin; start < end; start += kCpuBlock) {
     const int64_t n = std::min(kCpuBlock, end - start);
     // Vector kernels read whole vectors, the last one past n into a register's padding; an
@@ -383,7 +390,11 @@ const std::byte* CpuProgram::run(std::span<const CpuOperand> operands,
           const void* in[3] = {view[instr.src[0]], instr.src[1] >= 0 ? view[instr.src[1]] : nullptr,
                                instr.src[2] >= 0 ? view[instr.src[2]] : nullptr};
           std::byte* out = destination(instr);
-          instr.apply(in, out, n);
+          const bool stream = out != reg(instr.dst) && results[instr.store_slot].stream &&
+                              instr.read_only_by_store && instr.apply_stream != nullptr &&
+                              reinterpret_cast<uintptr_t>(out) % 64 == 0;
+          (stream ? instr.apply_stream : instr.apply)(in, out, n);
+          streamed |= stream;
           view[instr.dst] = out;
           break;
         }
@@ -420,6 +431,8 @@ const std::byte* CpuProgram::run(std::span<const CpuOperand> operands,
       }
     }
   }
+  // Non-temporal stores are weakly ordered: make them visible before the caller goes on.
+  if (streamed) _mm_sfence();
   return kept;
 }
 

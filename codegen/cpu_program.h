@@ -41,7 +41,14 @@ void cpu_gather(const CpuOperand& operand, DType to, int64_t start, int64_t n, v
 struct CpuResult {
   void* data = nullptr;  // contiguous, step.shape
   DType dtype = DType::Float32;
+  // Written with non-temporal stores where an op writes it directly: for a result larger than
+  // the caches that nothing reads soon (worth_streaming), it saves reading each line in before
+  // writing it.
+  bool stream = false;
 };
+// Whether a result of `bytes` is worth streaming: more than the last-level cache of the 2-core
+// machine the choice was measured on would keep.
+inline bool worth_streaming(int64_t bytes) { return bytes >= (int64_t{16} << 20); }
 
 class CpuProgram {
  public:
@@ -85,6 +92,7 @@ class CpuProgram {
     DType dtype = DType::Float32;  // the register's compute dtype, or what Round rounds to
     DType from = DType::Float32;
     CpuApplyFn apply = nullptr;
+    CpuApplyFn apply_stream = nullptr;  // the same with non-temporal stores, where it has them
     CpuConvertFn convert = nullptr;
     double value = 0, step = 0;  // Const value; Arange start and step
     int64_t period = 0;          // Arange: counts the index modulo this (0: no period)
@@ -98,7 +106,10 @@ class CpuProgram {
     // is whole vectors, it writes into result `store_slot` directly and that Store is skipped.
     int store_slot = -1;
     bool stored_directly = false;  // a Store that the instruction before may have done
-    std::string text;              // the listing's line
+    // An op whose result nothing reads after the store right after it: it may stream the result
+    // past the caches (CpuResult::stream), since no later op reads it back.
+    bool read_only_by_store = false;
+    std::string text;  // the listing's line
   };
   std::vector<Instr> code_;
   int num_registers_ = 0;

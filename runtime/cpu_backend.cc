@@ -51,7 +51,8 @@ PreparedProgram prepare_elementwise(const Graph& graph, const Step& step, ValueB
     // An output the evaluator bound already is written where it lies (Note [Writing an update
     // into its own buffer] in runtime/lazy.cc).
     if (!values[v]) values[v] = allocate_buffer(node.device, node.dtype, node.shape);
-    prepared.results.push_back({values[v]->data(), node.dtype});
+    prepared.results.push_back({values[v]->data(), node.dtype,
+                                worth_streaming(numel(node.shape) * dtype_size(node.dtype))});
   }
   return prepared;
 }
@@ -211,6 +212,11 @@ bool run_row_blocks(const Graph& graph, const std::vector<Step>& parts, const St
     const Step& part = parts[i];
     if (part.kind == StepKind::Elementwise) {
       prepared[i] = prepare_elementwise(graph, part, values, &programs[i]);
+      // What a part stores for the next is read again while in cache: not streamed past it.
+      for (size_t k = 0; k < part.outputs.size(); ++k)
+        if (std::find(step.outputs.begin(), step.outputs.end(), part.outputs[k]) ==
+            step.outputs.end())
+          prepared[i].results[k].stream = false;
       continue;
     }
     const Node& node = graph.nodes[part.outputs[0]];

@@ -267,9 +267,9 @@ TEST(OpsElementwise, FusedAndUnfusedGiveIdenticalBits) {
 // The CPU runs an elementwise program a block of kCpuBlock elements at a time, over tasks of
 // 16384 elements: its constants are computed once per task in registers no other value takes, and
 // an op whose result is stored as computed writes into the result where the block is whole vectors
-// (a last block of 7 is not). Sizes that end in a partial block, values stored and read again, and
-// a result written into the buffer of the value it replaces (an in-place update) all keep fused and
-// unfused equal and both right.
+// (a last block of 7 is not), past the caches where the result is large. Sizes that end in a
+// partial block, values stored and read again, and a result written into the buffer of the value
+// it replaces (an in-place update) all keep fused and unfused equal and both right.
 TEST(OpsElementwise, ConstantsAndStoresHoldOverBlocksAndTasks) {
   std::mt19937 rng(31);
   const int64_t n = 3 * 16 * 1024 + 1000 + 7;
@@ -313,6 +313,24 @@ TEST(OpsElementwise, ConstantsAndStoresHoldOverBlocksAndTasks) {
       want_p.v[i] = f32(f32(want_p.v[i] * 0.5) + f32(f32(x.v[i] * 0.25) + 1));
   }
   expect_matches(p, want_p, kFloat32, {}, "in place");
+
+  // A result past worth_streaming (codegen/cpu_program.h) is written with non-temporal stores,
+  // except its last, partial block; one of its two outputs is also read again by the other.
+  const int64_t large = (int64_t{1} << 22) + 7;
+  Host xl = random_host(rng, {large}, kFloat32, {-2, 2, 0, 0});
+  Tensor txl = to_tensor(xl, kFloat32);
+  Tensor streamed = expect_fusion_invariant([&] { return (txl * 3 + 1).exp() * 0.5; }, "streamed");
+  Tensor al = txl * 3 + 1, bl = al * 0.5 + al;
+  eval({al, bl});
+  Host want_l{{large}, std::vector<double>(large)}, want_al = want_l, want_bl = want_l;
+  for (int64_t i = 0; i < large; ++i) {
+    want_al.v[i] = f32(f32(xl.v[i] * 3) + 1);
+    want_l.v[i] = f32(f32(std::exp(want_al.v[i])) * 0.5);
+    want_bl.v[i] = f32(f32(want_al.v[i] * 0.5) + want_al.v[i]);
+  }
+  expect_matches(streamed, want_l, kFloat32, tol_for(kFloat32), "streamed vs reference");
+  expect_matches(al, want_al, kFloat32, {}, "streamed and read again");
+  expect_matches(bl, want_bl, kFloat32, {}, "its reader, streamed");
 }
 
 // A CPU reduction combines each block of 2^15 elements of a row in 16 accumulators by position
