@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers import workloads  # noqa: E402  (the workloads' one definition)
+from peers import torch_form, workloads  # noqa: E402  (the workloads' one definition)
 
 
 def measure(call, sets, batches, per_batch):
@@ -138,26 +138,12 @@ def run_torch(args, compiled):
     class XP:  # the numpy-like names the workloads use
         tanh, exp, sqrt, maximum, log = torch.tanh, torch.exp, torch.sqrt, torch.clamp_min, torch.log
 
-    F = torch.nn.functional
     make = lambda s: torch.rand(s, dtype=torch.float32) + 0.5
     results = []
     for name, (shapes, fn, nbytes) in workloads(XP, "torch").items():
         if args.workloads and name not in args.workloads:
             continue
-        if name == "softmax":  # the same primitive ops, in torch's spelling
-            def fn(x):
-                e = torch.exp(x - x.amax(dim=1, keepdim=True))
-                return e / e.sum(dim=1, keepdim=True)
-        # The normalizations as a model calls them: PyTorch's own functions.
-        if name.startswith("layernorm"):
-            def fn(x, w, b):
-                return F.layer_norm(x, (x.shape[1],), w, b, 1e-5)
-        if name.startswith("rmsnorm"):
-            def fn(x, w):
-                return F.rms_norm(x, (x.shape[1],), w, 1e-6)
-        if name == "log_softmax":
-            def fn(x):
-                return F.log_softmax(x, dim=1)
+        fn = torch_form(torch, name, fn)
         call = torch.compile(fn) if compiled else fn
         for log2 in args.sizes:
             n = 1 << log2

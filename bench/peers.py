@@ -69,6 +69,26 @@ def workloads(xp, where, fuse=lambda f: f):
     }
 
 
+def torch_form(torch, name, fn):
+    """A workload as PyTorch users write it: softmax's primitive ops in torch's spelling, and the
+    normalizations as a model calls them, through PyTorch's own functions."""
+    F = torch.nn.functional
+    if name == "softmax":
+        def fn(x):
+            e = torch.exp(x - x.amax(dim=1, keepdim=True))
+            return e / e.sum(dim=1, keepdim=True)
+    if name.startswith("layernorm"):
+        def fn(x, w, b):
+            return F.layer_norm(x, (x.shape[1],), w, b, 1e-5)
+    if name.startswith("rmsnorm"):
+        def fn(x, w):
+            return F.rms_norm(x, (x.shape[1],), w, 1e-6)
+    if name == "log_softmax":
+        def fn(x):
+            return F.log_softmax(x, dim=1)
+    return fn
+
+
 def measure(call, sets, sync, event_pair, batches, per_batch):
     for i in range(3):
         call(sets[i % len(sets)])
@@ -99,21 +119,7 @@ def run_torch(args, compiled):
     for name, (shapes, fn, nbytes) in workloads(XP, "torch").items():
         if args.workloads and name not in args.workloads:
             continue
-        if name == "softmax":  # the same primitive ops, in torch's spelling
-            def fn(x):
-                e = torch.exp(x - x.amax(dim=1, keepdim=True))
-                return e / e.sum(dim=1, keepdim=True)
-        # The normalizations as a model calls them: PyTorch's own functions.
-        F = torch.nn.functional
-        if name.startswith("layernorm"):
-            def fn(x, w, b):
-                return F.layer_norm(x, (x.shape[1],), w, b, 1e-5)
-        if name.startswith("rmsnorm"):
-            def fn(x, w):
-                return F.rms_norm(x, (x.shape[1],), w, 1e-6)
-        if name == "log_softmax":
-            def fn(x):
-                return F.log_softmax(x, dim=1)
+        fn = torch_form(torch, name, fn)
         call = torch.compile(fn) if compiled else fn
         for dtype in args.dtypes:
             for log2 in args.sizes:
