@@ -1,0 +1,141 @@
+// What a compiled, fused loop gets on this CPU: the ceiling a JIT would reach for lazyfuse's
+// CPU programs, which run a block interpreter (codegen/cpu_program.h). Two of the benchmark's
+// workloads written by hand as one OpenMP loop of AVX-512 vectors (SLEEF's exp), each with
+// ordinary and with non-temporal stores, beside a copy loop and memcpy over the same bytes;
+// inputs rotated among sets as `lazyfuse bench` rotates them, the median of 7 batches. Compare
+// with `lazyfuse bench --device=cpu --workloads bias_relu exp_mul` in the same window.
+//
+//   build/bin/lazyfuse_cpu_loop_ceiling [log2 sizes...]   (default 20 24; needs AVX-512)
+#include <immintrin.h>
+#include <omp.h>
+#include <sleef.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+struct Arrays {
+  float* x;
+  float* y;
+  float* out;
+};
+
+double median_ms(std::vector<double> times) {
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+template <typename F>
+double time_ms(int sets, int per_batch, F&& body) {
+  for (int i = 0; i < 3; ++i) body(i % sets);
+  std::vector<double> batches;
+  for (int b = 0; b < 7; ++b) {
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < per_batch; ++i) body(i % sets);
+    batches.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count() /
+        per_batch);
+  }
+  return median_ms(batches);
+}
+
+inline void store(float* p, __m512 v, bool stream) {
+  if (stream)
+    _mm512_stream_ps(p, v);
+  else
+    _mm512_storeu_ps(p, v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!__builtin_cpu_supports("avx512f")) {
+    std::fprintf(stderr, "needs AVX-512\n");
+    return 1;
+  }
+  std::vector<int> sizes;
+  for (int i = 1; i < argc; ++i) sizes.push_back(std::atoi(argv[i]));
+  if (sizes.empty()) sizes = {20, 24};
+  std::printf("| loop | n | ms | GB/s |\n|---|---|---|---|\n");
+  for (int log2 : sizes) {
+    const int64_t n = int64_t{1} << log2, columns = 1024;
+    // As lazyfuse bench: sets that together are 240 MB, at most 8.
+    const int sets = static_cast<int>(std::clamp(std::ceil(240e6 / (12.0 * n)), 1.0, 8.0));
+    const int per_batch = static_cast<int>(std::clamp<int64_t>((int64_t{1} << 26) / n, 1, 100));
+    std::vector<Arrays> data(sets);
+    float* bias = static_cast<float*>(std::aligned_alloc(64, columns * sizeof(float)));
+    for (int64_t j = 0; j < columns; ++j) bias[j] = 0.001f * j - 0.5f;
+    for (Arrays& a : data) {
+      for (float** p : {&a.x, &a.y, &a.out}) {
+        *p = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+        for (int64_t i = 0; i < n; ++i) (*p)[i] = 0.5f + 0.25f * static_cast<float>(i % 7);
+      }
+    }
+    auto report = [&](const char* name, double ms, double bytes) {
+      std::printf("| %s | 2^%d | %.3f | %.0f |\n", name, log2, ms, bytes / ms / 1e6);
+    };
+    for (bool stream : {false, true}) {
+      // relu(x + b) * 0.5, b broadcast over rows of 1024.
+      report(stream ? "bias_relu, non-temporal stores" : "bias_relu",
+             time_ms(sets, per_batch,
+                     [&](int s) {
+                       const Arrays& a = data[s];
+#pragma omp parallel for schedule(static)
+                       for (int64_t i = 0; i < n; i += 16) {
+                         __m512 v = _mm512_add_ps(_mm512_loadu_ps(a.x + i),
+                                                  _mm512_loadu_ps(bias + i % columns));
+                         const __m512 zero = _mm512_setzero_ps();
+                         v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, zero);
+                         store(a.out + i, _mm512_mul_ps(v, _mm512_set1_ps(0.5f)), stream);
+                       }
+                     }),
+             8.0 * n);
+      // (z + 2).exp() * y.
+      report(stream ? "exp_mul, non-temporal stores" : "exp_mul",
+             time_ms(sets, per_batch,
+                     [&](int s) {
+                       const Arrays& a = data[s];
+#pragma omp parallel for schedule(static)
+                       for (int64_t i = 0; i < n; i += 16) {
+                         __m512 e = Sleef_expf16_u10avx512f(
+                             _mm512_add_ps(_mm512_loadu_ps(a.x + i), _mm512_set1_ps(2.0f)));
+                         store(a.out + i, _mm512_mul_ps(e, _mm512_loadu_ps(a.y + i)), stream);
+                       }
+                     }),
+             12.0 * n);
+      report(stream ? "copy loop, non-temporal stores" : "copy loop",
+             time_ms(sets, per_batch,
+                     [&](int s) {
+                       const Arrays& a = data[s];
+#pragma omp parallel for schedule(static)
+                       for (int64_t i = 0; i < n; i += 16)
+                         store(a.out + i, _mm512_loadu_ps(a.x + i), stream);
+                     }),
+             8.0 * n);
+    }
+    // The benchmark's roof: memcpy of the same bytes, a part per thread.
+    report("memcpy, a part per thread",
+           time_ms(sets, per_batch,
+                   [&](int s) {
+                     const Arrays& a = data[s];
+                     const int threads = omp_get_max_threads();
+                     const int64_t part = (n / threads + 15) / 16 * 16;
+#pragma omp parallel for num_threads(threads)
+                     for (int t = 0; t < threads; ++t) {
+                       const int64_t begin = std::min(n, t * part), end = std::min(n, begin + part);
+                       std::memcpy(a.out + begin, a.x + begin, (end - begin) * sizeof(float));
+                     }
+                   }),
+           8.0 * n);
+    for (Arrays& a : data)
+      for (float* p : {a.x, a.y, a.out}) std::free(p);
+    std::free(bias);
+  }
+}
