@@ -6,7 +6,8 @@
 # repository ($LAZYFUSE_PEERS_VENV, default ~/.cache/lazyfuse/cpu-peers), made on first use:
 # about 5 GB, since PyPI's torch wheel pulls in its CUDA libraries even on the CPU.
 # Usage: scripts/cpu-bench.sh [SIZES [ROUNDS]]   (log2 sizes, comma-separated; default 20,24 and
-# 2 rounds). Results land in $OUT (default bench-results/cpu): report.md and the JSON files.
+# 2 rounds). Results land in $OUT (default bench-results/cpu): report.md, ceiling.md and the JSON
+# files in results.tgz.
 # WORKLOADS="exp_mul gelu" runs a subset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +22,7 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, numexpr
 fi
 [ -x build/bin/lazyfuse ] || { echo "build first: make" >&2; exit 1; }
 mkdir -p "$out"
-rm -f "$out"/*.json
+rm -f "$out"/*.json "$out"/results.tgz
 for round in $(seq 1 "$rounds"); do
   for workload in $workloads; do
     echo "round $round: $workload" >&2
@@ -32,3 +33,8 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 python3 bench/report.py --cpu "$out"/*.json --markdown "$out/report.md"
+# What one compiled, fused loop gets on the same machine (the ceiling of a JIT; AVX-512 only).
+[ -x build/bin/lazyfuse_cpu_loop_ceiling ] &&
+  { build/bin/lazyfuse_cpu_loop_ceiling ${sizes//,/ } > "$out/ceiling.md" 2>&1 || true; }
+# One archive for the JSON files.
+(cd "$out" && tar -czf results.tgz *.json && rm -f *.json)
