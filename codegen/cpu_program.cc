@@ -64,6 +64,9 @@ void gather(const CpuOperand& operand, int64_t start, int64_t n, R* out) {
 const std::byte* dense_block(const CpuOperand& operand, int64_t start, int64_t n) {
   const int rank = static_cast<int>(operand.shape.size());
   if (rank == 0 || operand.strides[rank - 1] != 1) return nullptr;
+  if (rank == 1)  // the common case, without a division
+    return static_cast<const std::byte*>(operand.data) +
+           static_cast<size_t>(start) * dtype_size(operand.dtype);
   const int64_t row = operand.shape[rank - 1];
   if (start % row + n > row) return nullptr;
   int64_t offset = start % row;

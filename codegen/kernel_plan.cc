@@ -188,10 +188,27 @@ std::vector<Step> split_reduction_step(const Graph& graph, const Step& step) {
     // What this part computes that a later part reads, or that the step stores, is stored now
     // rather than computed again (softmax's exponentials: the sum reads them, and so does the
     // normalisation after it).
+    // A member a few cheap ops away from what is stored already (a LayerNorm's x - mean, or
+    // (x + residual) - mean) is computed again where it is read rather than stored and read
+    // back: on the CPU the store and the second read cost more than the ops.
+    auto cheap_to_recompute = [&](auto&& self, ValueId m, int depth) -> bool {
+      const Node& node = graph.nodes[m];
+      static constexpr Op kCheap[] = {Op::Add, Op::Sub, Op::Mul, Op::Neg, Op::Abs, Op::Relu};
+      if (depth == 0 || is_output[m] ||
+          std::find(std::begin(kCheap), std::end(kCheap), node.op) == std::end(kCheap))
+        return false;
+      for (ValueId in : node.inputs)
+        if (is_member[in] && !available[in] && !is_scalar_constant(graph.nodes[in]) &&
+            !self(self, in, depth - 1))
+          return false;
+      return true;
+    };
     std::vector<ValueId> carried;
     for (ValueId m : nodes) {
       const Node& node = graph.nodes[m];
-      if (m == r || is_scalar_constant(node)) continue;
+      if (m == r || is_scalar_constant(node) ||
+          cheap_to_recompute(cheap_to_recompute, m, /*depth=*/3))
+        continue;
       bool read_later = is_output[m];
       for (ValueId u : step.nodes)
         if (!in_part[u])

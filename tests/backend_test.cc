@@ -330,18 +330,13 @@ TEST(Backend, EveryCpuInstructionSetAgreesWithTheBaseline) {
     std::vector<float> floats(v.begin(), v.end());
     for (Op op : {Op::Sum, Op::Mean, Op::Max, Op::Min}) {
       for (int first_lane : {0, 5}) {
-        double got[kCpuReduceLanes], want[kCpuReduceLanes];
-        float got_max[kCpuReduceLanes], want_max[kCpuReduceLanes];
-        const bool wide = op == Op::Sum || op == Op::Mean;
-        void* g = wide ? static_cast<void*>(got) : got_max;
-        void* w = wide ? static_cast<void*>(want) : want_max;
-        std::memset(g, 0, sizeof(got));
-        std::memset(w, 0, sizeof(want));
-        table->reduce_run[static_cast<int>(op)][storage_slot(DType::Float32)](floats.data(), n, g,
+        // The lanes: doubles for sums and means, floats for max and min; zero to start.
+        alignas(64) double got[kCpuReduceLanes] = {}, want[kCpuReduceLanes] = {};
+        table->reduce_run[static_cast<int>(op)][storage_slot(DType::Float32)](floats.data(), n, got,
                                                                               first_lane);
-        baseline.reduce_run[static_cast<int>(op)][storage_slot(DType::Float32)](floats.data(), n, w,
-                                                                                first_lane);
-        EXPECT_EQ(std::memcmp(g, w, wide ? sizeof(got) : sizeof(got_max)), 0)
+        baseline.reduce_run[static_cast<int>(op)][storage_slot(DType::Float32)](floats.data(), n,
+                                                                                want, first_lane);
+        EXPECT_EQ(std::memcmp(got, want, sizeof(got)), 0)
             << op_name(op) << " from lane " << first_lane;
       }
     }
