@@ -125,7 +125,8 @@ Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbatio
   out.name = reference.name;
   std::vector<bool> is_output(graph.nodes.size(), false);
   for (ValueId v : graph.outputs) is_output[v] = true;
-  std::vector<ValueId> id(reference.nodes.size());
+  std::vector<ValueId> id(reference.nodes.size());      // each value as the ops reading it see it
+  std::vector<ValueId> stored(reference.nodes.size());  // each result as stored
   double sign = perturbation == Perturbation::Down ? -1 : 1;
   for (size_t i = 0; i < reference.nodes.size(); ++i) {
     Node node = reference.nodes[i];
@@ -141,7 +142,7 @@ Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbatio
       }
     }
     ValueId value = out.add(node);
-    id[i] = value;
+    id[i] = stored[i] = value;
     const double u = unit_roundoff(graph.nodes[i].dtype);
     if (u == 0 || node.op == Op::Param) continue;
     // A node of `op` over `inputs`, typed like `node` (or bool), of its shape.
@@ -187,21 +188,24 @@ Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbatio
       if (perturbation == Perturbation::Alternating) sign = -sign;
     }
     // Rounding half values only at stores (Note [Half precision in fused kernels] in
-    // ir/schedule.h), a value inside a kernel overflows where float32 does; one stored between
-    // kernels overflows at its own range, which the Rounded perturbation meets (Note
-    // [Conditioning]). Results are always stored.
+    // ir/schedule.h), a value inside a kernel overflows where float32 does, for the ops of the
+    // kernel that read it too, even when it is a result; one stored between kernels overflows
+    // at its own range, which the Rounded perturbation meets (Note [Conditioning]). A result, as
+    // stored, overflows at its own range.
     const Op op = graph.nodes[i].op;
     const bool rounds_anyway = op == Op::Cast || op == Op::Const || is_generator(op);
-    const DType held = half_rounding() == HalfRounding::AtStores && is_half(graph.nodes[i].dtype) &&
-                               !is_output[i] && !rounds_anyway
-                           ? DType::Float32
-                           : graph.nodes[i].dtype;
-    const ValueId past_range =
-        add(Op::Gt, {add(Op::Abs, {value}, node.dtype), constant(max_finite(held))}, DType::Bool);
-    const ValueId infinite = add(Op::Mul, {value, constant(INFINITY)}, node.dtype);
-    id[i] = add(Op::Where, {past_range, infinite, value}, node.dtype);
+    const bool kept_in_float32 = half_rounding() == HalfRounding::AtStores &&
+                                 is_half(graph.nodes[i].dtype) && !rounds_anyway;
+    auto overflowing_past = [&](DType range) {
+      const ValueId past_range = add(
+          Op::Gt, {add(Op::Abs, {value}, node.dtype), constant(max_finite(range))}, DType::Bool);
+      const ValueId infinite = add(Op::Mul, {value, constant(INFINITY)}, node.dtype);
+      return add(Op::Where, {past_range, infinite, value}, node.dtype);
+    };
+    id[i] = overflowing_past(kept_in_float32 ? DType::Float32 : graph.nodes[i].dtype);
+    if (is_output[i]) stored[i] = kept_in_float32 ? overflowing_past(graph.nodes[i].dtype) : id[i];
   }
-  for (ValueId output : reference.outputs) out.outputs.push_back(id[output]);
+  for (ValueId output : reference.outputs) out.outputs.push_back(stored[output]);
   return out;
 }
 
