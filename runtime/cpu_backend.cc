@@ -107,6 +107,7 @@ struct CpuReductionCache : StepCache {
   std::vector<Step> parts;
   std::vector<std::shared_ptr<const CpuProgram>> programs;  // one per part; null until compiled
   std::optional<Graph> widened;  // carried_in_float32's graph, where it differs
+  int64_t row_length = 0;        // row_length(), 0 where the step is not a row step
 };
 
 // Rounding half values only at stores (Note [Half precision in fused kernels] in
@@ -189,12 +190,12 @@ int64_t row_length(const Graph& graph, const Step& step) {
 // Rows per block: about 64 KiB of float32 per value the parts hand each other.
 constexpr int64_t kRowBlockElements = 16 * 1024;
 
-// The parts of a row step a block of rows at a time (Note [Row blocks]); false, having done
-// nothing, where the step is not one, or has too few rows for blocks to pay.
+// The parts of a row step, whose rows are `length` long (row_length()), a block of rows at a
+// time (Note [Row blocks]); false, having done nothing, where the step is not one (length 0)
+// or has too few rows for blocks to pay.
 bool run_row_blocks(const Graph& graph, const std::vector<Step>& parts, const Step& step,
-                    ValueBuffers& values,
+                    int64_t length, ValueBuffers& values,
                     std::vector<std::shared_ptr<const CpuProgram>>& programs) {
-  const int64_t length = row_length(graph, step);
   if (length == 0) return false;
   const int64_t rows = numel(step.shape) / length;
   const int64_t rows_per_block = std::max<int64_t>(1, kRowBlockElements / length);
@@ -267,6 +268,7 @@ void run_reduction(const Graph& step_graph, const Step& step, ValueBuffers& valu
     cache->parts = split_reduction_step(step_graph, step);
     cache->programs.assign(cache->parts.size(), nullptr);
     cache->widened = carried_in_float32(step_graph, step);
+    cache->row_length = cache->parts.size() > 1 ? row_length(step_graph, step) : 0;
     cache->split = true;
   } else if (cache == nullptr) {
     uncached = split_reduction_step(step_graph, step);
@@ -278,7 +280,11 @@ void run_reduction(const Graph& step_graph, const Step& step, ValueBuffers& valu
   std::vector<std::shared_ptr<const CpuProgram>> uncached_programs(parts.size());
   std::vector<std::shared_ptr<const CpuProgram>>& programs =
       cache != nullptr ? cache->programs : uncached_programs;
-  const bool blocked = parts.size() > 1 && run_row_blocks(graph, parts, step, values, programs);
+  // Whether the step is a row step, found once per cached schedule.
+  const int64_t length = cache != nullptr      ? cache->row_length
+                         : uncached.size() > 1 ? row_length(step_graph, step)
+                                               : 0;
+  const bool blocked = run_row_blocks(graph, parts, step, length, values, programs);
   for (size_t i = 0; i < parts.size() && !blocked; ++i) {
     const Step& part = parts[i];
     std::shared_ptr<const CpuProgram>* program = &programs[i];
