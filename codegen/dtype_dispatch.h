@@ -35,29 +35,8 @@ decltype(auto) dispatch_storage(DType dtype, F&& f) {
 }
 
 // Storage dtypes, in dispatch_storage's order: bool, int32, int64, float16, bfloat16, float32,
-// float64.
+// float64; for a storage type S, and for a dtype.
 inline constexpr int kNumStorageSlots = 7;
-inline int storage_slot(DType dtype) {
-  switch (dtype) {
-    case DType::Bool:
-      return 0;
-    case DType::Int32:
-      return 1;
-    case DType::Int64:
-      return 2;
-    case DType::Float16:
-      return 3;
-    case DType::BFloat16:
-      return 4;
-    case DType::Float32:
-      return 5;
-    case DType::Float64:
-      break;
-  }
-  return 6;
-}
-
-// The same for a storage type S.
 template <typename S>
 constexpr int storage_slot_of() {
   if constexpr (std::is_same_v<S, bool>) return 0;
@@ -67,6 +46,9 @@ constexpr int storage_slot_of() {
   if constexpr (std::is_same_v<S, BFloat16>) return 4;
   if constexpr (std::is_same_v<S, float>) return 5;
   return 6;
+}
+inline int storage_slot(DType dtype) {
+  return dispatch_storage(dtype, []<typename S>() { return storage_slot_of<S>(); });
 }
 
 // Compute dtypes (what values are in registers): bool, int32, int64, float32, float64.

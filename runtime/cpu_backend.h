@@ -66,7 +66,8 @@ struct RowRange {
 // (a buffer of the node's shape), else into a new buffer; either is returned.
 BufferView cpu_reduce(const Node& node, const BufferView& input, const RowRange& rows = {},
                       const std::optional<BufferView>& into = std::nullopt);
-// A reduction step with a fused elementwise prologue, computed block by block.
+// A reduction step of one reduction (its one output) with a fused elementwise prologue (its
+// other nodes), as split_reduction_step makes them, computed block by block.
 // `prologue`, when given, keeps the compiled prologue for the next run of the step (compiled
 // here when it is null).
 BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuffers& values,

@@ -157,19 +157,18 @@ BufferView cpu_reduce(const Node& node, const BufferView& input, const RowRange&
 }
 
 std::shared_ptr<const CpuProgram> compile_reduction_prologue(const Graph& graph, const Step& step) {
-  const ReductionParts parts = reduction_parts(graph, step);
+  const ValueId reduction = step.outputs[0];
   Step prologue = step;
   prologue.kind = StepKind::Elementwise;
-  prologue.nodes = parts.prologue;
-  prologue.outputs = {graph.nodes[parts.reduction].inputs[0]};
+  std::erase(prologue.nodes, reduction);
+  prologue.outputs = {graph.nodes[reduction].inputs[0]};
   return std::make_shared<const CpuProgram>(CpuProgram::compile(graph, prologue));
 }
 
 BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuffers& values,
                             std::shared_ptr<const CpuProgram>* prologue_memo, const RowRange& rows,
                             const std::optional<BufferView>& into) {
-  const ReductionParts parts = reduction_parts(graph, step);
-  const Node& node = graph.nodes[parts.reduction];
+  const Node& node = graph.nodes[step.outputs[0]];
   const ValueId operand = node.inputs[0];
   // The prologue as an elementwise program whose one result is the reduction's operand.
   std::shared_ptr<const CpuProgram> compiled = prologue_memo != nullptr ? *prologue_memo : nullptr;
