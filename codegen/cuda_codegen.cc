@@ -526,8 +526,9 @@ std::string cuda_group_member_key(const Graph& graph, const CudaGroupMember& mem
     return cuda_kernel_cache_key(step, member.spec, fast_math);
   const Node& node = graph.nodes[step.nodes.back()];
   const DType in = graph.nodes[node.inputs[0]].dtype;
-  return member.columns ? cuda_column_reduction_kernel_name(node.op, in, node.dtype)
-                        : cuda_reduction_kernel_name(node.op, in, node.dtype);
+  const DType acc = step_accumulator(graph, step, node);
+  return member.columns ? cuda_column_reduction_kernel_name(node.op, in, node.dtype, acc)
+                        : cuda_reduction_kernel_name(node.op, in, node.dtype, acc);
 }
 
 CudaSource generate_cuda_group(const Graph& graph, std::span<const CudaGroupMember> members,
@@ -566,9 +567,10 @@ CudaSource generate_cuda_group(const Graph& graph, std::span<const CudaGroupMemb
     }
     if (!elementwise) {
       const Node& node = graph.nodes[step.nodes.back()];
-      absl::StrAppend(&s, "\n",
-                      reduction_member_function(node.op, graph.nodes[node.inputs[0]].dtype,
-                                                node.dtype, members[m].columns, name));
+      absl::StrAppend(
+          &s, "\n",
+          reduction_member_function(node.op, graph.nodes[node.inputs[0]].dtype, node.dtype,
+                                    step_accumulator(graph, step, node), members[m].columns, name));
       continue;
     }
     const ElementwiseParts parts =

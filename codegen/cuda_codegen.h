@@ -125,11 +125,24 @@ inline constexpr int64_t kCudaReduceBlocks = 1024;
 inline constexpr int64_t kCudaReduceMinChunk = 4096;
 int64_t cuda_reduce_chunk(int64_t rows, int64_t columns);
 
+// The type a reduction kernel accumulates in: the op table's (reduction_accumulator: float64
+// for a floating sum or mean), except that a sum or mean of float16 or bfloat16 values in a
+// step rounding half values only where stored (Note [Half precision in fused kernels]) adds in
+// float32, as PyTorch and XLA do. float32 keeps 16 bits more than bfloat16 and 13 more than
+// float16, each thread adds its elements in a fixed order (the same bits on every run), and a
+// conversion to float64 issues at 16 a clock per multiprocessor on sm_90 against float32's 128
+// additions: two a bfloat16 element (a LayerNorm's mean and variance) cost about half of the
+// time the memory takes. Rounding after each op keeps float64, so that kernels adding in
+// different orders (fused and unfused) still round to the same half value.
+DType cuda_reduction_accumulator(Op op, DType in, bool round_each_op);
+// That of `reduction`, a node of `step`.
+DType step_accumulator(const Graph& graph, const Step& step, const Node& reduction);
+
 // Kernel parameters: in, out, rows, columns, chunk, chunks, divisor (a double), partial,
-// counters, each 8 bytes.
-CudaSource generate_cuda_reduction(Op op, DType in, DType out);
+// counters, each 8 bytes. `acc` is cuda_reduction_accumulator's.
+CudaSource generate_cuda_reduction(Op op, DType in, DType out, DType acc);
 // Its name, which keys it in the kernel cache: known without generating the source.
-std::string cuda_reduction_kernel_name(Op op, DType in, DType out);
+std::string cuda_reduction_kernel_name(Op op, DType in, DType out, DType acc);
 // A reduction over the leading dim of an operand whose kept elements lie contiguous (a bias's
 // gradient, the sum over a batch of [batch, features]): out[k] reduces in[j * stride + k] over
 // j < columns, for k < rows. Blocks of kCudaReduceThreads threads take tiles of 32 kept
@@ -140,8 +153,8 @@ std::string cuda_reduction_kernel_name(Op op, DType in, DType out);
 inline constexpr int64_t kCudaColumnTile = 32;
 inline constexpr int64_t kCudaColumnMinChunk = 64;
 int64_t cuda_column_chunk(int64_t kept, int64_t reduced);
-CudaSource generate_cuda_column_reduction(Op op, DType in, DType out);
-std::string cuda_column_reduction_kernel_name(Op op, DType in, DType out);
+CudaSource generate_cuda_column_reduction(Op op, DType in, DType out, DType acc);
+std::string cuda_column_reduction_kernel_name(Op op, DType in, DType out, DType acc);
 // A reduction step with a fused elementwise prologue. Over trailing dims, row r reduces prologue
 // elements [r * columns, (r + 1) * columns): parameters sizes and strides as an elementwise
 // kernel's (over step.shape), then out, rows, columns, chunk, chunks, divisor, partial,

@@ -25,7 +25,7 @@ std::string emit_coordinates(int rank, const std::string& indent);
 // A plain reduction (a row or a column one, cuda_codegen.h) as a device function `name` over the
 // block `block` of `blocks`, for a group kernel, which declares the argument structs first
 // (reduction_member_structs).
-std::string reduction_member_function(Op op, DType in, DType out, bool columns,
+std::string reduction_member_function(Op op, DType in, DType out, DType acc, bool columns,
                                       const std::string& name);
 std::string reduction_member_structs();
 // A reduction with a fused prologue, over rows or columns (generate_cuda_fused_reduction), as a

@@ -160,17 +160,21 @@ __device__ __forceinline__ int64_t lf_pow(int64_t a, int64_t b) {
   return lf_ipow<int64_t, uint64_t>(a, b);
 }
 // NaN propagates through maximum, minimum, clamp and relu, as in PyTorch and on the CPU.
+// NaN-propagating (the NaN operand itself, the first one where both are), and otherwise the
+// first operand only where it is strictly greater (the second where they compare equal, as with
+// +0 and -0). Written as selects rather than early returns, which NVRTC compiled to a branch
+// and its reconvergence for every element of a softmax's row maximum.
 template <typename T>
 __device__ __forceinline__ T lf_max(T a, T b) {
-  if (a != a) return a;
-  if (b != b) return b;
-  return a > b ? a : b;
+  const T larger = a > b ? a : b;
+  const T unless_b_nan = b != b ? b : larger;
+  return a != a ? a : unless_b_nan;
 }
 template <typename T>
 __device__ __forceinline__ T lf_min(T a, T b) {
-  if (a != a) return a;
-  if (b != b) return b;
-  return a < b ? a : b;
+  const T smaller = a < b ? a : b;
+  const T unless_b_nan = b != b ? b : smaller;
+  return a != a ? a : unless_b_nan;
 }
 template <typename T>
 __device__ __forceinline__ T lf_relu(T a) {

@@ -176,8 +176,7 @@ int64_t cuda_reduce_chunk(int64_t rows, int64_t columns) {
 namespace {
 
 // A plain reduction's statements, for the block `block` of its grid, and the closing brace.
-std::string plain_reduction_body(Op op, DType in, DType out, const std::string& block) {
-  const DType acc = reduction_accumulator(op, in);
+std::string plain_reduction_body(Op op, DType in, DType out, DType acc, const std::string& block) {
   return absl::StrCat(reduction_head(op, acc, block), "  const ", type_name(in),
                       "* __restrict__ base = (const ", type_name(in),
                       "*)args.in + row * args.columns;\n",
@@ -186,25 +185,40 @@ std::string plain_reduction_body(Op op, DType in, DType out, const std::string& 
                       reduction_tail(op, acc, out));
 }
 
-std::string column_reduction_body(Op op, DType in, DType out, const std::string& block);
+std::string column_reduction_body(Op op, DType in, DType out, DType acc, const std::string& block);
+
+// A kernel name's suffix naming its accumulator where it is not the op table's.
+std::string accumulator_suffix(Op op, DType in, DType acc) {
+  return acc == reduction_accumulator(op, in) ? "" : absl::StrCat("_a", dtype_ir_name(acc));
+}
 
 }  // namespace
 
-std::string cuda_reduction_kernel_name(Op op, DType in, DType out) {
-  return absl::StrCat("r_", op_name(op), "_", dtype_ir_name(in), "_", dtype_ir_name(out));
+DType cuda_reduction_accumulator(Op op, DType in, bool round_each_op) {
+  const DType table = reduction_accumulator(op, in);
+  return !round_each_op && is_half(in) && table == DType::Float64 ? DType::Float32 : table;
 }
 
-CudaSource generate_cuda_reduction(Op op, DType in, DType out) {
+DType step_accumulator(const Graph& graph, const Step& step, const Node& reduction) {
+  return cuda_reduction_accumulator(reduction.op, graph.nodes[reduction.inputs[0]].dtype,
+                                    step.round_each_op);
+}
+
+std::string cuda_reduction_kernel_name(Op op, DType in, DType out, DType acc) {
+  return absl::StrCat("r_", op_name(op), "_", dtype_ir_name(in), "_", dtype_ir_name(out),
+                      accumulator_suffix(op, in, acc));
+}
+
+CudaSource generate_cuda_reduction(Op op, DType in, DType out, DType acc) {
   if (!is_reduction(op)) throw VerifierError(absl::StrCat(op_name(op), " is not a reduction"));
-  const DType acc = reduction_accumulator(op, in);
   CudaSource source;
-  source.kernel_name = cuda_reduction_kernel_name(op, in, out);
+  source.kernel_name = cuda_reduction_kernel_name(op, in, out, acc);
   std::string& s = source.source;
   s = cuda_prologue();
   absl::StrAppend(&s, "\n", plain_reduction_arg_layout().declare("ReduceArgs"),
                   reduction_preamble(op, acc), "\nextern \"C\" __global__ void __launch_bounds__(",
                   kCudaReduceThreads, ") ", source.kernel_name, "(const ReduceArgs args) {\n",
-                  plain_reduction_body(op, in, out, "blockIdx.x"));
+                  plain_reduction_body(op, in, out, acc, "blockIdx.x"));
   return source;
 }
 
@@ -217,8 +231,9 @@ int64_t cuda_column_chunk(int64_t kept, int64_t reduced) {
       static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(per_chunk, 1)))));
 }
 
-std::string cuda_column_reduction_kernel_name(Op op, DType in, DType out) {
-  return absl::StrCat("c_", op_name(op), "_", dtype_ir_name(in), "_", dtype_ir_name(out));
+std::string cuda_column_reduction_kernel_name(Op op, DType in, DType out, DType acc) {
+  return absl::StrCat("c_", op_name(op), "_", dtype_ir_name(in), "_", dtype_ir_name(out),
+                      accumulator_suffix(op, in, acc));
 }
 
 namespace {
@@ -227,9 +242,8 @@ namespace {
 // block takes a tile of 32 kept columns (a lane each) over a chunk of the reduced elements, its
 // warps (slices) walking the chunk's elements `walk` into `acc` (for element j of `column`);
 // the result goes to `result` (a typed pointer expression) at `column`.
-std::string column_reduction_body(Op op, DType in, DType out, const std::string& block,
+std::string column_reduction_body(Op op, DType acc, DType out, const std::string& block,
                                   const std::string& walk, const std::string& result) {
-  const DType acc = reduction_accumulator(op, in);
   const char* a = type_name(acc);
   const std::string identity = absl::StrCat("(", a, ")(", combiner(op, acc).identity, ")");
   const std::string store =
@@ -284,14 +298,14 @@ std::string column_reduction_body(Op op, DType in, DType out, const std::string&
 }
 
 // A stored operand's column walk: its elements `args.stride` apart along a column.
-std::string column_reduction_body(Op op, DType in, DType out, const std::string& block) {
-  const char* a = type_name(reduction_accumulator(op, in));
+std::string column_reduction_body(Op op, DType in, DType out, DType acc, const std::string& block) {
+  const char* a = type_name(acc);
   const std::string walk =
       absl::StrCat("    const ", type_name(in), "* __restrict__ base = (const ", type_name(in),
                    "*)args.in + column;\n    for (long long j = begin + slice; j < end; j += "
                    "kSlices)\n      acc = lf_combine(acc, (",
                    a, ")lf_load(base[j * args.stride]));\n");
-  return column_reduction_body(op, in, out, block, walk,
+  return column_reduction_body(op, acc, out, block, walk,
                                absl::StrCat("((", type_name(out), "*)args.out)"));
 }
 
@@ -303,7 +317,7 @@ std::string fused_column_body(const Graph& graph, const Step& step, const CudaEl
   const ReductionParts parts = reduction_parts(graph, step);
   const Node& node = graph.nodes[parts.reduction];
   const ValueId operand = node.inputs[0];
-  const DType acc = reduction_accumulator(node.op, graph.nodes[operand].dtype);
+  const DType acc = step_accumulator(graph, step, node);
   std::string walk =
       "    for (long long j = begin + slice; j < end; j += kSlices) {\n"
       "      const IDX i = (IDX)(j * args.rows + column);\n";
@@ -322,28 +336,25 @@ std::string fused_column_body(const Graph& graph, const Step& step, const CudaEl
   }
   absl::StrAppend(&walk, "      acc = lf_combine(acc, (", type_name(acc), ")v", operand,
                   ");\n    }\n");
-  return column_reduction_body(node.op, graph.nodes[operand].dtype, node.dtype, block, walk,
-                               result);
+  return column_reduction_body(node.op, acc, node.dtype, block, walk, result);
 }
 
 }  // namespace
 
-CudaSource generate_cuda_column_reduction(Op op, DType in, DType out) {
+CudaSource generate_cuda_column_reduction(Op op, DType in, DType out, DType acc) {
   if (!is_reduction(op)) throw VerifierError(absl::StrCat(op_name(op), " is not a reduction"));
   CudaSource source;
-  source.kernel_name = cuda_column_reduction_kernel_name(op, in, out);
-  source.source =
-      absl::StrCat(cuda_prologue(), "\n", column_reduction_arg_layout().declare("ColumnReduceArgs"),
-                   reduction_preamble(op, reduction_accumulator(op, in)),
-                   "\nextern \"C\" __global__ void __launch_bounds__(", kCudaReduceThreads, ") ",
-                   source.kernel_name, "(const ColumnReduceArgs args) {\n",
-                   column_reduction_body(op, in, out, "blockIdx.x"));
+  source.kernel_name = cuda_column_reduction_kernel_name(op, in, out, acc);
+  source.source = absl::StrCat(
+      cuda_prologue(), "\n", column_reduction_arg_layout().declare("ColumnReduceArgs"),
+      reduction_preamble(op, acc), "\nextern \"C\" __global__ void __launch_bounds__(",
+      kCudaReduceThreads, ") ", source.kernel_name, "(const ColumnReduceArgs args) {\n",
+      column_reduction_body(op, in, out, acc, "blockIdx.x"));
   return source;
 }
 
-std::string cuda_emit::reduction_member_function(Op op, DType in, DType out, bool columns,
-                                                 const std::string& name) {
-  const DType acc = reduction_accumulator(op, in);
+std::string cuda_emit::reduction_member_function(Op op, DType in, DType out, DType acc,
+                                                 bool columns, const std::string& name) {
   const char* a = type_name(acc);
   // The combination as a local lambda: members of other ops define their own.
   return absl::StrCat("static __device__ __forceinline__ void ", name, "(const ",
@@ -351,8 +362,8 @@ std::string cuda_emit::reduction_member_function(Op op, DType in, DType out, boo
                       "& args, unsigned int block, unsigned int blocks) {\n  (void)blocks;\n",
                       "  const auto lf_combine = [](", a, " x, ", a, " y) -> ", a, " { return ",
                       combiner(op, acc).combine, "; };\n",
-                      columns ? column_reduction_body(op, in, out, "block")
-                              : plain_reduction_body(op, in, out, "block"));
+                      columns ? column_reduction_body(op, in, out, acc, "block")
+                              : plain_reduction_body(op, in, out, acc, "block"));
 }
 
 std::string cuda_emit::reduction_member_structs() {
@@ -369,7 +380,7 @@ std::string fused_reduction_body(const Graph& graph, const Step& step,
   const ReductionParts parts = reduction_parts(graph, step);
   const Node& node = graph.nodes[parts.reduction];
   const ValueId operand = node.inputs[0];
-  const DType acc = reduction_accumulator(node.op, graph.nodes[operand].dtype);
+  const DType acc = step_accumulator(graph, step, node);
   std::string s = reduction_head(node.op, acc, block);
   std::string first = "begin";
   if (spec.vectorized) {
@@ -438,8 +449,7 @@ FusedReductionKind fused_reduction_kind(const Graph& graph, const Step& step) {
 }
 
 DType fused_reduction_accumulator(const Graph& graph, const Step& step) {
-  const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
-  return reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
+  return step_accumulator(graph, step, graph.nodes[reduction_parts(graph, step).reduction]);
 }
 
 }  // namespace
@@ -554,9 +564,8 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
   std::string preamble, names;
   for (size_t k = 0; k < parts.reductions.size(); ++k) {
     const Node& node = graph.nodes[parts.reductions[k]];
-    preamble += reduction_preamble(
-        node.op, reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype),
-        absl::StrCat("lf_combine", k));
+    preamble += reduction_preamble(node.op, step_accumulator(graph, step, node),
+                                   absl::StrCat("lf_combine", k));
     absl::StrAppend(&names, k ? ", then " : "", op_name(node.op));
   }
   CudaSource source = begin_row_kernel(
@@ -714,7 +723,7 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     const ValueId r = parts.reductions[k];
     const Node& node = graph.nodes[r];
     const ValueId operand = node.inputs[0];
-    const DType acc = reduction_accumulator(node.op, graph.nodes[operand].dtype);
+    const DType acc = step_accumulator(graph, step, node);
     const char* a = type_name(acc);
     const std::string combine = absl::StrCat("lf_combine", k);
     // The members before the reduction that it (and on the last pass, the kept values) needs:
@@ -816,7 +825,8 @@ CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaEl
   if (parts.is_row_program()) return generate_cuda_row_kernel(graph, step, spec, fast_math);
   if (!parts.prologue.empty()) return generate_cuda_fused_reduction(graph, step, spec, fast_math);
   const Node& node = graph.nodes[parts.reduction];
-  return generate_cuda_reduction(node.op, graph.nodes[node.inputs[0]].dtype, node.dtype);
+  return generate_cuda_reduction(node.op, graph.nodes[node.inputs[0]].dtype, node.dtype,
+                                 step_accumulator(graph, step, node));
 }
 
 }  // namespace lazyfuse

@@ -67,12 +67,15 @@ std::vector<Step> order_steps(const Graph& graph, std::vector<Step> steps);
 //   as its dtype holds it, so an argmax's comparison with the rounded maximum finds it. A
 //   reduction step's unstored values stay float32 too: the GPU's row kernel reads its
 //   reductions unrounded, and the CPU's parts hand each other float32
-//   (runtime/cpu_backend.cc's carried_in_float32). The two devices agree within the half
-//   type's tolerance, not bit for bit (their sums add in different orders). The fuzzer checks half
-//   results against float64 (tools/replay.cc).
+//   (runtime/cpu_backend.cc's carried_in_float32). The GPU adds half values' sums in float32
+//   (cuda_reduction_accumulator, codegen/cuda_codegen.h), the CPU in float64. The two devices
+//   agree within the half type's tolerance, not bit for bit (their sums add in different
+//   orders and types). The fuzzer checks half results against float64 (tools/replay.cc).
 // - EachOp (LAZYFUSE_HALF_ROUNDING=each_op, set_half_rounding): every op's result is rounded to
 //   its dtype, as PyTorch eager does, so a fused chain gives the bits of one kernel per op, on
-//   each device; the fuzzer checks fused against unfused bit for bit under it.
+//   each device (sums of half values add in float64, so that kernels adding in different
+//   orders still round to the same half value); the fuzzer checks fused against unfused bit
+//   for bit under it.
 // Casts to a half type, constants and generators round under both.
 enum class HalfRounding { EachOp, AtStores };
 

@@ -327,7 +327,7 @@ BufferView run_fused_reduction(const Graph& graph, const Step& step, const Node&
   KernelArgs args;
   append_space_args(kernel.plan, input_addresses(step, values), args);
   const int64_t columns = kernel.plan.numel / rows;
-  const DType acc = reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype);
+  const DType acc = step_accumulator(graph, step, node);
   std::optional<BufferView> partial;
   const int64_t chunks =
       append_reduction_launch(node.device, acc, address(out), rows, columns, args, partial);
@@ -364,9 +364,8 @@ void run_fused_column_reduction(const Graph& graph, const Step& step, const Node
   ReductionWords words = fused_column_words(kept, kernel.plan.numel / kept);
   std::optional<BufferView> partial;
   if (words.chunks > 1) {
-    partial = allocate_buffer(node.device,
-                              reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype),
-                              {kept, words.chunks});
+    partial =
+        allocate_buffer(node.device, step_accumulator(graph, step, node), {kept, words.chunks});
     words.partial = address(*partial);
     words.counters = reduction_counters(node.device, column_tiles(words));
   }
@@ -450,6 +449,7 @@ struct PlainReduction {
   bool needs_copy = false;
   int64_t stride = 1;  // columns: between one reduced element and the next
   int64_t chunk = 1, chunks = 1;
+  DType acc = DType::Float64;  // cuda_reduction_accumulator's
 
   int64_t groups() const {  // rows, or tiles of columns
     return columns ? (kept + kCudaColumnTile - 1) / kCudaColumnTile : kept;
@@ -459,8 +459,9 @@ struct PlainReduction {
   int64_t counters() const { return chunks > 1 ? groups() : 0; }
 };
 
-PlainReduction plan_plain_reduction(const Node& node, const BufferView& input) {
+PlainReduction plan_plain_reduction(const Node& node, const BufferView& input, DType acc) {
   PlainReduction plan;
+  plan.acc = acc;
   const int64_t rank = static_cast<int64_t>(input.shape.size());
   const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
   plan.view = input;
@@ -494,8 +495,9 @@ PlainReduction plan_plain_reduction(const Node& node, const BufferView& input) {
 
 // The kernel a plan launches: the row or the column reduction of the node's dtypes.
 std::string plain_reduction_kernel(const Node& node, const PlainReduction& plan) {
-  return plan.columns ? cuda_column_reduction_kernel_name(node.op, plan.view.dtype, node.dtype)
-                      : cuda_reduction_kernel_name(node.op, plan.view.dtype, node.dtype);
+  return plan.columns
+             ? cuda_column_reduction_kernel_name(node.op, plan.view.dtype, node.dtype, plan.acc)
+             : cuda_reduction_kernel_name(node.op, plan.view.dtype, node.dtype, plan.acc);
 }
 
 // The plan's words (plain_reduction_arg_layout or column_reduction_arg_layout), with a buffer
@@ -503,9 +505,7 @@ std::string plain_reduction_kernel(const Node& node, const PlainReduction& plan)
 // counters() zeros.
 KernelArgs plain_reduction_args(const Node& node, const PlainReduction& plan, uint64_t out,
                                 uint64_t counters, std::optional<BufferView>& partial) {
-  if (plan.chunks > 1)
-    partial = allocate_buffer(node.device, reduction_accumulator(node.op, plan.view.dtype),
-                              {plan.kept, plan.chunks});
+  if (plan.chunks > 1) partial = allocate_buffer(node.device, plan.acc, {plan.kept, plan.chunks});
   ReductionWords words;
   words.out = out;
   words.rows = plan.kept;
@@ -521,10 +521,10 @@ KernelArgs plain_reduction_args(const Node& node, const PlainReduction& plan, ui
   return args;
 }
 
-BufferView run_reduction(const Node& node, const BufferView& input) {
+BufferView run_reduction(const Node& node, const BufferView& input, DType acc) {
   const int device = node.device.index();
   cuda::activate(device);
-  PlainReduction plan = plan_plain_reduction(node, input);
+  PlainReduction plan = plan_plain_reduction(node, input, acc);
   if (plan.needs_copy) {
     plan.view = cuda_contiguous(plan.view);
     plan.needs_copy = false;
@@ -533,8 +533,9 @@ BufferView run_reduction(const Node& node, const BufferView& input) {
   if (plan.kept == 0) return out;
   const std::string name = plain_reduction_kernel(node, plan);
   cuda::CUfunction function = cuda::get_kernel(device, name, [&] {
-    return plan.columns ? generate_cuda_column_reduction(node.op, plan.view.dtype, node.dtype)
-                        : generate_cuda_reduction(node.op, plan.view.dtype, node.dtype);
+    return plan.columns
+               ? generate_cuda_column_reduction(node.op, plan.view.dtype, node.dtype, plan.acc)
+               : generate_cuda_reduction(node.op, plan.view.dtype, node.dtype, plan.acc);
   });
   std::optional<BufferView> partial;
   const uint64_t counters =
@@ -590,7 +591,8 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
             0;
     } else if (member.nodes.size() == 1) {
       const Node& node = graph.nodes[member.nodes[0]];
-      reductions[m] = plan_plain_reduction(node, *values[node.inputs[0]]);
+      reductions[m] = plan_plain_reduction(node, *values[node.inputs[0]],
+                                           step_accumulator(graph, member, node));
     }
   }
   // A memo is kept only for aligned outputs, which any plan suits (as run_elementwise keeps it).
@@ -716,8 +718,9 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
           if (alone.nodes.size() > 1) return generate_cuda_step(graph, alone, only.spec, fast_math);
           const Node& node = graph.nodes[alone.nodes[0]];
           const DType in = graph.nodes[node.inputs[0]].dtype;
-          return only.columns ? generate_cuda_column_reduction(node.op, in, node.dtype)
-                              : generate_cuda_reduction(node.op, in, node.dtype);
+          const DType acc = step_accumulator(graph, alone, node);
+          return only.columns ? generate_cuda_column_reduction(node.op, in, node.dtype, acc)
+                              : generate_cuda_reduction(node.op, in, node.dtype, acc);
         });
         continue;
       }
@@ -736,7 +739,8 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
   for (size_t m = 0; m < count; ++m) {
     if (!reductions[m] || !reductions[m]->needs_copy) continue;
     const Node& node = graph.nodes[step.members[m].nodes[0]];
-    values[step.members[m].nodes[0]] = run_reduction(node, *values[node.inputs[0]]);
+    values[step.members[m].nodes[0]] = run_reduction(
+        node, *values[node.inputs[0]], step_accumulator(graph, step.members[m], node));
   }
   // One buffer of counters for the device: each reduction of several chunks takes its own part.
   int64_t counters_needed = 0;
@@ -771,9 +775,8 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
         const Node& node = graph.nodes[member.nodes.back()];
         ReductionWords reduction = *fused[m];
         if (reduction.chunks > 1) {
-          partials[m] = allocate_buffer(
-              node.device, reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype),
-              {reduction.rows, reduction.chunks});
+          partials[m] = allocate_buffer(node.device, step_accumulator(graph, member, node),
+                                        {reduction.rows, reduction.chunks});
           reduction.partial = address(*partials[m]);
           reduction.counters = counters + static_cast<uint64_t>(counters_used) * 4;
           counters_used += over_columns[m] ? column_tiles(reduction) : reduction.rows;
@@ -1134,7 +1137,8 @@ void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, S
         run_fused_column_reduction(graph, step, reduction, values, memo);
       } else {
         values[parts.reduction] = parts.prologue.empty()
-                                      ? run_reduction(reduction, *values[reduction.inputs[0]])
+                                      ? run_reduction(reduction, *values[reduction.inputs[0]],
+                                                      step_accumulator(graph, step, reduction))
                                       : run_fused_reduction(graph, step, reduction, values, memo);
       }
       return;

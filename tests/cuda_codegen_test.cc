@@ -456,7 +456,11 @@ TEST(CudaCodegen, GroupKernelTakesReductionsByRowsAndByColumns) {
   const CudaSource source = generate_cuda_group(schedule.graph, members);
   EXPECT_NE(source.source.find("c_sum_f32_f32(const ColumnReduceArgs& args"), std::string::npos);
   EXPECT_NE(source.source.find("c_max_f32_f32(const ColumnReduceArgs& args"), std::string::npos);
-  EXPECT_NE(source.source.find("r_sum_bf16_bf16(const ReduceArgs& args"), std::string::npos);
+  // The bfloat16 sum rounds at stores (the default policy), so it adds in float32.
+  EXPECT_NE(source.source.find("r_sum_bf16_bf16_af32(const ReduceArgs& args"), std::string::npos);
+  EXPECT_NE(source.source.find("const auto lf_combine = [](float x, float y) -> float { return "
+                               "x + y; };"),
+            std::string::npos);
   EXPECT_NE(source.source.find("const auto lf_combine = [](float x, float y) -> float { return "
                                "lf_max(x, y); };"),
             std::string::npos);
@@ -643,9 +647,13 @@ TEST(CudaCodegen, ColumnReductionsCompileAndChunkBySizeAlone) {
                         DType::Int32, DType::Int64, DType::Bool}) {
       if (op == Op::Mean && !is_floating(dtype)) continue;
       const DType out = op == Op::Sum && !is_floating(dtype) ? DType::Int64 : dtype;
-      const CudaSource source = generate_cuda_column_reduction(op, dtype, out);
-      SCOPED_TRACE(source.kernel_name);
-      EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+      // Under each half rounding policy: half sums at stores add in float32.
+      for (bool round_each_op : {true, false}) {
+        const CudaSource source = generate_cuda_column_reduction(
+            op, dtype, out, cuda_reduction_accumulator(op, dtype, round_each_op));
+        SCOPED_TRACE(source.kernel_name);
+        EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+      }
     }
   }
 }
