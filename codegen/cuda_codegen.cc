@@ -108,7 +108,8 @@ const char* storage_type_name(DType dtype) { return storage_type(dtype); }
 
 std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
                          const std::vector<ValueId>& nodes, const std::vector<std::string>& load,
-                         const std::string& indent, bool round_each_op) {
+                         const std::string& indent, bool round_each_op,
+                         const Reciprocals& reciprocals) {
   const size_t num_inputs = inputs.size();
   std::string b;
   auto v = [](ValueId id) { return absl::StrCat("v", id); };
@@ -205,9 +206,13 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
           const int64_t* i = std::get_if<int64_t>(&value);
           reciprocal = (d != nullptr && *d == 1.0) || (i != nullptr && *i == 1);
         }
-        const std::string expression =
+        std::string expression =
             reciprocal ? (std::string_view(operand) == "float" ? "__frcp_rn(b)" : "__drcp_rn(b)")
                        : cuda_expression(node.op);
+        if (node.op == Op::Div && !round_each_op && is_half(node.dtype)) {
+          for (const auto& [divisor, name] : reciprocals)
+            if (divisor == node.inputs[1]) expression = absl::StrCat("a * ", name);
+        }
         absl::StrAppend(&b, indent, "  ", v(id), " = (", type, ")(", expression, ");  // ",
                         op_name(node.op), "\n", indent, "}\n");
         if (!round_each_op) continue;  // rounded where stored or cast

@@ -14,10 +14,14 @@ const char* storage_type_name(DType dtype);
 // Statements that compute each of `nodes` (v<id> in its compute type) for element `i`, after
 // reading input k as `load[k]`; half-type results rounded after every op where `round_each_op`
 // (Note [Half precision in fused kernels] in ir/schedule.h), else only the values a cast reads
-// or makes, constants and generators.
+// or makes, constants and generators. `reciprocals` names, for divisors known before the loop
+// (a row's sum), a variable holding 1 / divisor: a half-type division by one of them, rounding
+// at stores, multiplies by it instead (Note [Half precision in fused kernels]).
+using Reciprocals = std::vector<std::pair<ValueId, std::string>>;
 std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
                          const std::vector<ValueId>& nodes, const std::vector<std::string>& load,
-                         const std::string& indent, bool round_each_op);
+                         const std::string& indent, bool round_each_op,
+                         const Reciprocals& reciprocals = {});
 // How each input reads element `i` in the scalar (non-vector) loop.
 std::vector<std::string> strided_loads(const CudaElementwiseSpec& spec);
 // c0..c{rank-1}: the coordinates of `i` in args.size, for strided loads.

@@ -642,7 +642,8 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     }
   }
   // A pass over the row computing `members`.
-  auto pass_head = [&](const std::vector<ValueId>& members, const std::vector<ValueId>& inputs) {
+  auto pass_head = [&](const std::vector<ValueId>& members, const std::vector<ValueId>& inputs,
+                       const cuda_emit::Reciprocals& reciprocals = {}) {
     std::string p;
     if (spec.row_in_registers) {
       absl::StrAppend(&p, "#pragma unroll\n  for (int t = 0; t < ", registers, "; ++t) {\n    if (",
@@ -654,7 +655,8 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
                       ") {\n    const IDX i = (IDX)(row * args.columns + j);\n");
     }
     p += cuda_emit::emit_coordinates(spec.rank, "    ");
-    p += cuda_emit::emit_members(graph, inputs, members, pass_loads, "    ", step.round_each_op);
+    p += cuda_emit::emit_members(graph, inputs, members, pass_loads, "    ", step.round_each_op,
+                                 reciprocals);
     return p;
   };
   std::vector<ValueId> elementwise = parts.prologue;
@@ -795,7 +797,23 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
       if (stored_over_row[k])
         absl::StrAppend(&s, "  lf_vec<", type_name(graph.nodes[step.outputs[k]].dtype), ", ", width,
                         "> y", k, ";\n");
-    s += pass_head(members, inputs);
+    // A half value divided by a value of its row (softmax's sum), rounding at stores, is
+    // multiplied by the row's reciprocal: one multiplication an element instead of a division.
+    cuda_emit::Reciprocals reciprocals;
+    for (ValueId m : members) {
+      const Node& node = graph.nodes[m];
+      if (step.round_each_op || node.op != Op::Div || !is_half(node.dtype)) continue;
+      const ValueId divisor = node.inputs[1];
+      const Node& d = graph.nodes[divisor];
+      const std::string name = absl::StrCat("reciprocal", divisor);
+      if (!known[divisor] || is_scalar_constant(d) || d.dtype != node.dtype ||
+          std::find(reciprocals.begin(), reciprocals.end(), std::make_pair(divisor, name)) !=
+              reciprocals.end())
+        continue;
+      absl::StrAppend(&s, "  const float ", name, " = __frcp_rn(v", divisor, ");\n");
+      reciprocals.emplace_back(divisor, name);
+    }
+    s += pass_head(members, inputs, reciprocals);
     for (size_t k = 0; k < step.outputs.size(); ++k) {
       if (!stored_over_row[k]) continue;
       const char* type = type_name(graph.nodes[step.outputs[k]].dtype);

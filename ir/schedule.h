@@ -70,7 +70,10 @@ std::vector<Step> order_steps(const Graph& graph, std::vector<Step> steps);
 //   (runtime/cpu_backend.cc's carried_in_float32). The GPU adds half values' sums in float32
 //   (cuda_reduction_accumulator, codegen/cuda_codegen.h), the CPU in float64. The two devices
 //   agree within the half type's tolerance, not bit for bit (their sums add in different
-//   orders and types). The fuzzer checks half results against float64 (tools/replay.cc).
+//   orders and types). A GPU row kernel multiplies a half value by the reciprocal of a value
+//   of its row where it divides by it (softmax's sum): within 1.5 float32 units in the last
+//   place of the quotient before its rounding to the half type. The fuzzer checks half results
+//   against float64 (tools/replay.cc).
 // - EachOp (LAZYFUSE_HALF_ROUNDING=each_op, set_half_rounding): every op's result is rounded to
 //   its dtype, as PyTorch eager does, so a fused chain gives the bits of one kernel per op, on
 //   each device (sums of half values add in float64, so that kernels adding in different
