@@ -385,8 +385,14 @@ std::string fused_reduction_body(const Graph& graph, const Step& step,
   std::string first = "begin";
   if (spec.vectorized) {
     // 16 bytes of each operand a thread at a time (the runtime vectorizes only rows that are
-    // whole vectors, and chunks are too), its elements combined in order.
+    // whole vectors, and chunks are too). Element l of each vector goes to accumulator l, and
+    // the accumulators are combined in order after the loop: independent chains of additions
+    // (one float32 chain held a bfloat16 sum of squares to 79-86% of the roof on the H200,
+    // where float64's conversions had hidden its latency), in the same order on every run.
     const int width = spec.vector_width;
+    const char* a = type_name(acc);
+    absl::StrAppend(&s, "  ", a, " lane_acc[", width, "];\n#pragma unroll\n  for (int l = 0; l < ",
+                    width, "; ++l) lane_acc[l] = acc;\n");
     absl::StrAppend(&s, "  const long long vector_end = begin + (end - begin) / ", width, " * ",
                     width, ";\n  for (long long j0 = begin + ", width,
                     " * threadIdx.x; j0 < vector_end; j0 += ", width,
@@ -410,8 +416,9 @@ std::string fused_reduction_body(const Graph& graph, const Step& step,
                     "; ++l) {\n      const IDX i = i0 + l;\n      (void)i;\n");
     s += cuda_emit::emit_members(graph, step.inputs, parts.prologue, loads, "      ",
                                  step.round_each_op);
-    absl::StrAppend(&s, "      acc = lf_combine(acc, (", type_name(acc), ")v", operand,
-                    ");\n    }\n  }\n");
+    absl::StrAppend(&s, "      lane_acc[l] = lf_combine(lane_acc[l], (", a, ")v", operand,
+                    ");\n    }\n  }\n#pragma unroll\n  for (int l = 0; l < ", width,
+                    "; ++l) acc = lf_combine(acc, lane_acc[l]);\n");
     first = "vector_end";
   }
   absl::StrAppend(&s, "  for (long long j = ", first,
@@ -514,9 +521,12 @@ void choose_cuda_row_layout(CudaElementwiseLaunch& plan, int64_t columns, size_t
   // in every pass, at a third of the copy roof; a block a row keeps it in registers. Rows of
   // 1024 four-byte elements ran 2-8% faster with two warps a row (16 elements a lane) than with
   // one (32), and half-precision ones 0-4% slower: a warp takes a row while its lanes keep 64
-  // bytes each of every operand.
+  // bytes each of every operand. A bfloat16 LayerNorm's row (the row, a weight, a bias: 99
+  // registers a lane, a quarter of the threads resident) ran at 67% of the roof with one warp
+  // and 79% with two (2026-12-05): half-precision rows of more than two operands take two.
   constexpr int64_t kBlockRowRegisters = 16;
-  const int64_t warp_limit = spec.vector_width == 8 ? kCudaRowRegisters : kBlockRowRegisters;
+  const int64_t warp_limit =
+      spec.vector_width == 8 && inputs <= 2 ? kCudaRowRegisters : kBlockRowRegisters;
   spec.row_warps =
       columns <= 32 * warp_limit
           ? 1
@@ -735,12 +745,27 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
       if (m < r) earlier.push_back(m);
     if (r == last_reduction) roots.insert(roots.end(), carried.begin(), carried.end());
     const std::vector<ValueId> before = needed_members(graph, earlier, roots);
-    absl::StrAppend(&s, "  ", a, " acc", k, " = (", a, ")(", combiner(node.op, acc).identity,
-                    ");\n", pass_head(before, step.inputs), "    acc", k, " = ", combine, "(acc", k,
+    // A lane's elements of a row in registers go to `parts` independent accumulators by
+    // position (t % parts), combined in order after the pass: chains of additions short enough
+    // for their latency to hide, in the same order on every run (as the fused reduction's).
+    const std::string identity = absl::StrCat("(", a, ")(", combiner(node.op, acc).identity, ")");
+    const int parts_per_lane = spec.row_in_registers ? std::min(registers, 4) : 1;
+    const std::string into = parts_per_lane > 1
+                                 ? absl::StrCat("acc", k, "_part[t % ", parts_per_lane, "]")
+                                 : absl::StrCat("acc", k);
+    absl::StrAppend(&s, "  ", a, " acc", k, " = ", identity, ";\n");
+    if (parts_per_lane > 1)
+      absl::StrAppend(&s, "  ", a, " acc", k, "_part[", parts_per_lane,
+                      "];\n#pragma unroll\n  for (int p = 0; p < ", parts_per_lane, "; ++p) acc", k,
+                      "_part[p] = ", identity, ";\n");
+    absl::StrAppend(&s, pass_head(before, step.inputs), "    ", into, " = ", combine, "(", into,
                     ", (", a, ")v", operand, ");\n");
     if (r == last_reduction)
       for (ValueId m : carried) absl::StrAppend(&s, "    kept", m, "[t] = v", m, ";\n");
     s += "  }\n";
+    if (parts_per_lane > 1)
+      absl::StrAppend(&s, "#pragma unroll\n  for (int p = 0; p < ", parts_per_lane, "; ++p) acc", k,
+                      " = ", combine, "(acc", k, ", acc", k, "_part[p]);\n");
     // The row's result, rounded to the reduction's dtype exactly as a stored one would be; read
     // in the kernel as that, or, a half value rounding only at stores, in float32 (a LayerNorm's
     // mean rounded to bfloat16 would cost its outputs several units in their last place).
