@@ -284,7 +284,8 @@ std::string CudaElementwiseSpec::code() const {
           ? absl::StrCat("rr",
                          row_registers == kCudaRowRegisters ? "" : absl::StrCat(row_registers))
           : "",
-      row_warps == 1 ? "" : absl::StrCat("w", row_warps), access.empty() ? "" : "_", access);
+      row_warps == 1 ? "" : absl::StrCat("w", row_warps), periods_are_rows ? "p" : "",
+      access.empty() ? "" : "_", access);
 }
 
 CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,

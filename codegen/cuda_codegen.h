@@ -31,6 +31,9 @@ struct CudaElementwiseSpec {
   bool row_in_registers = false;
   int row_registers = 32;
   int row_warps = 1;
+  // Row kernels with the row in registers: every Repeated operand's period is the row's length
+  // (a LayerNorm's weight), so its element is the column's, with no division.
+  bool periods_are_rows = false;
   std::vector<OperandAccess> inputs;
   std::string code() const;  // "r1v4_cbr": part of the kernel's name
 };

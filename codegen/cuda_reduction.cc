@@ -545,6 +545,13 @@ void choose_cuda_row_layout(CudaElementwiseLaunch& plan, int64_t columns, size_t
   spec.vectorized =
       spec.vectorized && spec.row_in_registers && columns % (lanes * width) == 0 && outputs_aligned;
   spec.vector_width = spec.vectorized ? width : 4;
+  bool repeated = false, whole_rows = true;
+  for (size_t k = 0; k < spec.inputs.size(); ++k) {
+    if (spec.inputs[k] != OperandAccess::Repeated) continue;
+    repeated = true;
+    whole_rows = whole_rows && spec.rank == 1 && plan.strides[k][0] == columns;
+  }
+  spec.periods_are_rows = spec.row_in_registers && repeated && whole_rows;
   // Registers for the lane's elements, a power of two (fewer kernels) of at least a vector.
   spec.row_registers = static_cast<int>(
       std::min<int64_t>(limit, std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(
@@ -632,9 +639,11 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
                           "[t + l] = in", k, "[0];\n");
           continue;
         }
-        const std::string at = spec.inputs[k] == OperandAccess::Repeated
-                                   ? absl::StrCat("i % (IDX)args.stride[", k, "][0]")
-                                   : "i";
+        const std::string at =
+            spec.inputs[k] != OperandAccess::Repeated ? std::string("i")
+            : spec.periods_are_rows
+                ? absl::StrCat("(IDX)(", group, " * (t / ", width, ") + ", width, " * lane)")
+                : absl::StrCat("i % (IDX)args.stride[", k, "][0]");
         const std::string vec = absl::StrCat("lf_vec<", type, ", ", width, ">");
         absl::StrAppend(&s, "    const ", vec, " x", k, " = *(const ", vec, "*)(in", k, " + ", at,
                         ");\n#pragma unroll\n    for (int l = 0; l < ", width, "; ++l) row", k,
@@ -647,7 +656,11 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
                       column, ");\n");
       s += cuda_emit::emit_coordinates(spec.rank, "    ");
       for (size_t k = 0; k < step.inputs.size(); ++k)
-        absl::StrAppend(&s, "    row", k, "[t] = ", loads[k], ";\n");
+        absl::StrAppend(&s, "    row", k, "[t] = ",
+                        spec.periods_are_rows && spec.inputs[k] == OperandAccess::Repeated
+                            ? absl::StrCat("in", k, "[", column, "]")
+                            : loads[k],
+                        ";\n");
       s += "  }\n";
     }
   }
@@ -783,7 +796,9 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
                       combine, "(acc", k, ", warp_acc", k, "[w]);\n");
     }
     if (divides_by_count(node.op))
-      absl::StrAppend(&s, "  acc", k, " = acc", k, " / args.divisor;\n");
+      // In the accumulator's type: a float32 one divided by the double divisor would divide in
+      // float64, once a warp, as many instructions as the warp's share of the row's additions.
+      absl::StrAppend(&s, "  acc", k, " = acc", k, " / (", a, ")args.divisor;\n");
     const char* compute_type = type_name(compute_dtype(node.dtype));
     const bool stored =
         std::find(step.outputs.begin(), step.outputs.end(), r) != step.outputs.end();
