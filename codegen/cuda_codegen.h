@@ -140,6 +140,11 @@ int64_t cuda_reduce_chunk(int64_t rows, int64_t columns);
 DType cuda_reduction_accumulator(Op op, DType in, bool round_each_op);
 // That of `reduction`, a node of `step`.
 DType step_accumulator(const Graph& graph, const Step& step, const Node& reduction);
+// Whether a reduction step with no fused work (a stored operand's sum) runs as the fused
+// reduction of an empty prologue, which reads 16 bytes a thread where the operand allows,
+// rather than the plain kernel's one element: where its operand is a half type it sums in
+// float32 (rounding at stores) over trailing dims, so the order of its additions is free.
+bool cuda_reduces_stored_half_in_vectors(const Graph& graph, const Step& step);
 
 // Kernel parameters: in, out, rows, columns, chunk, chunks, divisor (a double), partial,
 // counters, each 8 bytes. `acc` is cuda_reduction_accumulator's.

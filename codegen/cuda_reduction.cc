@@ -8,6 +8,7 @@
 #include "codegen/cuda_codegen.h"
 #include "codegen/cuda_emit.h"
 #include "ir/errors.h"
+#include "ir/infer.h"
 
 namespace lazyfuse {
 namespace {
@@ -202,6 +203,15 @@ DType cuda_reduction_accumulator(Op op, DType in, bool round_each_op) {
 DType step_accumulator(const Graph& graph, const Step& step, const Node& reduction) {
   return cuda_reduction_accumulator(reduction.op, graph.nodes[reduction.inputs[0]].dtype,
                                     step.round_each_op);
+}
+
+bool cuda_reduces_stored_half_in_vectors(const Graph& graph, const Step& step) {
+  if (step.kind != StepKind::Reduction || step.nodes.size() != 1) return false;
+  const Node& node = graph.nodes[step.nodes[0]];
+  const Node& operand = graph.nodes[node.inputs[0]];
+  const int64_t rank = static_cast<int64_t>(operand.shape.size());
+  return is_reduction(node.op) && step_accumulator(graph, step, node) == DType::Float32 &&
+         is_half(operand.dtype) && reduces_trailing_dims(reduction_dims(node.attrs, rank), rank);
 }
 
 std::string cuda_reduction_kernel_name(Op op, DType in, DType out, DType acc) {
@@ -881,7 +891,8 @@ CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaEl
     throw VerifierError("only elementwise and reduction steps have generated kernels");
   const ReductionParts parts = reduction_parts(graph, step);
   if (parts.is_row_program()) return generate_cuda_row_kernel(graph, step, spec, fast_math);
-  if (!parts.prologue.empty()) return generate_cuda_fused_reduction(graph, step, spec, fast_math);
+  if (!parts.prologue.empty() || cuda_reduces_stored_half_in_vectors(graph, step))
+    return generate_cuda_fused_reduction(graph, step, spec, fast_math);
   const Node& node = graph.nodes[parts.reduction];
   return generate_cuda_reduction(node.op, graph.nodes[node.inputs[0]].dtype, node.dtype,
                                  step_accumulator(graph, step, node));

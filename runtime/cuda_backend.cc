@@ -1136,10 +1136,11 @@ void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, S
       } else if (parts.columns && !parts.prologue.empty()) {
         run_fused_column_reduction(graph, step, reduction, values, memo);
       } else {
-        values[parts.reduction] = parts.prologue.empty()
-                                      ? run_reduction(reduction, *values[reduction.inputs[0]],
-                                                      step_accumulator(graph, step, reduction))
-                                      : run_fused_reduction(graph, step, reduction, values, memo);
+        values[parts.reduction] =
+            parts.prologue.empty() && !cuda_reduces_stored_half_in_vectors(graph, step)
+                ? run_reduction(reduction, *values[reduction.inputs[0]],
+                                step_accumulator(graph, step, reduction))
+                : run_fused_reduction(graph, step, reduction, values, memo);
       }
       return;
     }
