@@ -973,3 +973,66 @@ TEST(CudaCodegen, ProductsOfFewRowsArePlannedAndCompile) {
 }
 
 }  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+// Half-precision rows as each rounding policy generates them (Note [Half precision in fused
+// kernels]): rounding at stores, sums add in float32 into independent accumulators, softmax
+// multiplies by its row sum's reciprocal, and a LayerNorm's row of three operands takes two
+// warps, its weight and bias read at the column; rounding after each op, sums add in float64
+// and the division stays, so fused kernels keep the bits of unfused ones.
+TEST(CudaCodegen, HalfRowsFollowTheRoundingPolicy) {
+  const std::string text =
+      R"(graph @rows(%0: bf16[64,1024] @cuda:0, %1: bf16[1024] @cuda:0, %2: bf16[1024] @cuda:0) {
+  %3 = max %0 {dims = [1], keepdim = true} : bf16[64,1] @cuda:0
+  %4 = sub %0, %3 : bf16[64,1024] @cuda:0
+  %5 = exp %4 : bf16[64,1024] @cuda:0
+  %6 = sum %5 {dims = [1], keepdim = true} : bf16[64,1] @cuda:0
+  %7 = div %5, %6 : bf16[64,1024] @cuda:0
+  %8 = mean %0 {dims = [1], keepdim = true} : bf16[64,1] @cuda:0
+  %9 = sub %0, %8 : bf16[64,1024] @cuda:0
+  %10 = mul %9, %9 : bf16[64,1024] @cuda:0
+  %11 = mean %10 {dims = [1], keepdim = true} : bf16[64,1] @cuda:0
+  %12 = const {value = 1e-05} : bf16[] @cuda:0
+  %13 = add %11, %12 : bf16[64,1] @cuda:0
+  %14 = rsqrt %13 : bf16[64,1] @cuda:0
+  %15 = mul %9, %14 : bf16[64,1024] @cuda:0
+  %16 = mul %15, %1 : bf16[64,1024] @cuda:0
+  %17 = add %16, %2 : bf16[64,1024] @cuda:0
+  return %7, %17
+})";
+  for (HalfRounding rounding : {HalfRounding::AtStores, HalfRounding::EachOp}) {
+    const bool at_stores = rounding == HalfRounding::AtStores;
+    SCOPED_TRACE(at_stores ? "at stores" : "each op");
+    PipelineOptions options;
+    options.fusion.half_rounding = rounding;
+    const Schedule schedule = run_pipeline(parse_graph(text), options);
+    int rows_seen = 0;
+    for (const Step& step : schedule.steps) {
+      if (step.kind != StepKind::Reduction) continue;
+      ++rows_seen;
+      CudaElementwiseLaunch plan = plan_step(schedule, step, false);
+      choose_cuda_row_layout(plan, 1024, step.inputs.size(), true);
+      const CudaSource source = generate_cuda_row_kernel(schedule.graph, step, plan.spec);
+      const std::string& s = source.source;
+      SCOPED_TRACE(s.substr(cuda_prologue().size()));
+      const bool softmax = step.inputs.size() == 1;
+      EXPECT_EQ(plan.spec.row_warps, softmax ? 1 : 2);
+      EXPECT_EQ(plan.spec.periods_are_rows, !softmax);
+      EXPECT_EQ(s.find("double acc") == std::string::npos, at_stores);
+      EXPECT_EQ(s.find("float acc1_part[4]") != std::string::npos, at_stores);
+      if (softmax) {
+        EXPECT_EQ(s.find("= __frcp_rn(v") != std::string::npos, at_stores);
+        EXPECT_EQ(s.find("(a / b);  // div") == std::string::npos, at_stores);
+      } else {
+        EXPECT_EQ(s.find("% (IDX)args.stride"), std::string::npos);
+      }
+      if (nvrtc_available()) EXPECT_TRUE(nvrtc_compile(s, source.kernel_name, 9, 0).is_cubin);
+    }
+    EXPECT_EQ(rows_seen, 2);
+  }
+}
+
+}  // namespace
+}  // namespace lazyfuse
