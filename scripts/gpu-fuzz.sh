@@ -13,17 +13,22 @@ seconds=${4:-140}
 first_seed=${5:-2000}
 out=${OUT:-gpu-logs}
 mkdir -p "$out/fuzz-parts"
-chunks=5  # per process, so that a time limit loses at most one chunk's count per process
-per_chunk=$(((graphs + processes * chunks - 1) / (processes * chunks)))
+# Chunks of at most 100 graphs, run one after another until a process's share is done or the
+# time is up, so that the limit loses at most one short chunk's count per process.
+share=$(((graphs + processes - 1) / processes))
+per_chunk=$((share < 100 ? share : 100))
 deadline=$((SECONDS + seconds))
 for p in $(seq 0 $((processes - 1))); do
   (
-    for c in $(seq 0 $((chunks - 1))); do
+    c=0
+    while [ $((c * per_chunk)) -lt "$share" ]; do
       left=$((deadline - SECONDS))
       [ "$left" -le 1 ] && break
-      OMP_NUM_THREADS=1 timeout "$left" "$lazyfuse" fuzz --seed=$((first_seed + p * chunks + c)) \
-        --graphs=$per_chunk --device="${FUZZ_DEVICE:-cuda:0}" > "$out/fuzz-parts/$p.$c.log" 2>&1
+      n=$((share - c * per_chunk < per_chunk ? share - c * per_chunk : per_chunk))
+      OMP_NUM_THREADS=1 timeout "$left" "$lazyfuse" fuzz --seed=$((first_seed + p * 10000 + c)) \
+        --graphs=$n --device="${FUZZ_DEVICE:-cuda:0}" > "$out/fuzz-parts/$p.$c.log" 2>&1
       echo "exit $?" >> "$out/fuzz-parts/$p.$c.log"
+      c=$((c + 1))
     done
   ) &
 done
