@@ -209,10 +209,8 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
         std::string expression =
             reciprocal ? (std::string_view(operand) == "float" ? "__frcp_rn(b)" : "__drcp_rn(b)")
                        : cuda_expression(node.op);
-        if (node.op == Op::Div && !round_each_op && is_half(node.dtype)) {
-          for (const auto& [divisor, name] : reciprocals)
-            if (divisor == node.inputs[1]) expression = absl::StrCat("a * ", name);
-        }
+        for (const auto& [division, name] : reciprocals)
+          if (division == id) expression = absl::StrCat("a * ", name);
         absl::StrAppend(&b, indent, "  ", v(id), " = (", type, ")(", expression, ");  // ",
                         op_name(node.op), "\n", indent, "}\n");
         if (!round_each_op) continue;  // rounded where stored or cast

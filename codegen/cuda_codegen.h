@@ -134,16 +134,17 @@ int64_t cuda_reduce_chunk(int64_t rows, int64_t columns);
 // float32, as PyTorch and XLA do. float32 keeps 16 bits more than bfloat16 and 13 more than
 // float16, each thread adds its elements in a fixed order (the same bits on every run), and a
 // conversion to float64 issues at 16 a clock per multiprocessor on sm_90 against float32's 128
-// additions: two a bfloat16 element (a LayerNorm's mean and variance) cost about half of the
-// time the memory takes. Rounding after each op keeps float64, so that kernels adding in
-// different orders (fused and unfused) still round to the same half value.
+// additions: by that rate alone, two a bfloat16 element (a LayerNorm's mean and variance) take
+// about half of the time the memory does. Rounding after each op keeps float64, so that kernels
+// adding in different orders (fused and unfused) still round to the same half value.
 DType cuda_reduction_accumulator(Op op, DType in, bool round_each_op);
 // That of `reduction`, a node of `step`.
 DType step_accumulator(const Graph& graph, const Step& step, const Node& reduction);
 // Whether a reduction step with no fused work (a stored operand's sum) runs as the fused
 // reduction of an empty prologue, which reads 16 bytes a thread where the operand allows,
-// rather than the plain kernel's one element: where its operand is a half type it sums in
-// float32 (rounding at stores) over trailing dims, so the order of its additions is free.
+// rather than the plain kernel's one element: over trailing dims of a half-type operand, where
+// it combines in float32 (a max or min, exact in any order; a sum or mean rounding at stores,
+// which lets the order of its additions change its bits).
 bool cuda_reduces_stored_half_in_vectors(const Graph& graph, const Step& step);
 
 // Kernel parameters: in, out, rows, columns, chunk, chunks, divisor (a double), partial,

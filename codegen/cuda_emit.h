@@ -14,9 +14,10 @@ const char* storage_type_name(DType dtype);
 // Statements that compute each of `nodes` (v<id> in its compute type) for element `i`, after
 // reading input k as `load[k]`; half-type results rounded after every op where `round_each_op`
 // (Note [Half precision in fused kernels] in ir/schedule.h), else only the values a cast reads
-// or makes, constants and generators. `reciprocals` names, for divisors known before the loop
-// (a row's sum), a variable holding 1 / divisor: a half-type division by one of them, rounding
-// at stores, multiplies by it instead (Note [Half precision in fused kernels]).
+// or makes, constants and generators. `reciprocals` pairs division nodes with a variable
+// holding the reciprocal of their divisor, known before the loop (a row's sum): those divisions
+// multiply by it instead (the caller decides which may: Note [Half precision in fused
+// kernels]).
 using Reciprocals = std::vector<std::pair<ValueId, std::string>>;
 std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
                          const std::vector<ValueId>& nodes, const std::vector<std::string>& load,

@@ -210,8 +210,8 @@ bool cuda_reduces_stored_half_in_vectors(const Graph& graph, const Step& step) {
   const Node& node = graph.nodes[step.nodes[0]];
   const Node& operand = graph.nodes[node.inputs[0]];
   const int64_t rank = static_cast<int64_t>(operand.shape.size());
-  return is_reduction(node.op) && step_accumulator(graph, step, node) == DType::Float32 &&
-         is_half(operand.dtype) && reduces_trailing_dims(reduction_dims(node.attrs, rank), rank);
+  return is_half(operand.dtype) && step_accumulator(graph, step, node) == DType::Float32 &&
+         reduces_trailing_dims(reduction_dims(node.attrs, rank), rank);
 }
 
 std::string cuda_reduction_kernel_name(Op op, DType in, DType out, DType acc) {
@@ -850,18 +850,18 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     // A half value divided by a value of its row (softmax's sum), rounding at stores, is
     // multiplied by the row's reciprocal: one multiplication an element instead of a division.
     cuda_emit::Reciprocals reciprocals;
+    std::vector<bool> has_reciprocal(graph.nodes.size(), false);
     for (ValueId m : members) {
       const Node& node = graph.nodes[m];
       if (step.round_each_op || node.op != Op::Div || !is_half(node.dtype)) continue;
       const ValueId divisor = node.inputs[1];
       const Node& d = graph.nodes[divisor];
+      if (!known[divisor] || is_scalar_constant(d) || d.dtype != node.dtype) continue;
       const std::string name = absl::StrCat("reciprocal", divisor);
-      if (!known[divisor] || is_scalar_constant(d) || d.dtype != node.dtype ||
-          std::find(reciprocals.begin(), reciprocals.end(), std::make_pair(divisor, name)) !=
-              reciprocals.end())
-        continue;
-      absl::StrAppend(&s, "  const float ", name, " = __frcp_rn(v", divisor, ");\n");
-      reciprocals.emplace_back(divisor, name);
+      if (!has_reciprocal[divisor])
+        absl::StrAppend(&s, "  const float ", name, " = __frcp_rn(v", divisor, ");\n");
+      has_reciprocal[divisor] = true;
+      reciprocals.emplace_back(m, name);
     }
     s += pass_head(members, inputs, reciprocals);
     for (size_t k = 0; k < step.outputs.size(); ++k) {
