@@ -1083,8 +1083,8 @@ TEST_F(Cuda, HalfNormsRoundOnlyWhereStoredAsOnTheCpu) {
         const int64_t i = r * columns + c;
         const double terms =
             std::fabs((xs[i] - mean) / std::sqrt(var + 1e-5) * ws[c]) + std::fabs(bs[c]);
-        const double unit = std::ldexp(1.0, std::max(-126, std::ilogb(std::fabs(norm[i]))) - 7);
-        outside += std::fabs(got[i] - norm[i]) > unit + 16 * std::ldexp(terms, -24);
+        outside += std::fabs(got[i] - norm[i]) >
+                   reference::bfloat16_unit(norm[i]) + 16 * std::ldexp(terms, -24);
       }
     }
     EXPECT_EQ(outside, 0) << "largest error " << norm_largest << " units";

@@ -417,12 +417,15 @@ std::vector<double> host_softmax_rows(const std::vector<double>& x, int64_t colu
   return out;
 }
 
+double bfloat16_unit(double x) {
+  return std::ldexp(1.0, std::max(-126, std::ilogb(std::fabs(x))) - 7);
+}
+
 std::pair<double, double> bfloat16_ulp_errors(const std::vector<double>& got,
                                               const std::vector<double>& want) {
   double largest = 0, sum = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    const double unit = std::ldexp(1.0, std::max(-126, std::ilogb(std::fabs(want[i]))) - 7);
-    const double error = std::fabs(got[i] - want[i]) / unit;
+    const double error = std::fabs(got[i] - want[i]) / bfloat16_unit(want[i]);
     largest = std::max(largest, error);
     sum += error;
   }

@@ -94,8 +94,10 @@ std::vector<double> host_layer_norm_rows(const std::vector<double>& x, int64_t c
                                          const std::vector<double>& bias, double eps);
 std::vector<double> host_softmax_rows(const std::vector<double>& x, int64_t columns);
 
-// The error of each of `got` against `want` in units in the last place of bfloat16 (8
-// significant bits) at `want`: the largest and the mean.
+// A unit in the last place of bfloat16 (8 significant bits) at `x`.
+double bfloat16_unit(double x);
+// The error of each of `got` against `want` in units in the last place of bfloat16 at `want`:
+// the largest and the mean.
 std::pair<double, double> bfloat16_ulp_errors(const std::vector<double>& got,
                                               const std::vector<double>& want);
 
