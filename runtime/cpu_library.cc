@@ -77,18 +77,28 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
         for (int l = 0; l < width; ++l) lanes[l] = Meaning::combine(lanes[l], lanes[l + width]);
       return lanes[0];
     };
-#pragma omp parallel for schedule(dynamic, 1) if (all_rows && outer * inner > 32768)
-    for (int64_t item = 0; item < items; ++item) {
-      if (failure.stopped()) continue;
-      try {
-        for (int64_t part = item * parts_per_item;
-             part < std::min(parts, (item + 1) * parts_per_item); ++part)
-          partials[part] = reduce_part(part);
-      } catch (...) {
-        failure.capture();
+    auto reduce_item = [&](int64_t item) {
+      for (int64_t part = item * parts_per_item;
+           part < std::min(parts, (item + 1) * parts_per_item); ++part)
+        partials[part] = reduce_part(part);
+    };
+    if (all_rows && outer * inner > 32768) {
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t item = 0; item < items; ++item) {
+        if (failure.stopped()) continue;
+        try {
+          reduce_item(item);
+        } catch (...) {
+          failure.capture();
+        }
       }
+      failure.rethrow_if_any();
+    } else {
+      // On the calling thread, without opening a parallel region: a region, even one that runs
+      // on one thread, costs a lock in the OpenMP runtime, and a row step's blocks (Note [Row
+      // blocks] in runtime/cpu_backend.cc) call this once per part per block from every thread.
+      for (int64_t item = 0; item < items; ++item) reduce_item(item);
     }
-    failure.rethrow_if_any();
     dispatch_storage(node.dtype, [&]<typename R>() {
       R* dst = static_cast<R*>(out.data());
       for (int64_t o = first_row; o < end_row; ++o) {
