@@ -4,13 +4,17 @@
 #include <emmintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "codegen/cpu_jit.h"
 #include "codegen/kernel_plan.h"
 #include "codegen/philox.h"
 #include "ir/errors.h"
@@ -91,6 +95,53 @@ void cpu_gather(const CpuOperand& operand, DType to, int64_t start, int64_t n, v
                      [&]<typename R>() { gather<S, R>(operand, start, n, static_cast<R*>(out)); });
   });
 }
+
+// Note [The CPU JIT]
+// A program the JIT can compile (jit_compilable) runs as one loop over vectors whose values stay
+// in registers from op to op (codegen/cpu_jit.cc), rather than op by op over blocks in the L1
+// cache. Its code depends on how each operand lies over the step's space, which the program
+// learns only when it runs: dense, one value for all (a 0-d tensor), a run of a row read by
+// every row (a bias, a norm's weight), or one value a row (a row's mean over its elements). So
+// each layout gets its own compiled loop, found by a key of the layouts. Other layouts, the
+// elements past the last whole vector and every program while the JIT has not compiled it run
+// in the interpreter: its kernels and the JIT's op functions are the same source, so the bits
+// do not depend on which ran.
+struct CpuProgram::JitState {
+  bool double_precision = false;
+  int32_t lanes = -1;                 // the JIT's lanes for the dtype, -1 until asked
+  std::atomic<int64_t> processed{0};  // elements computed, for CpuJitMode::Hot
+  std::mutex mutex;
+  // The compiled loop of each layout key (null where compiling failed: not tried again).
+  std::vector<std::pair<std::vector<int64_t>, LfJitKernel>> kernels;
+
+  static std::shared_ptr<JitState> for_program(const std::vector<Instr>& code) {
+    std::optional<DType> dtype;
+    for (const Instr& instr : code) {
+      bool fits = false;
+      switch (instr.kind) {
+        case Kind::Load:
+        case Kind::Store:
+          fits = instr.from == instr.dtype;
+          break;
+        case Kind::Const:
+          fits = true;
+          break;
+        case Kind::Apply:
+          fits = instr.apply_stream != nullptr;  // the op has a vector form
+          break;
+        default:
+          fits = false;
+      }
+      if (!fits || (instr.dtype != DType::Float32 && instr.dtype != DType::Float64)) return nullptr;
+      if (dtype && *dtype != instr.dtype) return nullptr;
+      dtype = instr.dtype;
+    }
+    if (!dtype) return nullptr;
+    auto state = std::make_shared<JitState>();
+    state->double_precision = *dtype == DType::Float64;
+    return state;
+  }
+};
 
 CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
   const CpuKernelTable& table = cpu_kernel_table();
@@ -210,6 +261,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
           if (!step.round_each_op && in_dtype != node.dtype) operand = as_stored(operand, in_dtype);
           instr.src[k] = convert_to(operand, operand_dtype);
         }
+        instr.op = node.op;
         instr.apply = table.apply[static_cast<int>(node.op)][compute_slot(operand_dtype)];
         instr.apply_stream =
             table.apply_stream[static_cast<int>(node.op)][compute_slot(operand_dtype)];
@@ -287,6 +339,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
     if (virtual_dst >= 0 && last_use[virtual_dst] == static_cast<int>(i))
       free_list.push_back(physical[virtual_dst]);
   }
+  program.jit_ = JitState::for_program(program.code_);
   // An op's result stored as computed, in its own type: written where it is stored.
   for (size_t i = 1; i < code.size(); ++i) {
     Instr& store = code[i];
@@ -301,6 +354,112 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
   return program;
 }
 
+int64_t CpuProgram::run_compiled(std::span<const CpuOperand> operands,
+                                 std::span<const CpuResult> results, int64_t begin,
+                                 int64_t end) const {
+  const CpuJitMode mode = cpu_jit_mode();
+  if (mode == CpuJitMode::Off) return begin;
+  JitState& state = *jit_;
+  if (mode == CpuJitMode::Hot) {
+    if (numel_ < kCpuJitMinElements) return begin;
+    // Compiled from the second evaluation on: one evaluation's worth of elements first.
+    if (state.processed.fetch_add(end - begin, std::memory_order_relaxed) < numel_) return begin;
+  }
+  if (state.lanes < 0) state.lanes = cpu_jit_lanes(state.double_precision);  // same for all
+  const int64_t lanes = state.lanes;
+  if (lanes <= 0 || end - begin < lanes) return begin;
+  for (const CpuResult& result : results)
+    if (result.data == nullptr) return begin;  // kept for a fused reduction: the interpreter's
+  // The key: each load's layout and each store's streaming.
+  absl::InlinedVector<int64_t, 24> key;
+  bool reads_rows = false, streams = false;
+  for (const Instr& instr : code_) {
+    if (instr.kind == Kind::Load) {
+      const CpuOperand& operand = operands[instr.slot];
+      if (operand.dtype != instr.from) return begin;
+      const size_t rank = operand.shape.size();
+      const bool scalar = std::all_of(operand.strides.begin(), operand.strides.end(),
+                                      [](int64_t s) { return s == 0; });
+      if (scalar) {
+        key.insert(key.end(), {kLfJitLoadScalar, 0, 0});
+      } else if (rank == 1 && operand.strides[0] == 1) {
+        key.insert(key.end(), {kLfJitLoadDense, 0, 0});
+      } else if (rank == 2 && operand.shape[1] % lanes == 0 &&
+                 (operand.strides[1] == 0 ||
+                  (operand.strides[0] == 0 && operand.strides[1] == 1))) {
+        const bool value = operand.strides[1] == 0;
+        key.insert(key.end(), {value ? kLfJitLoadRowValue : kLfJitLoadRowRun, operand.shape[1],
+                               value ? operand.strides[0] : 0});
+        reads_rows = true;
+      } else {
+        return begin;
+      }
+    } else if (instr.kind == Kind::Store) {
+      const CpuResult& result = results[instr.slot];
+      const bool stream =
+          result.stream && reinterpret_cast<uintptr_t>(result.data) % 64 == 0 && begin % lanes == 0;
+      key.push_back(stream ? kLfJitStoreStream : kLfJitStore);
+      streams |= stream;
+    }
+  }
+  if (reads_rows && begin % lanes != 0) return begin;
+  LfJitKernel kernel = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    auto found = std::find_if(state.kernels.begin(), state.kernels.end(), [&](const auto& entry) {
+      return std::equal(entry.first.begin(), entry.first.end(), key.begin(), key.end());
+    });
+    if (found != state.kernels.end()) {
+      kernel = found->second;
+    } else {
+      std::vector<LfJitInstr> instrs;
+      size_t at = 0;  // in the key
+      for (const Instr& instr : code_) {
+        LfJitInstr out{};
+        out.dst = instr.dst;
+        std::copy(std::begin(instr.src), std::end(instr.src), std::begin(out.src));
+        out.slot = instr.slot;
+        switch (instr.kind) {
+          case Kind::Load:
+            out.kind = static_cast<int32_t>(key[at]);
+            out.row = key[at + 1];
+            out.row_stride = key[at + 2];
+            at += 3;
+            break;
+          case Kind::Store:
+            out.kind = static_cast<int32_t>(key[at++]);
+            break;
+          case Kind::Const:
+            out.kind = kLfJitConst;
+            out.value = state.double_precision
+                            ? instr.value
+                            : static_cast<double>(convert_value<float>(instr.value));
+            break;
+          default:  // Apply
+            out.kind = kLfJitApply;
+            out.function = cpu_jit_function(instr.op, state.double_precision);
+        }
+        instrs.push_back(out);
+      }
+      const LfJitProgram program{state.double_precision ? 1 : 0, cpu_jit_isa(), num_registers_,
+                                 static_cast<int32_t>(instrs.size()), instrs.data()};
+      kernel = cpu_jit_compile(program);
+      state.kernels.emplace_back(std::vector<int64_t>(key.begin(), key.end()), kernel);
+    }
+  }
+  if (kernel == nullptr) return begin;
+  absl::InlinedVector<const void*, 8> operand_data;
+  for (const CpuOperand& operand : operands) operand_data.push_back(operand.data);
+  absl::InlinedVector<void*, 4> result_data;
+  for (const CpuResult& result : results) result_data.push_back(result.data);
+  const int64_t whole_end = begin + (end - begin) / lanes * lanes;
+  kernel(operand_data.data(), result_data.data(), begin, whole_end);
+  // Non-temporal stores are weakly ordered: make them visible before the caller goes on.
+  if (streams) _mm_sfence();
+  count_cpu_jit_run();
+  return whole_end;
+}
+
 void CpuProgram::clear_scratch(std::byte* scratch, int64_t elements) const {
   // Vectors are at most 64 bytes; 64 elements of 8 bytes round the block up past any of them.
   const int64_t reach = std::min(kCpuBlock, (std::max<int64_t>(elements, 1) + 63) / 64 * 64);
@@ -312,6 +471,10 @@ void CpuProgram::clear_scratch(std::byte* scratch, int64_t elements) const {
 const std::byte* CpuProgram::run(std::span<const CpuOperand> operands,
                                  std::span<const CpuResult> results, int64_t begin, int64_t end,
                                  std::byte* scratch, int64_t result_base) const {
+  if (jit_ != nullptr && result_base == 0) {
+    begin = run_compiled(operands, results, begin, end);
+    if (begin == end) return nullptr;  // every result was stored: nothing is kept
+  }
   auto reg = [&](int r) { return scratch + static_cast<size_t>(r) * kRegisterStride; };
   // Where each register's elements are read from: its scratch, or, for an operand stored
   // contiguously in the register's own type, the operand itself (no copy), or, for a result

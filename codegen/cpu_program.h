@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -72,8 +73,17 @@ class CpuProgram {
                        int64_t result_base = 0) const;
   // A listing of the program, one instruction a line (LAZYFUSE_DUMP=cpu).
   std::string listing() const;
+  // Whether the JIT can compile the program (codegen/cpu_jit.h): every register float32, or
+  // every one float64, and every op one with a vector form, nothing converted or generated.
+  bool jit_compilable() const { return jit_ != nullptr; }
 
  private:
+  struct JitState;
+  // Computes the whole vectors of [begin, end) with compiled code where the JIT takes the
+  // program and these operands' layouts; returns where the interpreter is to go on from
+  // (begin where it computed nothing).
+  int64_t run_compiled(std::span<const CpuOperand> operands, std::span<const CpuResult> results,
+                       int64_t begin, int64_t end) const;
   static constexpr size_t kRegisterBytes = kCpuBlock * 8;
   // Registers lie this far apart: five cache lines more than a register, so that the same
   // element of two registers is never 4 KiB apart, where a load after a store to the other
@@ -91,6 +101,7 @@ class CpuProgram {
     int slot = -1;                 // operand or result index for Load and Store
     DType dtype = DType::Float32;  // the register's compute dtype, or what Round rounds to
     DType from = DType::Float32;
+    Op op = Op::Add;  // Apply's op
     CpuApplyFn apply = nullptr;
     CpuApplyFn apply_stream = nullptr;  // the same with non-temporal stores, where it has them
     CpuConvertFn convert = nullptr;
@@ -114,6 +125,9 @@ class CpuProgram {
   std::vector<Instr> code_;
   int num_registers_ = 0;
   int64_t numel_ = 0;
+  // The compiled forms of the program, one per layout of its operands; null where the JIT
+  // cannot compile it. Shared by copies of the program.
+  std::shared_ptr<JitState> jit_;
 };
 
 // The CPU programs a step runs, as text: an elementwise step's program; for a reduction step,

@@ -15,6 +15,7 @@
 #include <typeinfo>
 
 #include "absl/strings/str_format.h"
+#include "codegen/cpu_jit.h"
 #include "frontend/tensor.h"
 #include "ir/errors.h"
 #include "runtime/devices.h"
@@ -264,6 +265,11 @@ int fuzz(uint64_t seed, int64_t graphs, const std::string& device_name, bool shr
       "values rounded %s): %d failures\n",
       tested, device.str(), device.is_cpu() ? "" : ", the CPU",
       half_rounding() == HalfRounding::AtStores ? "at stores" : "after each op", failures);
+  // What of it ran as compiled code (LAZYFUSE_CPU_JIT=always compiles every program it can).
+  const CpuJitStats jit = cpu_jit_stats();
+  if (jit.compiled > 0 || jit.failures > 0)
+    std::cout << absl::StrFormat("the CPU JIT compiled %d programs and ran %d ranges of them\n",
+                                 jit.compiled, jit.runs);
   return failures ? 1 : 0;
 }
 

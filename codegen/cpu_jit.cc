@@ -1,0 +1,285 @@
+// The CPU JIT (liblazyfuse_cpu_jit.so): compiles a fused elementwise program into one loop over
+// vectors whose values stay in registers from op to op, through LLVM's ORC JIT.
+//
+// Before: a program as lfJitProgram (codegen/cpu_jit_abi.h) whose registers all have one float
+// type, with each operand's layout decided (dense, a scalar, a row's run, a row's value).
+// After: a function computing the program's whole vectors of any range of elements.
+//
+// What each op computes is not written here: the op functions (cpu_jit_ops.cc, compiled by clang
+// to bitcode per instruction set and embedded below) are the interpreter's kernels' own
+// expressions on one vector. The generated loop only moves vectors between them; the op
+// functions are inlined into it and the registers become vector registers. Nothing reassociates
+// or contracts floating-point operations (no fast-math flags), so a program computes the
+// interpreter's bits.
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "codegen/cpu_jit_abi.h"
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+
+// The op functions' bitcode, one module per instruction set (built by codegen/CMakeLists.txt).
+#define LF_JIT_EMBED(isa)                              \
+  ".balign 16\n"                                       \
+  "lf_jit_bitcode_" #isa                               \
+  ":\n"                                                \
+  ".incbin \"" LF_JIT_BITCODE_DIR "/cpu_jit_ops_" #isa \
+  ".bc\"\n"                                            \
+  "lf_jit_bitcode_" #isa "_end:\n"
+asm(".section .rodata\n" LF_JIT_EMBED(avx512) LF_JIT_EMBED(avx2) ".previous\n");
+extern "C" {
+__attribute__((visibility("hidden"))) extern const char lf_jit_bitcode_avx512[];
+__attribute__((visibility("hidden"))) extern const char lf_jit_bitcode_avx512_end[];
+__attribute__((visibility("hidden"))) extern const char lf_jit_bitcode_avx2[];
+__attribute__((visibility("hidden"))) extern const char lf_jit_bitcode_avx2_end[];
+}
+
+namespace {
+
+struct Jit {
+  std::unique_ptr<llvm::orc::LLJIT> lljit;
+  std::unique_ptr<llvm::TargetMachine> machine;  // the optimizer's cost model
+  std::string error;                             // why there is no JIT, if there is none
+  std::mutex mutex;                              // one compile at a time
+  int kernels = 0;                               // names the next kernel
+};
+
+Jit& jit() {
+  static Jit* const instance = [] {
+    auto* j = new Jit;
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!builder) {
+      j->error = llvm::toString(builder.takeError());
+      return j;
+    }
+    builder->setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);
+    auto machine = builder->createTargetMachine();
+    auto lljit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*builder).create();
+    if (!machine || !lljit) {
+      j->error = !machine ? llvm::toString(machine.takeError()) : llvm::toString(lljit.takeError());
+      return j;
+    }
+    // The op functions call SLEEF, which the process has loaded.
+    auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+        (*lljit)->getDataLayout().getGlobalPrefix());
+    if (!process) {
+      j->error = llvm::toString(process.takeError());
+      return j;
+    }
+    (*lljit)->getMainJITDylib().addGenerator(std::move(*process));
+    j->machine = std::move(*machine);
+    j->lljit = std::move(*lljit);
+    return j;
+  }();
+  return *instance;
+}
+
+int32_t lanes_of(const char* isa, int32_t double_precision) {
+  const std::string name = isa;
+  const int32_t bytes = name == "avx512" ? 64 : name == "avx2" ? 32 : 0;
+  return bytes / (double_precision ? 8 : 4);
+}
+
+llvm::StringRef bitcode_of(const std::string& isa) {
+  if (isa == "avx512")
+    return {lf_jit_bitcode_avx512,
+            static_cast<size_t>(lf_jit_bitcode_avx512_end - lf_jit_bitcode_avx512)};
+  return {lf_jit_bitcode_avx2, static_cast<size_t>(lf_jit_bitcode_avx2_end - lf_jit_bitcode_avx2)};
+}
+
+// Writes the kernel function `name` for `program` into `module`, which holds the op functions.
+std::string emit_kernel(const LfJitProgram& program, const std::string& name,
+                        llvm::Module& module) {
+  llvm::LLVMContext& context = module.getContext();
+  const bool dp = program.double_precision != 0;
+  const int32_t lanes = lanes_of(program.isa, program.double_precision);
+  llvm::Type* element = dp ? llvm::Type::getDoubleTy(context) : llvm::Type::getFloatTy(context);
+  llvm::Type* vector = llvm::FixedVectorType::get(element, static_cast<unsigned>(lanes));
+  llvm::Type* element_ptr = element->getPointerTo();
+  llvm::Type* vector_ptr = vector->getPointerTo();
+  llvm::Type* i64 = llvm::Type::getInt64Ty(context);
+  llvm::Type* bytes_ptr_ptr = llvm::Type::getInt8PtrTy(context)->getPointerTo();
+  auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(context),
+                                       {bytes_ptr_ptr, bytes_ptr_ptr, i64, i64}, false);
+  llvm::Function* kernel =
+      llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module);
+  // The op functions are inlined only into a function of their instruction set.
+  const char* suffix = dp ? "_f64" : "_f32";
+  llvm::Function* sample = module.getFunction(std::string("lf_jit_Add") + suffix);
+  if (sample == nullptr) return "the op functions' bitcode has no lf_jit_Add";
+  for (const char* attribute : {"target-cpu", "target-features", "min-legal-vector-width"})
+    if (sample->hasFnAttribute(attribute)) kernel->addFnAttr(sample->getFnAttribute(attribute));
+  kernel->addFnAttr(llvm::Attribute::NoUnwind);
+  llvm::Value* operands = kernel->getArg(0);
+  llvm::Value* results = kernel->getArg(1);
+  llvm::Value* begin = kernel->getArg(2);
+  llvm::Value* end = kernel->getArg(3);
+
+  auto* entry = llvm::BasicBlock::Create(context, "entry", kernel);
+  auto* loop = llvm::BasicBlock::Create(context, "loop", kernel);
+  auto* done = llvm::BasicBlock::Create(context, "done", kernel);
+  llvm::IRBuilder<> b(entry);
+  const llvm::Align element_align(dp ? 8 : 4);
+  std::vector<llvm::Value*> registers(static_cast<size_t>(program.num_registers));
+  for (auto& r : registers) r = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
+  // Each operand's and result's base address, read once.
+  auto base = [&](llvm::Value* array, int32_t slot) {
+    llvm::Value* at = b.CreateConstGEP1_64(b.getInt8PtrTy(), array, static_cast<uint64_t>(slot));
+    return b.CreateBitCast(b.CreateLoad(b.getInt8PtrTy(), at), element_ptr);
+  };
+  std::vector<llvm::Value*> bases(static_cast<size_t>(program.num_instrs), nullptr);
+  for (int32_t k = 0; k < program.num_instrs; ++k) {
+    const LfJitInstr& instr = program.instrs[k];
+    if (instr.kind == kLfJitConst || instr.kind == kLfJitApply) continue;
+    const bool store = instr.kind == kLfJitStore || instr.kind == kLfJitStoreStream;
+    bases[k] = base(store ? results : operands, instr.slot);
+  }
+  b.CreateCondBr(b.CreateICmpSLT(begin, end), loop, done);
+
+  b.SetInsertPoint(loop);
+  llvm::PHINode* i = b.CreatePHI(i64, 2, "i");
+  i->addIncoming(begin, entry);
+  // Where each register's vector is read from: its own slot, or an operand in place.
+  std::vector<llvm::Value*> view(registers.size(), nullptr);
+  auto splat = [&](llvm::Value* scalar, int32_t dst) {
+    b.CreateAlignedStore(b.CreateVectorSplat(static_cast<unsigned>(lanes), scalar),
+                         b.CreateBitCast(registers[dst], vector_ptr), element_align);
+    view[dst] = registers[dst];
+  };
+  for (int32_t k = 0; k < program.num_instrs; ++k) {
+    const LfJitInstr& instr = program.instrs[k];
+    switch (instr.kind) {
+      case kLfJitLoadDense:
+        view[instr.dst] = b.CreateGEP(element, bases[k], i);
+        break;
+      case kLfJitLoadScalar:
+        splat(b.CreateAlignedLoad(element, bases[k], element_align), instr.dst);
+        break;
+      case kLfJitLoadRowRun:
+        view[instr.dst] = b.CreateGEP(element, bases[k], b.CreateURem(i, b.getInt64(instr.row)));
+        break;
+      case kLfJitLoadRowValue: {
+        llvm::Value* at =
+            b.CreateMul(b.CreateUDiv(i, b.getInt64(instr.row)), b.getInt64(instr.row_stride));
+        splat(b.CreateAlignedLoad(element, b.CreateGEP(element, bases[k], at), element_align),
+              instr.dst);
+        break;
+      }
+      case kLfJitConst:
+        splat(llvm::ConstantFP::get(element, instr.value), instr.dst);
+        break;
+      case kLfJitApply: {
+        llvm::Function* op = module.getFunction(instr.function);
+        if (op == nullptr) return std::string("no op function ") + instr.function;
+        llvm::Value* a = view[instr.src[0]];
+        llvm::Value* second = instr.src[1] >= 0 ? view[instr.src[1]] : a;
+        llvm::Value* third = instr.src[2] >= 0 ? view[instr.src[2]] : a;
+        b.CreateCall(op, {a, second, third, registers[instr.dst]});
+        view[instr.dst] = registers[instr.dst];
+        break;
+      }
+      case kLfJitStore:
+      case kLfJitStoreStream: {
+        llvm::Value* to = b.CreateGEP(element, bases[k], i);
+        if (instr.kind == kLfJitStoreStream) {
+          llvm::Function* stream = module.getFunction(std::string("lf_jit_stream") + suffix);
+          if (stream == nullptr) return "the op functions' bitcode has no stream function";
+          b.CreateCall(stream, {to, view[instr.src[0]]});
+        } else {
+          llvm::Value* value = b.CreateAlignedLoad(
+              vector, b.CreateBitCast(view[instr.src[0]], vector_ptr), element_align);
+          b.CreateAlignedStore(value, b.CreateBitCast(to, vector_ptr), element_align);
+        }
+        break;
+      }
+      default:
+        return "unknown JIT instruction kind " + std::to_string(instr.kind);
+    }
+  }
+  llvm::Value* next = b.CreateAdd(i, b.getInt64(lanes), "next", /*HasNUW=*/true, /*HasNSW=*/true);
+  i->addIncoming(next, b.GetInsertBlock());
+  b.CreateCondBr(b.CreateICmpSLT(next, end), loop, done);
+  b.SetInsertPoint(done);
+  b.CreateRetVoid();
+
+  std::string problems;
+  llvm::raw_string_ostream out(problems);
+  if (llvm::verifyFunction(*kernel, &out)) return "generated an invalid kernel: " + out.str();
+  return "";
+}
+
+thread_local std::string last_error;
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) int32_t lazyfuse_cpu_jit_lanes(const char* isa,
+                                                                      int32_t double_precision) {
+  return lanes_of(isa, double_precision);
+}
+
+__attribute__((visibility("default"))) const char* lazyfuse_cpu_jit_compile(
+    const LfJitProgram* program, LfJitKernel* kernel) {
+  Jit& j = jit();
+  std::lock_guard<std::mutex> lock(j.mutex);
+  if (j.lljit == nullptr) return (last_error = "no JIT for this host: " + j.error).c_str();
+  if (lanes_of(program->isa, program->double_precision) == 0)
+    return (last_error = std::string("no JIT op functions for ") + program->isa).c_str();
+  auto context = std::make_unique<llvm::LLVMContext>();
+  llvm::MemoryBufferRef bitcode(bitcode_of(program->isa), "cpu_jit_ops");
+  auto parsed = llvm::parseBitcodeFile(bitcode, *context);
+  if (!parsed) return (last_error = llvm::toString(parsed.takeError())).c_str();
+  std::unique_ptr<llvm::Module> module = std::move(*parsed);
+  module->setDataLayout(j.lljit->getDataLayout());
+  module->setTargetTriple(j.machine->getTargetTriple().str());
+  const std::string name = "lf_jit_kernel_" + std::to_string(j.kernels++);
+  last_error = emit_kernel(*program, name, *module);
+  if (!last_error.empty()) return last_error.c_str();
+  // Only the kernel is visible; the op functions are inlined into it and then dropped.
+  for (llvm::Function& f : *module) {
+    if (f.isDeclaration() || f.getName() == name) continue;
+    f.setLinkage(llvm::GlobalValue::InternalLinkage);
+    f.removeFnAttr(llvm::Attribute::NoInline);
+    f.addFnAttr(llvm::Attribute::AlwaysInline);
+  }
+  for (llvm::GlobalVariable& g : module->globals())
+    if (!g.isDeclaration()) g.setLinkage(llvm::GlobalValue::InternalLinkage);
+
+  llvm::LoopAnalysisManager loops;
+  llvm::FunctionAnalysisManager functions;
+  llvm::CGSCCAnalysisManager cgscc;
+  llvm::ModuleAnalysisManager modules;
+  llvm::PassBuilder passes(j.machine.get());
+  passes.registerModuleAnalyses(modules);
+  passes.registerCGSCCAnalyses(cgscc);
+  passes.registerFunctionAnalyses(functions);
+  passes.registerLoopAnalyses(loops);
+  passes.crossRegisterProxies(loops, functions, cgscc, modules);
+  passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(*module, modules);
+
+  if (auto error =
+          j.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context))))
+    return (last_error = llvm::toString(std::move(error))).c_str();
+  auto symbol = j.lljit->lookup(name);
+  if (!symbol) return (last_error = llvm::toString(symbol.takeError())).c_str();
+  *kernel = reinterpret_cast<LfJitKernel>(symbol->getAddress());
+  return nullptr;
+}
+
+}  // extern "C"

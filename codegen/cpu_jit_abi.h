@@ -1,0 +1,54 @@
+// The C interface between lazyfuse and its CPU JIT (liblazyfuse_cpu_jit.so, codegen/cpu_jit.cc),
+// which lazyfuse loads at run time where it is installed (codegen/cpu_jit_loader.cc): the JIT
+// links LLVM, which a program need not carry to run lazyfuse; without it CPU programs run in
+// the interpreter (codegen/cpu_program.cc), which computes the same bits.
+#pragma once
+
+#include <cstdint>
+
+extern "C" {
+
+// What an instruction of a JIT program does, at loop index i (an element index of the step's
+// iteration space, the first of a vector of lanes elements). Registers hold one vector each.
+enum LfJitKind : int32_t {
+  kLfJitLoadDense = 0,  // dst = operand[slot][i ...]
+  kLfJitLoadScalar,     // dst = operand[slot][0] in every lane
+  kLfJitLoadRowRun,     // dst = operand[slot][i % row ...]: one run of a row read by every row
+  kLfJitLoadRowValue,   // dst = operand[slot][(i / row) * row_stride] in every lane
+  kLfJitConst,          // dst = value in every lane
+  kLfJitApply,          // dst = function(src[0], src[1], src[2]), an op of cpu_jit_ops.cc
+  kLfJitStore,          // result[slot][i ...] = src[0]
+  kLfJitStoreStream,    // the same past the caches (result[slot] 64-byte aligned)
+};
+
+struct LfJitInstr {
+  int32_t kind;
+  int32_t dst;
+  int32_t src[3];
+  int32_t slot;
+  int64_t row;           // LoadRowRun, LoadRowValue: elements per row (a multiple of the lanes)
+  int64_t row_stride;    // LoadRowValue: elements between one row's value and the next's
+  double value;          // Const (exact in the program's dtype)
+  const char* function;  // Apply: lf_jit_<Op>_<f32|f64>
+};
+
+struct LfJitProgram {
+  int32_t double_precision;  // every register f64 (else f32)
+  const char* isa;           // "avx512" or "avx2": whose op functions, and its vector lanes
+  int32_t num_registers;
+  int32_t num_instrs;
+  const LfJitInstr* instrs;
+};
+
+// Computes the whole vectors of elements [begin, end): end - begin a multiple of the lanes, and
+// begin too where the program reads a row operand.
+typedef void (*LfJitKernel)(const void* const* operands, void* const* results, int64_t begin,
+                            int64_t end);
+
+// The vector lanes of the program's dtype under `isa`; 0 where the JIT has no code for it.
+typedef int32_t (*LfJitLanesFn)(const char* isa, int32_t double_precision);
+// Compiles `program`; returns null and sets *kernel, or returns an error message (valid until the
+// next call on the thread).
+typedef const char* (*LfJitCompileFn)(const LfJitProgram* program, LfJitKernel* kernel);
+
+}  // extern "C"

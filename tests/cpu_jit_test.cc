@@ -1,0 +1,232 @@
+// The CPU JIT (codegen/cpu_jit.cc, Note [The CPU JIT] in codegen/cpu_program.cc): every op it
+// compiles gives the interpreter's bits, over every operand layout it compiles for and the
+// elements past the last whole vector; fused chains also match the independent float64
+// reference; and it compiles only what the mode asks for.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codegen/cpu_jit.h"
+#include "codegen/cpu_kernels.h"
+#include "lazyfuse/lazyfuse.h"
+#include "tests/reference/reference.h"
+
+namespace lazyfuse {
+namespace {
+
+using namespace reference;
+
+// Sets the JIT's mode for a scope.
+class JitModeGuard {
+ public:
+  explicit JitModeGuard(CpuJitMode mode) : saved_(cpu_jit_mode()) { set_cpu_jit_mode(mode); }
+  ~JitModeGuard() { set_cpu_jit_mode(saved_); }
+
+ private:
+  CpuJitMode saved_;
+};
+
+void require_jit() {
+#ifdef LAZYFUSE_CPU_JIT_BUILT
+  ASSERT_TRUE(cpu_jit_available()) << cpu_jit_unavailable_reason();
+#else
+  GTEST_SKIP() << "built without the CPU JIT (LLVM 14 and clang 14)";
+#endif
+  if (cpu_jit_lanes(false) == 0) GTEST_SKIP() << "no JIT code for " << cpu_jit_isa();
+}
+
+// Evaluates `build()` in the interpreter and then compiled, and expects the same bits (a NaN
+// matches any NaN: LLVM may swap a commutative op's operands, and x86 then passes on the other
+// operand's NaN, as the fuzzer and the GPU comparisons allow too); returns the compiled result.
+// Fails if the JIT did not run where `compiled_expected`, or ran where not.
+Tensor expect_jit_matches_interpreter(const std::function<Tensor()>& build, const std::string& what,
+                                      bool compiled_expected = true) {
+  SCOPED_TRACE(what);
+  Tensor interpreted = build();
+  {
+    JitModeGuard off(CpuJitMode::Off);
+    eval(interpreted);
+  }
+  Tensor compiled = build();
+  {
+    JitModeGuard always(CpuJitMode::Always);
+    reset_cpu_jit_stats();
+    eval(compiled);
+    const CpuJitStats stats = cpu_jit_stats();
+    EXPECT_EQ(stats.failures, 0) << stats.last_failure;
+    EXPECT_EQ(stats.runs > 0, compiled_expected) << "runs of compiled code: " << stats.runs;
+  }
+  std::vector<double> a = interpreted.to_vector<double>(), b = compiled.to_vector<double>();
+  EXPECT_EQ(a.size(), b.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0 && !(std::isnan(a[i]) && std::isnan(b[i])) &&
+        differ++ < 3)
+      ADD_FAILURE() << "element " << i << ": interpreted " << a[i] << ", compiled " << b[i];
+  EXPECT_EQ(differ, 0) << "elements that differ";
+  return compiled;
+}
+
+// Values that reach the ops' edges: NaN, infinities, signed zeros, tiny and huge magnitudes,
+// mixed with values drawn from [-4, 4].
+std::vector<double> edgy_values(std::mt19937& rng, int64_t n) {
+  const double special[] = {kNan, kInf, -kInf, 0.0, -0.0, 1e-40, -1e-30, 1e30, 88.5, -104.0};
+  std::uniform_real_distribution<double> uniform(-4, 4);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    v[static_cast<size_t>(i)] = i % 7 == 3 ? special[(i / 7) % 10] : uniform(rng);
+  return v;
+}
+
+struct NamedOp {
+  const char* name;
+  Op op;
+  std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)> apply;
+};
+
+std::vector<NamedOp> float_ops() {
+  using T = const Tensor&;
+  return {
+      {"add", Op::Add, [](T a, T b, T) { return a + b; }},
+      {"sub", Op::Sub, [](T a, T b, T) { return a - b; }},
+      {"mul", Op::Mul, [](T a, T b, T) { return a * b; }},
+      {"div", Op::Div, [](T a, T b, T) { return a / b; }},
+      {"neg", Op::Neg, [](T a, T, T) { return -a; }},
+      {"abs", Op::Abs, [](T a, T, T) { return a.abs(); }},
+      {"exp", Op::Exp, [](T a, T, T) { return a.exp(); }},
+      {"log", Op::Log, [](T a, T, T) { return a.log(); }},
+      {"sqrt", Op::Sqrt, [](T a, T, T) { return a.sqrt(); }},
+      {"rsqrt", Op::Rsqrt, [](T a, T, T) { return a.rsqrt(); }},
+      {"log1p", Op::Log1p, [](T a, T, T) { return a.log1p(); }},
+      {"expm1", Op::Expm1, [](T a, T, T) { return a.expm1(); }},
+      {"erf", Op::Erf, [](T a, T, T) { return a.erf(); }},
+      {"tanh", Op::Tanh, [](T a, T, T) { return a.tanh(); }},
+      {"sigmoid", Op::Sigmoid, [](T a, T, T) { return a.sigmoid(); }},
+      {"relu", Op::Relu, [](T a, T, T) { return a.relu(); }},
+      {"pow", Op::Pow, [](T a, T b, T) { return a.pow(b); }},
+      {"maximum", Op::Maximum, [](T a, T b, T) { return maximum(a, b); }},
+      {"minimum", Op::Minimum, [](T a, T b, T) { return minimum(a, b); }},
+      {"clamp", Op::Clamp, [](T a, T b, T c) { return a.clamp(b, c); }},
+  };
+}
+
+// Each op, alone and after an op that keeps its result in a register, over operands that are
+// dense, a run of a row read by every row (a bias), one value a row (a row's mean) and one value
+// for all, in both float types. The elements form whole vectors, and a dense operand of an odd
+// length ends in a part vector that the interpreter computes.
+TEST(CpuJit, EveryOpGivesTheInterpretersBitsOverEveryLayout) {
+  require_jit();
+  std::mt19937 rng(7);
+  constexpr int64_t kRows = 6, kColumns = 128;
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const Tensor x = from_vector(edgy_values(rng, kRows * kColumns), {kRows, kColumns}, dtype);
+    const Tensor bias = from_vector(edgy_values(rng, kColumns), {kColumns}, dtype);
+    const Tensor per_row = from_vector(edgy_values(rng, kRows), {kRows, 1}, dtype);
+    const Tensor scalar = from_vector({0.75}, {}, dtype);
+    const Tensor odd = from_vector(edgy_values(rng, 1000 + 7), {1000 + 7}, dtype);
+    const Tensor odd2 = from_vector(edgy_values(rng, 1000 + 7), {1000 + 7}, dtype);
+    eval({x, bias, per_row, scalar, odd, odd2});
+    for (const NamedOp& op : float_ops()) {
+      const std::string what = std::string(op.name) + " " + dtype_torch_name(dtype);
+      // Compiled where the op has a vector form (the interpreter's stream kernel exists exactly
+      // then); a program with any other op runs in the interpreter alone.
+      const bool vector_form =
+          cpu_kernel_table().apply_stream[static_cast<int>(op.op)][compute_slot(dtype)] != nullptr;
+      expect_jit_matches_interpreter([&] { return op.apply(x, bias, per_row); },
+                                     what + " (x, bias, row)", vector_form);
+      expect_jit_matches_interpreter([&] { return op.apply(per_row + x, x, scalar); },
+                                     what + " (row, x, scalar)", vector_form);
+      expect_jit_matches_interpreter([&] { return op.apply(x.exp() - 1.5, scalar, bias) * x; },
+                                     what + " in a chain", vector_form);
+      expect_jit_matches_interpreter([&] { return op.apply(odd, odd2, odd2.abs()); },
+                                     what + " (odd length)", vector_form);
+    }
+  }
+}
+
+// The fused chains of the benchmark's class against the float64 reference: `(z + 2).exp() * y`,
+// a LayerNorm's elementwise part over rows (its row values and affine weights), and an Adam
+// update with its 0-d bias corrections, each with results the JIT stores.
+TEST(CpuJit, FusedChainsMatchTheFloat64Reference) {
+  require_jit();
+  std::mt19937 rng(11);
+  constexpr int64_t kRows = 4, kColumns = 256;
+  const Shape shape{kRows, kColumns};
+  JitModeGuard always(CpuJitMode::Always);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const Tol tol = tol_for(dtype);
+    const Host z = random_host(rng, shape, dtype, kWide), y = random_host(rng, shape, dtype, kWide);
+    reset_cpu_jit_stats();
+    expect_matches(
+        (to_tensor(z, dtype) + 2).exp() * to_tensor(y, dtype),
+        ref_map({&z, &y}, [](double a, double b, double) { return std::exp(a + 2) * b; }), dtype,
+        tol, "exp_mul");
+    EXPECT_GT(cpu_jit_stats().runs, 0);
+
+    const Host mean = random_host(rng, {kRows, 1}, dtype, kWide);
+    const Host rstd = random_host(rng, {kRows, 1}, dtype, {0.5, 2, 1, 2});
+    const Host weight = random_host(rng, {kColumns}, dtype, kWide);
+    const Host bias = random_host(rng, {kColumns}, dtype, kWide);
+    Host expected{shape, {}};
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t c = 0; c < kColumns; ++c) {
+        const double centred = z.v[r * kColumns + c] - mean.v[r];
+        expected.v.push_back(centred * rstd.v[r] * weight.v[c] + bias.v[c]);
+      }
+    expect_matches((to_tensor(z, dtype) - to_tensor(mean, dtype)) * to_tensor(rstd, dtype) *
+                           to_tensor(weight, dtype) +
+                       to_tensor(bias, dtype),
+                   expected, dtype, {tol.rtol * 4, tol.atol}, "layer norm's elementwise part");
+
+    // Adam's step: m and v updated, the parameter moved by the corrected ratio.
+    const Host p = random_host(rng, shape, dtype, kWide), g = random_host(rng, shape, dtype, kWide);
+    const Host m = random_host(rng, shape, dtype, kWide);
+    const Host v = random_host(rng, shape, dtype, {0, 2, 0, 2});
+    const double b1 = 0.9, b2 = 0.999, lr = 1e-3, eps = 1e-8, c1 = 1 - 0.9 * 0.9,
+                 c2 = 1 - 0.999 * 0.999;
+    Tensor tm = to_tensor(m, dtype) * b1 + to_tensor(g, dtype) * (1 - b1);
+    Tensor tv = to_tensor(v, dtype) * b2 + to_tensor(g, dtype) * to_tensor(g, dtype) * (1 - b2);
+    Tensor c1t = from_vector({c1}, {}, dtype), c2t = from_vector({c2}, {}, dtype);
+    Tensor tp = to_tensor(p, dtype) - (tm / c1t) / ((tv / c2t).sqrt() + eps) * lr;
+    eval({tm, tv, tp});
+    Host want_p{shape, {}};
+    for (size_t i = 0; i < p.v.size(); ++i) {
+      const double mi = m.v[i] * b1 + g.v[i] * (1 - b1);
+      const double vi = v.v[i] * b2 + g.v[i] * g.v[i] * (1 - b2);
+      want_p.v.push_back(p.v[i] - (mi / c1) / (std::sqrt(vi / c2) + eps) * lr);
+    }
+    expect_matches(tp, want_p, dtype, {tol.rtol * 8, tol.atol + 1e-6}, "adam");
+  }
+}
+
+// By default a program is compiled on its second evaluation, and only when it is large enough
+// for compiling to pay; each layout once.
+TEST(CpuJit, HotModeCompilesLargeProgramsOnTheirSecondEvaluation) {
+  require_jit();
+  JitModeGuard hot(CpuJitMode::Hot);
+  const Tensor big = rand({kCpuJitMinElements}), small = rand({1000});
+  eval({big, small});
+  // A structure of its own (a constant no other test uses), so its schedule and program are new.
+  auto run = [](const Tensor& t) { eval((t * 1.8125f + 0.4375f).tanh()); };
+  reset_cpu_jit_stats();
+  run(big);
+  EXPECT_EQ(cpu_jit_stats().compiled, 0);
+  EXPECT_EQ(cpu_jit_stats().runs, 0);
+  run(big);
+  EXPECT_EQ(cpu_jit_stats().compiled, 1);
+  EXPECT_GT(cpu_jit_stats().runs, 0);
+  run(big);
+  EXPECT_EQ(cpu_jit_stats().compiled, 1);
+  reset_cpu_jit_stats();
+  for (int i = 0; i < 3; ++i) run(small);
+  EXPECT_EQ(cpu_jit_stats().compiled, 0);
+  EXPECT_EQ(cpu_jit_stats().runs, 0);
+}
+
+}  // namespace
+}  // namespace lazyfuse
