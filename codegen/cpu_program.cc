@@ -108,7 +108,7 @@ void cpu_gather(const CpuOperand& operand, DType to, int64_t start, int64_t n, v
 // do not depend on which ran.
 struct CpuProgram::JitState {
   bool double_precision = false;
-  int32_t lanes = -1;                 // the JIT's lanes for the dtype, -1 until asked
+  std::atomic<int32_t> lanes{-1};     // the JIT's lanes for the dtype, -1 until asked
   std::atomic<int64_t> processed{0};  // elements computed, for CpuJitMode::Hot
   std::mutex mutex;
   // The compiled loop of each layout key (null where compiling failed: not tried again).
@@ -355,8 +355,8 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
 }
 
 int64_t CpuProgram::run_compiled(std::span<const CpuOperand> operands,
-                                 std::span<const CpuResult> results, int64_t begin,
-                                 int64_t end) const {
+                                 std::span<const CpuResult> results, int64_t begin, int64_t end,
+                                 int64_t result_base) const {
   const CpuJitMode mode = cpu_jit_mode();
   if (mode == CpuJitMode::Off) return begin;
   JitState& state = *jit_;
@@ -365,8 +365,11 @@ int64_t CpuProgram::run_compiled(std::span<const CpuOperand> operands,
     // Compiled from the second evaluation on: one evaluation's worth of elements first.
     if (state.processed.fetch_add(end - begin, std::memory_order_relaxed) < numel_) return begin;
   }
-  if (state.lanes < 0) state.lanes = cpu_jit_lanes(state.double_precision);  // same for all
-  const int64_t lanes = state.lanes;
+  int64_t lanes = state.lanes.load(std::memory_order_relaxed);
+  if (lanes < 0) {
+    lanes = cpu_jit_lanes(state.double_precision);  // every thread finds the same
+    state.lanes.store(static_cast<int32_t>(lanes), std::memory_order_relaxed);
+  }
   if (lanes <= 0 || end - begin < lanes) return begin;
   for (const CpuResult& result : results)
     if (result.data == nullptr) return begin;  // kept for a fused reduction: the interpreter's
@@ -396,8 +399,8 @@ int64_t CpuProgram::run_compiled(std::span<const CpuOperand> operands,
       }
     } else if (instr.kind == Kind::Store) {
       const CpuResult& result = results[instr.slot];
-      const bool stream =
-          result.stream && reinterpret_cast<uintptr_t>(result.data) % 64 == 0 && begin % lanes == 0;
+      const bool stream = result.stream && reinterpret_cast<uintptr_t>(result.data) % 64 == 0 &&
+                          (begin - result_base) % lanes == 0;
       key.push_back(stream ? kLfJitStoreStream : kLfJitStore);
       streams |= stream;
     }
@@ -450,8 +453,12 @@ int64_t CpuProgram::run_compiled(std::span<const CpuOperand> operands,
   if (kernel == nullptr) return begin;
   absl::InlinedVector<const void*, 8> operand_data;
   for (const CpuOperand& operand : operands) operand_data.push_back(operand.data);
+  // The kernel stores element i at index i of its result: each result's address of index 0.
   absl::InlinedVector<void*, 4> result_data;
-  for (const CpuResult& result : results) result_data.push_back(result.data);
+  for (const CpuResult& result : results)
+    result_data.push_back(reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(result.data) -
+                                                  static_cast<uintptr_t>(result_base) *
+                                                      (state.double_precision ? 8 : 4)));
   const int64_t whole_end = begin + (end - begin) / lanes * lanes;
   kernel(operand_data.data(), result_data.data(), begin, whole_end);
   // Non-temporal stores are weakly ordered: make them visible before the caller goes on.
@@ -471,8 +478,8 @@ void CpuProgram::clear_scratch(std::byte* scratch, int64_t elements) const {
 const std::byte* CpuProgram::run(std::span<const CpuOperand> operands,
                                  std::span<const CpuResult> results, int64_t begin, int64_t end,
                                  std::byte* scratch, int64_t result_base) const {
-  if (jit_ != nullptr && result_base == 0) {
-    begin = run_compiled(operands, results, begin, end);
+  if (jit_ != nullptr) {
+    begin = run_compiled(operands, results, begin, end, result_base);
     if (begin == end) return nullptr;  // every result was stored: nothing is kept
   }
   auto reg = [&](int r) { return scratch + static_cast<size_t>(r) * kRegisterStride; };

@@ -83,7 +83,7 @@ class CpuProgram {
   // program and these operands' layouts; returns where the interpreter is to go on from
   // (begin where it computed nothing).
   int64_t run_compiled(std::span<const CpuOperand> operands, std::span<const CpuResult> results,
-                       int64_t begin, int64_t end) const;
+                       int64_t begin, int64_t end, int64_t result_base) const;
   static constexpr size_t kRegisterBytes = kCpuBlock * 8;
   // Registers lie this far apart: five cache lines more than a register, so that the same
   // element of two registers is never 4 KiB apart, where a load after a store to the other

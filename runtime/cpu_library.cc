@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/cpu_jit.h"
 #include "codegen/cpu_kernels.h"
 #include "codegen/cpu_program.h"
 #include "codegen/cpu_reduction.h"
@@ -175,6 +176,9 @@ std::shared_ptr<const CpuProgram> compile_reduction_prologue(const Graph& graph,
   return std::make_shared<const CpuProgram>(CpuProgram::compile(graph, prologue));
 }
 
+// Elements of a fused reduction's operand that compiled code stores at a time: 8 KiB of float32.
+constexpr int64_t kJitChunk = 2048;
+
 BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuffers& values,
                             std::shared_ptr<const CpuProgram>* prologue_memo, const RowRange& rows,
                             const std::optional<BufferView>& into) {
@@ -203,12 +207,16 @@ BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuf
       // The prologue runs a program block at a time, each reduced while it is in the L1 cache.
       // Each thread keeps its block and registers between visits.
       thread_local AlignedBytes block, scratch;
-      std::byte* elements = block.at_least(static_cast<size_t>(kCpuBlock) * sizeof(S));
+      // A program the JIT compiles stores longer chunks, each still in the L1 cache when reduced
+      // (Note [The CPU JIT] in codegen/cpu_program.cc): its calls cost more than a block's.
+      const bool compiled = program.jit_compilable() && cpu_jit_mode() != CpuJitMode::Off;
+      const int64_t chunk = compiled ? kJitChunk : kCpuBlock;
+      std::byte* elements = block.at_least(static_cast<size_t>(chunk) * sizeof(S));
       std::byte* registers = scratch.at_least(program.scratch_bytes());
       for (int64_t first = row * inner + begin, last = row * inner + end; first < last;
-           first += kCpuBlock) {
-        const int64_t count = std::min(kCpuBlock, last - first);
-        if constexpr (std::is_same_v<S, ComputeOf<S>>) {
+           first += chunk) {
+        const int64_t count = std::min(chunk, last - first);
+        if (std::is_same_v<S, ComputeOf<S>> && !compiled) {
           // Stored as computed: reduced where the program left it.
           CpuResult kept{nullptr, dtype};
           f(reinterpret_cast<const S*>(

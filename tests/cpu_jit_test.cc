@@ -149,6 +149,30 @@ TEST(CpuJit, EveryOpGivesTheInterpretersBitsOverEveryLayout) {
   }
 }
 
+// A reduction's fused operand (a sum of squares, a variance's centred squares, a row's max of
+// a chain) computed by compiled code in chunks and reduced from there: the interpreter's bits,
+// over rows whose length leaves a part vector, and over the whole tensor.
+TEST(CpuJit, FusedReductionOperandsGiveTheInterpretersBits) {
+  require_jit();
+  std::mt19937 rng(5);
+  constexpr int64_t kRows = 9, kColumns = 3000 + 5;
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const Tensor x = from_vector(edgy_values(rng, kRows * kColumns), {kRows, kColumns}, dtype);
+    const Tensor finite = x.clamp(-50, 50);
+    // A row value is compiled for where rows are whole vectors: 2048 columns.
+    const Tensor wide = x.narrow(1, 0, 2048).contiguous().clamp(-50, 50);
+    const Tensor mean = from_vector(edgy_values(rng, kRows), {kRows, 1}, dtype).clamp(-5, 5);
+    eval({x, finite, wide, mean});
+    const std::string name = dtype_torch_name(dtype);
+    expect_jit_matches_interpreter([&] { return (finite * finite).sum({1}, true); },
+                                   "sum of squares over rows " + name);
+    expect_jit_matches_interpreter([&] { return ((wide - mean) * (wide - mean)).mean(); },
+                                   "centred squares over everything " + name);
+    expect_jit_matches_interpreter([&] { return (x.exp() * 0.5 + x).amax({1}, true); },
+                                   "max of a chain " + name);
+  }
+}
+
 // The fused chains of the benchmark's class against the float64 reference: `(z + 2).exp() * y`,
 // a LayerNorm's elementwise part over rows (its row values and affine weights), and an Adam
 // update with its 0-d bias corrections, each with results the JIT stores.
