@@ -130,13 +130,36 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
   llvm::Value* begin = kernel->getArg(2);
   llvm::Value* end = kernel->getArg(3);
 
+  // A program that reads rows (a row's run, a row's value) of one length runs as a loop over
+  // rows around a loop over the row's vectors, and what depends only on the row (its values,
+  // constants, 0-d operands and ops of those alone: a norm's rsqrt(var + eps), a log-softmax's
+  // log of the sum) is computed once a row, in the outer loop. Otherwise one flat loop.
+  int64_t row = 0;
+  bool one_row_length = true;
+  for (int32_t k = 0; k < program.num_instrs; ++k) {
+    const LfJitInstr& instr = program.instrs[k];
+    if (instr.kind != kLfJitLoadRowRun && instr.kind != kLfJitLoadRowValue) continue;
+    one_row_length &= row == 0 || row == instr.row;
+    row = instr.row;
+  }
+  const bool nested = row > 0 && one_row_length;
+
   auto* entry = llvm::BasicBlock::Create(context, "entry", kernel);
-  auto* loop = llvm::BasicBlock::Create(context, "loop", kernel);
+  auto* rows = llvm::BasicBlock::Create(context, "rows", kernel);
+  auto* vectors = llvm::BasicBlock::Create(context, "vectors", kernel);
+  auto* next_row = llvm::BasicBlock::Create(context, "next_row", kernel);
   auto* done = llvm::BasicBlock::Create(context, "done", kernel);
   llvm::IRBuilder<> b(entry);
   const llvm::Align element_align(dp ? 8 : 4);
-  std::vector<llvm::Value*> registers(static_cast<size_t>(program.num_registers));
-  for (auto& r : registers) r = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
+  // A slot per instruction's result rather than per register: a value computed once a row must
+  // not share its slot with one computed every vector. Promoted to registers by the optimizer.
+  std::vector<llvm::Value*> slots(static_cast<size_t>(program.num_instrs), nullptr);
+  for (int32_t k = 0; k < program.num_instrs; ++k) {
+    const int32_t kind = program.instrs[k].kind;
+    if (kind != kLfJitLoadDense && kind != kLfJitLoadRowRun && kind != kLfJitStore &&
+        kind != kLfJitStoreStream)
+      slots[k] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
+  }
   // Each operand's and result's base address, read once.
   auto base = [&](llvm::Value* array, int32_t slot) {
     llvm::Value* at = b.CreateConstGEP1_64(b.getInt8PtrTy(), array, static_cast<uint64_t>(slot));
@@ -149,39 +172,68 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
     const bool store = instr.kind == kLfJitStore || instr.kind == kLfJitStoreStream;
     bases[k] = base(store ? results : operands, instr.slot);
   }
-  b.CreateCondBr(b.CreateICmpSLT(begin, end), loop, done);
+  b.CreateCondBr(b.CreateICmpSLT(begin, end), rows, done);
 
-  b.SetInsertPoint(loop);
+  // rows: from `row_begin` to the end of its row (or of the range); once a row, the row's values.
+  b.SetInsertPoint(rows);
+  llvm::PHINode* row_begin = b.CreatePHI(i64, 2, "row_begin");
+  row_begin->addIncoming(begin, entry);
+  llvm::Value* row_index = nested ? b.CreateUDiv(row_begin, b.getInt64(row)) : nullptr;
+  llvm::Value* row_start = nested ? b.CreateMul(row_index, b.getInt64(row)) : nullptr;
+  llvm::Value* row_end = end;
+  if (nested) {
+    llvm::Value* next_start = b.CreateAdd(row_start, b.getInt64(row));
+    row_end = b.CreateSelect(b.CreateICmpSLT(next_start, end), next_start, end);
+  }
+  llvm::IRBuilder<> once(rows);  // the row's part, before the branch into its vectors
+  b.SetInsertPoint(vectors);
   llvm::PHINode* i = b.CreatePHI(i64, 2, "i");
-  i->addIncoming(begin, entry);
-  // Where each register's vector is read from: its own slot, or an operand in place.
-  std::vector<llvm::Value*> view(registers.size(), nullptr);
-  auto splat = [&](llvm::Value* scalar, int32_t dst) {
-    b.CreateAlignedStore(b.CreateVectorSplat(static_cast<unsigned>(lanes), scalar),
-                         b.CreateBitCast(registers[dst], vector_ptr), element_align);
-    view[dst] = registers[dst];
+  i->addIncoming(row_begin, rows);
+
+  // Where each register's vector is read from (an instruction's slot, or an operand in place),
+  // and whether it is the same for a whole row.
+  std::vector<llvm::Value*> view(static_cast<size_t>(program.num_registers), nullptr);
+  std::vector<bool> per_row(static_cast<size_t>(program.num_registers), false);
+  auto splat = [&](llvm::IRBuilder<>& at, llvm::Value* scalar, int32_t k) {
+    at.CreateAlignedStore(at.CreateVectorSplat(static_cast<unsigned>(lanes), scalar),
+                          at.CreateBitCast(slots[k], vector_ptr), element_align);
+    view[program.instrs[k].dst] = slots[k];
   };
   for (int32_t k = 0; k < program.num_instrs; ++k) {
     const LfJitInstr& instr = program.instrs[k];
+    // Row-invariant: loads of a row's value or of one value, constants, and ops of those.
+    bool invariant = nested && (instr.kind == kLfJitLoadScalar || instr.kind == kLfJitConst ||
+                                instr.kind == kLfJitLoadRowValue);
+    if (nested && instr.kind == kLfJitApply) {
+      invariant = true;
+      for (int32_t src : instr.src)
+        if (src >= 0) invariant &= per_row[src];
+    }
+    llvm::IRBuilder<>& at = invariant ? once : b;
+    if (instr.dst >= 0) per_row[instr.dst] = invariant;
     switch (instr.kind) {
       case kLfJitLoadDense:
         view[instr.dst] = b.CreateGEP(element, bases[k], i);
         break;
       case kLfJitLoadScalar:
-        splat(b.CreateAlignedLoad(element, bases[k], element_align), instr.dst);
+        splat(at, at.CreateAlignedLoad(element, bases[k], element_align), k);
         break;
-      case kLfJitLoadRowRun:
-        view[instr.dst] = b.CreateGEP(element, bases[k], b.CreateURem(i, b.getInt64(instr.row)));
+      case kLfJitLoadRowRun: {
+        llvm::Value* column =
+            nested ? b.CreateSub(i, row_start) : b.CreateURem(i, b.getInt64(instr.row));
+        view[instr.dst] = b.CreateGEP(element, bases[k], column);
         break;
+      }
       case kLfJitLoadRowValue: {
-        llvm::Value* at =
-            b.CreateMul(b.CreateUDiv(i, b.getInt64(instr.row)), b.getInt64(instr.row_stride));
-        splat(b.CreateAlignedLoad(element, b.CreateGEP(element, bases[k], at), element_align),
-              instr.dst);
+        llvm::Value* index = nested ? row_index : at.CreateUDiv(i, at.getInt64(instr.row));
+        llvm::Value* offset = at.CreateMul(index, at.getInt64(instr.row_stride));
+        splat(at,
+              at.CreateAlignedLoad(element, at.CreateGEP(element, bases[k], offset), element_align),
+              k);
         break;
       }
       case kLfJitConst:
-        splat(llvm::ConstantFP::get(element, instr.value), instr.dst);
+        splat(at, llvm::ConstantFP::get(element, instr.value), k);
         break;
       case kLfJitApply: {
         llvm::Function* op = module.getFunction(instr.function);
@@ -189,8 +241,8 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
         llvm::Value* a = view[instr.src[0]];
         llvm::Value* second = instr.src[1] >= 0 ? view[instr.src[1]] : a;
         llvm::Value* third = instr.src[2] >= 0 ? view[instr.src[2]] : a;
-        b.CreateCall(op, {a, second, third, registers[instr.dst]});
-        view[instr.dst] = registers[instr.dst];
+        at.CreateCall(op, {a, second, third, slots[k]});
+        view[instr.dst] = slots[k];
         break;
       }
       case kLfJitStore:
@@ -211,9 +263,13 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
         return "unknown JIT instruction kind " + std::to_string(instr.kind);
     }
   }
+  once.CreateBr(vectors);
   llvm::Value* next = b.CreateAdd(i, b.getInt64(lanes), "next", /*HasNUW=*/true, /*HasNSW=*/true);
   i->addIncoming(next, b.GetInsertBlock());
-  b.CreateCondBr(b.CreateICmpSLT(next, end), loop, done);
+  b.CreateCondBr(b.CreateICmpSLT(next, row_end), vectors, next_row);
+  b.SetInsertPoint(next_row);
+  row_begin->addIncoming(row_end, next_row);
+  b.CreateCondBr(b.CreateICmpSLT(row_end, end), rows, done);
   b.SetInsertPoint(done);
   b.CreateRetVoid();
 
