@@ -11,6 +11,7 @@
 // functions are inlined into it and the registers become vector registers. Nothing reassociates
 // or contracts floating-point operations (no fast-math flags), so a program computes the
 // interpreter's bits.
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -329,6 +330,10 @@ __attribute__((visibility("default"))) const char* lazyfuse_cpu_jit_compile(
   passes.crossRegisterProxies(loops, functions, cgscc, modules);
   passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(*module, modules);
 
+  // LAZYFUSE_DUMP=jit: each kernel's optimized IR to stderr.
+  if (const char* dump = std::getenv("LAZYFUSE_DUMP");
+      dump != nullptr && std::string(dump).find("jit") != std::string::npos)
+    module->getFunction(name)->print(llvm::errs());
   if (auto error =
           j.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context))))
     return (last_error = llvm::toString(std::move(error))).c_str();

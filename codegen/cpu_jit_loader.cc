@@ -87,7 +87,19 @@ const Library& library() {
 
 std::mutex stats_mutex;
 CpuJitStats stats;
-std::atomic<int64_t> runs{0};
+// Runs are counted on every call of compiled code, from every thread: a counter per thread slot,
+// each on its own cache line, since one counter that every core writes cost as much as a
+// fused reduction's chunk (sum of squares 1.35x slower).
+struct alignas(64) RunCounter {
+  std::atomic<int64_t> count{0};
+};
+constexpr int kRunCounters = 64;
+RunCounter run_counters[kRunCounters];
+RunCounter& my_run_counter() {
+  static std::atomic<int> next{0};
+  thread_local RunCounter& mine = run_counters[next.fetch_add(1) % kRunCounters];
+  return mine;
+}
 
 }  // namespace
 
@@ -140,16 +152,16 @@ LfJitKernel cpu_jit_compile(const LfJitProgram& program) {
 CpuJitStats cpu_jit_stats() {
   std::lock_guard<std::mutex> lock(stats_mutex);
   CpuJitStats copy = stats;
-  copy.runs = runs.load();
+  for (const RunCounter& counter : run_counters) copy.runs += counter.count.load();
   return copy;
 }
 
 void reset_cpu_jit_stats() {
   std::lock_guard<std::mutex> lock(stats_mutex);
   stats = {};
-  runs.store(0);
+  for (RunCounter& counter : run_counters) counter.count.store(0);
 }
 
-void count_cpu_jit_run() { runs.fetch_add(1, std::memory_order_relaxed); }
+void count_cpu_jit_run() { my_run_counter().count.fetch_add(1, std::memory_order_relaxed); }
 
 }  // namespace lazyfuse

@@ -110,9 +110,19 @@ struct CpuProgram::JitState {
   bool double_precision = false;
   std::atomic<int32_t> lanes{-1};     // the JIT's lanes for the dtype, -1 until asked
   std::atomic<int64_t> processed{0};  // elements computed, for CpuJitMode::Hot
+  std::atomic<bool> hot{false};       // processed has passed one evaluation's worth
+  // The compiled loop of each layout key (null where compiling failed: not tried again). Entries
+  // are never removed or changed, so the one used last is read without the lock: a fused
+  // reduction's operand calls in chunks of 2048 elements from every thread, and a lock (or a
+  // counter) that both cores write on every call cost more than the work (sum of squares at
+  // 2^24 on the 2-core machine ran 2x slower).
+  struct Entry {
+    std::vector<int64_t> key;
+    LfJitKernel kernel;
+  };
   std::mutex mutex;
-  // The compiled loop of each layout key (null where compiling failed: not tried again).
-  std::vector<std::pair<std::vector<int64_t>, LfJitKernel>> kernels;
+  std::vector<std::unique_ptr<const Entry>> kernels;
+  std::atomic<const Entry*> last{nullptr};
 
   static std::shared_ptr<JitState> for_program(const std::vector<Instr>& code) {
     std::optional<DType> dtype;
@@ -363,7 +373,10 @@ int64_t CpuProgram::run_compiled(std::span<const CpuOperand> operands,
   if (mode == CpuJitMode::Hot) {
     if (numel_ < kCpuJitMinElements) return begin;
     // Compiled from the second evaluation on: one evaluation's worth of elements first.
-    if (state.processed.fetch_add(end - begin, std::memory_order_relaxed) < numel_) return begin;
+    if (!state.hot.load(std::memory_order_relaxed)) {
+      if (state.processed.fetch_add(end - begin, std::memory_order_relaxed) < numel_) return begin;
+      state.hot.store(true, std::memory_order_relaxed);
+    }
   }
   int64_t lanes = state.lanes.load(std::memory_order_relaxed);
   if (lanes < 0) {
@@ -408,12 +421,19 @@ int64_t CpuProgram::run_compiled(std::span<const CpuOperand> operands,
   if (reads_rows && begin % lanes != 0) return begin;
   LfJitKernel kernel = nullptr;
   {
-    std::lock_guard<std::mutex> lock(state.mutex);
-    auto found = std::find_if(state.kernels.begin(), state.kernels.end(), [&](const auto& entry) {
-      return std::equal(entry.first.begin(), entry.first.end(), key.begin(), key.end());
-    });
-    if (found != state.kernels.end()) {
-      kernel = found->second;
+    auto matches = [&](const JitState::Entry* entry) {
+      return entry != nullptr &&
+             std::equal(entry->key.begin(), entry->key.end(), key.begin(), key.end());
+    };
+    const JitState::Entry* last = state.last.load(std::memory_order_acquire);
+    std::unique_lock<std::mutex> lock(state.mutex, std::defer_lock);
+    if (!matches(last)) lock.lock();
+    const JitState::Entry* found = matches(last) ? last : nullptr;
+    for (size_t k = 0; found == nullptr && k < state.kernels.size(); ++k)
+      if (matches(state.kernels[k].get())) found = state.kernels[k].get();
+    if (found != nullptr) {
+      kernel = found->kernel;
+      if (found != last) state.last.store(found, std::memory_order_release);
     } else {
       std::vector<LfJitInstr> instrs;
       size_t at = 0;  // in the key
@@ -447,7 +467,9 @@ int64_t CpuProgram::run_compiled(std::span<const CpuOperand> operands,
       const LfJitProgram program{state.double_precision ? 1 : 0, cpu_jit_isa(), num_registers_,
                                  static_cast<int32_t>(instrs.size()), instrs.data()};
       kernel = cpu_jit_compile(program);
-      state.kernels.emplace_back(std::vector<int64_t>(key.begin(), key.end()), kernel);
+      state.kernels.push_back(std::make_unique<const JitState::Entry>(
+          JitState::Entry{std::vector<int64_t>(key.begin(), key.end()), kernel}));
+      state.last.store(state.kernels.back().get(), std::memory_order_release);
     }
   }
   if (kernel == nullptr) return begin;
