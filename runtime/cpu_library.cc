@@ -209,12 +209,13 @@ BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuf
       thread_local AlignedBytes block, scratch;
       // A program the JIT compiles stores longer chunks, each still in the L1 cache when reduced
       // (Note [The CPU JIT] in codegen/cpu_program.cc): its calls cost more than a block's.
-      // Only where the operand's elements fit the caches (worth_streaming's bound): read from
-      // memory, the interpreter's blocks measured faster. Sum of squares on the 2-core machine
-      // (2026-12-05), interpreter against compiled: 2^20 108 / 76 us, 2^22 410 / 314 us, 2^23
-      // 928 / 1220 us, 2^24 1950 / 2700 us.
+      // Only where the operand's elements are in the caches (worth_streaming's bound; a row
+      // step's block of rows always is): read from memory, the interpreter's blocks measured
+      // faster. Sum of squares on the 2-core machine (2026-12-05), interpreter against
+      // compiled: 2^20 108 / 76 us, 2^22 410 / 314 us, 2^23 928 / 1220 us, 2^24 1950 / 2700 us.
+      const int64_t rows_read = rows.end >= 0 ? rows.end - rows.begin : outer;
       const bool compiled = program.jit_compilable() && cpu_jit_mode() != CpuJitMode::Off &&
-                            !worth_streaming(outer * inner * static_cast<int64_t>(sizeof(S)));
+                            !worth_streaming(rows_read * inner * static_cast<int64_t>(sizeof(S)));
       const int64_t chunk = compiled ? kJitChunk : kCpuBlock;
       // Five cache lines past a 4 KiB boundary: the operands' blocks lie at multiples of the
       // chunk in memory, and a load from one right after a store to the same offset within 4 KiB
