@@ -364,17 +364,18 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
   return program;
 }
 
-int64_t CpuProgram::run_compiled(std::span<const CpuOperand> operands,
-                                 std::span<const CpuResult> results, int64_t begin, int64_t end,
-                                 int64_t result_base) const {
+CpuProgram::Bound CpuProgram::bind(std::span<const CpuOperand> operands,
+                                   std::span<const CpuResult> results, int64_t elements) const {
+  Bound none;
+  if (jit_ == nullptr) return none;
   const CpuJitMode mode = cpu_jit_mode();
-  if (mode == CpuJitMode::Off) return begin;
+  if (mode == CpuJitMode::Off) return none;
   JitState& state = *jit_;
   if (mode == CpuJitMode::Hot) {
-    if (numel_ < kCpuJitMinElements) return begin;
+    if (numel_ < kCpuJitMinElements) return none;
     // Compiled from the second evaluation on: one evaluation's worth of elements first.
     if (!state.hot.load(std::memory_order_relaxed)) {
-      if (state.processed.fetch_add(end - begin, std::memory_order_relaxed) < numel_) return begin;
+      if (state.processed.fetch_add(elements, std::memory_order_relaxed) < numel_) return none;
       state.hot.store(true, std::memory_order_relaxed);
     }
   }
@@ -383,16 +384,16 @@ int64_t CpuProgram::run_compiled(std::span<const CpuOperand> operands,
     lanes = cpu_jit_lanes(state.double_precision);  // every thread finds the same
     state.lanes.store(static_cast<int32_t>(lanes), std::memory_order_relaxed);
   }
-  if (lanes <= 0 || end - begin < lanes) return begin;
+  if (lanes <= 0) return none;
   for (const CpuResult& result : results)
-    if (result.data == nullptr) return begin;  // kept for a fused reduction: the interpreter's
+    if (result.data == nullptr) return none;  // kept for a fused reduction: the interpreter's
   // The key: each load's layout and each store's streaming.
   absl::InlinedVector<int64_t, 24> key;
   bool reads_rows = false, streams = false;
   for (const Instr& instr : code_) {
     if (instr.kind == Kind::Load) {
       const CpuOperand& operand = operands[instr.slot];
-      if (operand.dtype != instr.from) return begin;
+      if (operand.dtype != instr.from) return none;
       const size_t rank = operand.shape.size();
       const bool scalar = std::all_of(operand.strides.begin(), operand.strides.end(),
                                       [](int64_t s) { return s == 0; });
@@ -408,17 +409,16 @@ int64_t CpuProgram::run_compiled(std::span<const CpuOperand> operands,
                                value ? operand.strides[0] : 0});
         reads_rows = true;
       } else {
-        return begin;
+        return none;
       }
     } else if (instr.kind == Kind::Store) {
+      // Streamed where the result is 64-byte aligned; run_bound checks each range's start.
       const CpuResult& result = results[instr.slot];
-      const bool stream = result.stream && reinterpret_cast<uintptr_t>(result.data) % 64 == 0 &&
-                          (begin - result_base) % lanes == 0;
+      const bool stream = result.stream && reinterpret_cast<uintptr_t>(result.data) % 64 == 0;
       key.push_back(stream ? kLfJitStoreStream : kLfJitStore);
       streams |= stream;
     }
   }
-  if (reads_rows && begin % lanes != 0) return begin;
   LfJitKernel kernel = nullptr;
   {
     auto matches = [&](const JitState::Entry* entry) {
@@ -472,19 +472,34 @@ int64_t CpuProgram::run_compiled(std::span<const CpuOperand> operands,
       state.last.store(state.kernels.back().get(), std::memory_order_release);
     }
   }
-  if (kernel == nullptr) return begin;
-  absl::InlinedVector<const void*, 8> operand_data;
-  for (const CpuOperand& operand : operands) operand_data.push_back(operand.data);
+  Bound bound;
+  if (kernel == nullptr) return bound;
+  bound.kernel = kernel;
+  bound.lanes = lanes;
+  bound.reads_rows = reads_rows;
+  bound.streams = streams;
+  bound.element_bytes = state.double_precision ? 8 : 4;
+  for (const CpuOperand& operand : operands) bound.operands.push_back(operand.data);
+  return bound;
+}
+
+int64_t CpuProgram::run_bound(const Bound& bound, std::span<const CpuResult> results, int64_t begin,
+                              int64_t end, int64_t result_base) {
+  const int64_t lanes = bound.lanes;
+  if (bound.kernel == nullptr || end - begin < lanes) return begin;
+  if ((bound.reads_rows && begin % lanes != 0) ||
+      (bound.streams && (begin - result_base) % lanes != 0))
+    return begin;
   // The kernel stores element i at index i of its result: each result's address of index 0.
-  absl::InlinedVector<void*, 4> result_data;
+  absl::InlinedVector<void*, 4> at_zero;
   for (const CpuResult& result : results)
-    result_data.push_back(reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(result.data) -
-                                                  static_cast<uintptr_t>(result_base) *
-                                                      (state.double_precision ? 8 : 4)));
+    at_zero.push_back(reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(result.data) -
+                                              static_cast<uintptr_t>(result_base) *
+                                                  static_cast<uintptr_t>(bound.element_bytes)));
   const int64_t whole_end = begin + (end - begin) / lanes * lanes;
-  kernel(operand_data.data(), result_data.data(), begin, whole_end);
+  bound.kernel(bound.operands.data(), at_zero.data(), begin, whole_end);
   // Non-temporal stores are weakly ordered: make them visible before the caller goes on.
-  if (streams) _mm_sfence();
+  if (bound.streams) _mm_sfence();
   count_cpu_jit_run();
   return whole_end;
 }
@@ -501,7 +516,9 @@ const std::byte* CpuProgram::run(std::span<const CpuOperand> operands,
                                  std::span<const CpuResult> results, int64_t begin, int64_t end,
                                  std::byte* scratch, int64_t result_base) const {
   if (jit_ != nullptr) {
-    begin = run_compiled(operands, results, begin, end, result_base);
+    // Fewer elements than a vector of any instruction set: nothing to compile for.
+    if (end - begin >= kWholeVectorElements)
+      begin = run_bound(bind(operands, results, end - begin), results, begin, end, result_base);
     if (begin == end) return nullptr;  // every result was stored: nothing is kept
   }
   auto reg = [&](int r) { return scratch + static_cast<size_t>(r) * kRegisterStride; };

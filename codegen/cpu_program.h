@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
+#include "codegen/cpu_jit_abi.h"
 #include "codegen/cpu_kernels.h"
 #include "ir/graph.h"
 #include "ir/schedule.h"
@@ -77,13 +79,29 @@ class CpuProgram {
   // every one float64, and every op one with a vector form, nothing converted or generated.
   bool jit_compilable() const { return jit_ != nullptr; }
 
+  // The compiled loop of the program over particular operands and results (Note [The CPU JIT]
+  // in cpu_program.cc), found once for the many ranges a caller then runs: a fused reduction
+  // runs one a row.
+  struct Bound {
+    LfJitKernel kernel = nullptr;  // null: the interpreter computes everything
+    int64_t lanes = 0;
+    bool reads_rows = false;  // ranges must start at a whole vector
+    bool streams = false;     // and, relative to result_base, to stream
+    int element_bytes = 4;
+    absl::InlinedVector<const void*, 8> operands;
+  };
+  // Binds the program to `operands` and `results` for `elements` elements in all, which count
+  // towards CpuJitMode::Hot's first evaluation; compiles the loop if it is new.
+  Bound bind(std::span<const CpuOperand> operands, std::span<const CpuResult> results,
+             int64_t elements) const;
+  // Computes the whole vectors of [begin, end) with bound code into `results` (laid out as the
+  // bound ones; element i at index i - result_base); returns where the interpreter is to go on
+  // from (begin where it computed nothing), for run() to compute the rest.
+  static int64_t run_bound(const Bound& bound, std::span<const CpuResult> results, int64_t begin,
+                           int64_t end, int64_t result_base);
+
  private:
   struct JitState;
-  // Computes the whole vectors of [begin, end) with compiled code where the JIT takes the
-  // program and these operands' layouts; returns where the interpreter is to go on from
-  // (begin where it computed nothing).
-  int64_t run_compiled(std::span<const CpuOperand> operands, std::span<const CpuResult> results,
-                       int64_t begin, int64_t end, int64_t result_base) const;
   static constexpr size_t kRegisterBytes = kCpuBlock * 8;
   // Registers lie this far apart: five cache lines more than a register, so that the same
   // element of two registers is never 4 KiB apart, where a load after a store to the other

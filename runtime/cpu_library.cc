@@ -203,23 +203,31 @@ BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuf
   const DType dtype = graph.nodes[operand].dtype;
   BufferView out = into ? *into : allocate_buffer(node.device, node.dtype, node.shape);
   dispatch_storage(dtype, [&]<typename S>() {
+    // The compiled loop, bound once for every row: a call of run() would find it again each
+    // time, which cost more than a row's work. Only where the operand's elements are in the
+    // caches (worth_streaming's bound; a row step's block of rows always is): read from memory,
+    // the interpreter's blocks measured faster. Sum of squares on the 2-core machine
+    // (2026-12-05), interpreter against compiled: 2^20 108 / 76 us, 2^22 410 / 314 us, 2^23
+    // 928 / 1220 us, 2^24 1950 / 2700 us.
+    const int64_t rows_read = rows.end >= 0 ? rows.end - rows.begin : outer;
+    CpuProgram::Bound bound;
+    if (program.jit_compilable() && inner >= kCpuVectorPad &&
+        !worth_streaming(rows_read * inner * static_cast<int64_t>(sizeof(S)))) {
+      thread_local AlignedBytes placeholder;  // a result for bind() to look at; never written
+      const CpuResult result{placeholder.at_least(64), dtype};
+      bound = program.bind(operands, std::span(&result, 1), rows_read * inner);
+    }
+    const bool compiled = bound.kernel != nullptr;
     auto visit = [&](int64_t row, int64_t begin, int64_t end, auto&& f) {
       // The prologue runs a program block at a time, each reduced while it is in the L1 cache.
       // Each thread keeps its block and registers between visits.
       thread_local AlignedBytes block, scratch;
-      // A program the JIT compiles stores longer chunks, each still in the L1 cache when reduced
-      // (Note [The CPU JIT] in codegen/cpu_program.cc): its calls cost more than a block's.
-      // Only where the operand's elements are in the caches (worth_streaming's bound; a row
-      // step's block of rows always is): read from memory, the interpreter's blocks measured
-      // faster. Sum of squares on the 2-core machine (2026-12-05), interpreter against
-      // compiled: 2^20 108 / 76 us, 2^22 410 / 314 us, 2^23 928 / 1220 us, 2^24 1950 / 2700 us.
-      const int64_t rows_read = rows.end >= 0 ? rows.end - rows.begin : outer;
-      const bool compiled = program.jit_compilable() && cpu_jit_mode() != CpuJitMode::Off &&
-                            !worth_streaming(rows_read * inner * static_cast<int64_t>(sizeof(S)));
+      // Compiled code stores longer chunks, each still in the L1 cache when reduced (Note [The
+      // CPU JIT] in codegen/cpu_program.cc).
       const int64_t chunk = compiled ? kJitChunk : kCpuBlock;
-      // Five cache lines past a 4 KiB boundary: the operands' blocks lie at multiples of the
-      // chunk in memory, and a load from one right after a store to the same offset within 4 KiB
-      // of the chunk waits for the store (4K aliasing; compiled code ran 1.35x slower without).
+      // Five cache lines past a 4 KiB boundary, as the interpreter's registers are: the operands'
+      // blocks lie at multiples of the chunk in memory, and a load right after a store to the
+      // same offset within 4 KiB waits for the store (4K aliasing).
       constexpr size_t kOffAlias = 5 * 64;
       std::byte* elements =
           block.at_least(static_cast<size_t>(chunk) * sizeof(S) + kOffAlias) + kOffAlias;
@@ -235,7 +243,11 @@ BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuf
             count, 1);
         } else {
           CpuResult result{elements, dtype};
-          program.run(operands, std::span(&result, 1), first, first + count, registers, first);
+          const int64_t computed = compiled ? CpuProgram::run_bound(bound, std::span(&result, 1),
+                                                                    first, first + count, first)
+                                            : first;
+          if (computed < first + count)
+            program.run(operands, std::span(&result, 1), computed, first + count, registers, first);
           f(reinterpret_cast<const S*>(elements), count, 1);
         }
       }
