@@ -292,7 +292,7 @@ __attribute__((visibility("default"))) int32_t lazyfuse_cpu_jit_lanes(const char
 }
 
 __attribute__((visibility("default"))) const char* lazyfuse_cpu_jit_compile(
-    const LfJitProgram* program, LfJitKernel* kernel) {
+    const LfJitProgram* program, LfJitKernel* kernel, void** code) {
   Jit& j = jit();
   std::lock_guard<std::mutex> lock(j.mutex);
   if (j.lljit == nullptr) return (last_error = "no JIT for this host: " + j.error).c_str();
@@ -334,13 +334,28 @@ __attribute__((visibility("default"))) const char* lazyfuse_cpu_jit_compile(
   if (const char* dump = std::getenv("LAZYFUSE_DUMP");
       dump != nullptr && std::string(dump).find("jit") != std::string::npos)
     module->getFunction(name)->print(llvm::errs());
-  if (auto error =
-          j.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context))))
+  // Each kernel's code under a tracker of its own, so that it can be freed alone.
+  auto tracker = j.lljit->getMainJITDylib().createResourceTracker();
+  if (auto error = j.lljit->addIRModule(
+          tracker, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))))
     return (last_error = llvm::toString(std::move(error))).c_str();
   auto symbol = j.lljit->lookup(name);
-  if (!symbol) return (last_error = llvm::toString(symbol.takeError())).c_str();
+  if (!symbol) {
+    llvm::consumeError(tracker->remove());
+    return (last_error = llvm::toString(symbol.takeError())).c_str();
+  }
+  *code = new llvm::orc::ResourceTrackerSP(std::move(tracker));
   *kernel = reinterpret_cast<LfJitKernel>(symbol->getAddress());
   return nullptr;
+}
+
+__attribute__((visibility("default"))) void lazyfuse_cpu_jit_release(void* code) {
+  auto* tracker = static_cast<llvm::orc::ResourceTrackerSP*>(code);
+  {
+    std::lock_guard<std::mutex> lock(jit().mutex);
+    llvm::consumeError((*tracker)->remove());
+  }
+  delete tracker;
 }
 
 }  // extern "C"

@@ -32,12 +32,19 @@ const char* cpu_jit_isa();
 // The op function that computes `op` on one vector (codegen/cpu_jit_ops.cc).
 const char* cpu_jit_function(Op op, bool double_precision);
 
-// Compiles `program`; null if the JIT failed (counted in cpu_jit_stats().failures, the message
-// kept in last_failure).
-LfJitKernel cpu_jit_compile(const LfJitProgram& program);
+// A compiled kernel and what holds its code (null kernel: the JIT failed, counted in
+// cpu_jit_stats().failures with the message in last_failure).
+struct CpuJitKernel {
+  LfJitKernel kernel = nullptr;
+  void* code = nullptr;
+};
+CpuJitKernel cpu_jit_compile(const LfJitProgram& program);
+// Frees a kernel's code once nothing will call it again (its program is gone).
+void cpu_jit_release(const CpuJitKernel& kernel);
 
 struct CpuJitStats {
   int64_t compiled = 0;  // programs compiled
+  int64_t released = 0;  // compiled programs whose code was freed
   int64_t failures = 0;  // compiles that failed
   int64_t runs = 0;      // ranges of elements computed by compiled code
   std::string last_failure;

@@ -47,8 +47,11 @@ typedef void (*LfJitKernel)(const void* const* operands, void* const* results, i
 
 // The vector lanes of the program's dtype under `isa`; 0 where the JIT has no code for it.
 typedef int32_t (*LfJitLanesFn)(const char* isa, int32_t double_precision);
-// Compiles `program`; returns null and sets *kernel, or returns an error message (valid until the
-// next call on the thread).
-typedef const char* (*LfJitCompileFn)(const LfJitProgram* program, LfJitKernel* kernel);
+// Compiles `program`; returns null and sets *kernel and *code (what holds the kernel's code), or
+// returns an error message (valid until the next call on the thread).
+typedef const char* (*LfJitCompileFn)(const LfJitProgram* program, LfJitKernel* kernel,
+                                      void** code);
+// Frees a kernel's code (`code` from the compile), once nothing will call the kernel again.
+typedef void (*LfJitReleaseFn)(void* code);
 
 }  // extern "C"

@@ -34,6 +34,7 @@ std::atomic<int> mode{-1};
 struct Library {
   LfJitCompileFn compile = nullptr;
   LfJitLanesFn lanes = nullptr;
+  LfJitReleaseFn release = nullptr;
   std::string error;  // why it did not load
 };
 
@@ -70,7 +71,8 @@ const Library& library() {
       }
       lib.compile = reinterpret_cast<LfJitCompileFn>(dlsym(handle, "lazyfuse_cpu_jit_compile"));
       lib.lanes = reinterpret_cast<LfJitLanesFn>(dlsym(handle, "lazyfuse_cpu_jit_lanes"));
-      if (lib.compile != nullptr && lib.lanes != nullptr) {
+      lib.release = reinterpret_cast<LfJitReleaseFn>(dlsym(handle, "lazyfuse_cpu_jit_release"));
+      if (lib.compile != nullptr && lib.lanes != nullptr && lib.release != nullptr) {
         lib.error.clear();
         return lib;
       }
@@ -78,6 +80,7 @@ const Library& library() {
                       " lacks lazyfuse_cpu_jit_compile");
       lib.compile = nullptr;
       lib.lanes = nullptr;
+      lib.release = nullptr;
     }
     if (lib.error.empty()) lib.error = "liblazyfuse_cpu_jit.so not found";
     return lib;
@@ -135,18 +138,27 @@ const char* cpu_jit_function(Op op, bool double_precision) {
   return names[static_cast<int>(op)][double_precision ? 1 : 0];
 }
 
-LfJitKernel cpu_jit_compile(const LfJitProgram& program) {
+CpuJitKernel cpu_jit_compile(const LfJitProgram& program) {
   const Library& lib = library();
-  LfJitKernel kernel = nullptr;
-  const char* error = lib.compile == nullptr ? lib.error.c_str() : lib.compile(&program, &kernel);
+  CpuJitKernel compiled;
+  const char* error = lib.compile == nullptr
+                          ? lib.error.c_str()
+                          : lib.compile(&program, &compiled.kernel, &compiled.code);
   std::lock_guard<std::mutex> lock(stats_mutex);
   if (error != nullptr) {
     ++stats.failures;
     stats.last_failure = error;
-    return nullptr;
+    return {};
   }
   ++stats.compiled;
-  return kernel;
+  return compiled;
+}
+
+void cpu_jit_release(const CpuJitKernel& kernel) {
+  if (kernel.code == nullptr) return;
+  library().release(kernel.code);
+  std::lock_guard<std::mutex> lock(stats_mutex);
+  ++stats.released;
 }
 
 CpuJitStats cpu_jit_stats() {

@@ -118,11 +118,20 @@ struct CpuProgram::JitState {
   // 2^24 on the 2-core machine ran 2x slower).
   struct Entry {
     std::vector<int64_t> key;
-    LfJitKernel kernel;
+    CpuJitKernel compiled;
   };
   std::mutex mutex;
   std::vector<std::unique_ptr<const Entry>> kernels;
   std::atomic<const Entry*> last{nullptr};
+
+  JitState() = default;
+  JitState(const JitState&) = delete;
+  JitState& operator=(const JitState&) = delete;
+  // The program is gone, and no one runs its loops: their code is freed (a process that
+  // evaluates ever new shapes would otherwise keep every loop it ever compiled).
+  ~JitState() {
+    for (const auto& entry : kernels) cpu_jit_release(entry->compiled);
+  }
 
   static std::shared_ptr<JitState> for_program(const std::vector<Instr>& code) {
     std::optional<DType> dtype;
@@ -432,7 +441,7 @@ CpuProgram::Bound CpuProgram::bind(std::span<const CpuOperand> operands,
     for (size_t k = 0; found == nullptr && k < state.kernels.size(); ++k)
       if (matches(state.kernels[k].get())) found = state.kernels[k].get();
     if (found != nullptr) {
-      kernel = found->kernel;
+      kernel = found->compiled.kernel;
       if (found != last) state.last.store(found, std::memory_order_release);
     } else {
       std::vector<LfJitInstr> instrs;
@@ -466,9 +475,10 @@ CpuProgram::Bound CpuProgram::bind(std::span<const CpuOperand> operands,
       }
       const LfJitProgram program{state.double_precision ? 1 : 0, cpu_jit_isa(), num_registers_,
                                  static_cast<int32_t>(instrs.size()), instrs.data()};
-      kernel = cpu_jit_compile(program);
+      const CpuJitKernel compiled = cpu_jit_compile(program);
+      kernel = compiled.kernel;
       state.kernels.push_back(std::make_unique<const JitState::Entry>(
-          JitState::Entry{std::vector<int64_t>(key.begin(), key.end()), kernel}));
+          JitState::Entry{std::vector<int64_t>(key.begin(), key.end()), compiled}));
       state.last.store(state.kernels.back().get(), std::memory_order_release);
     }
   }

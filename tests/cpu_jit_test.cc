@@ -252,5 +252,25 @@ TEST(CpuJit, HotModeCompilesLargeProgramsOnTheirSecondEvaluation) {
   EXPECT_EQ(cpu_jit_stats().runs, 0);
 }
 
+// A compiled loop's code lives as long as its program: once the schedule cache drops the
+// schedules (it holds 256, then starts again), their loops are freed, and what runs next
+// compiles anew and computes the same.
+TEST(CpuJit, CodeOfDroppedProgramsIsFreed) {
+  require_jit();
+  JitModeGuard always(CpuJitMode::Always);
+  const Tensor x = rand({256});
+  eval(x);
+  reset_cpu_jit_stats();
+  // Distinct constants make distinct schedules, each with a program of its own.
+  for (int k = 0; k < 300; ++k) eval((x * (1.0f + static_cast<float>(k) / 512)).exp());
+  const CpuJitStats stats = cpu_jit_stats();
+  EXPECT_GE(stats.compiled, 300);
+  EXPECT_GT(stats.released, 0) << "no compiled code was freed";
+  const std::vector<float> values = (x * 1.5f).exp().to_vector<float>();
+  const std::vector<float> inputs = x.to_vector<float>();
+  for (size_t i = 0; i < values.size(); ++i)
+    EXPECT_NEAR(values[i], std::exp(1.5 * inputs[i]), 1e-6 * std::exp(1.5 * inputs[i]));
+}
+
 }  // namespace
 }  // namespace lazyfuse
