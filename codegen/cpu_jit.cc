@@ -1,9 +1,10 @@
 // The CPU JIT (liblazyfuse_cpu_jit.so): compiles a fused elementwise program into one loop over
 // vectors whose values stay in registers from op to op, through LLVM's ORC JIT.
 //
-// Before: a program as lfJitProgram (codegen/cpu_jit_abi.h) whose registers all have one float
+// Before: a program as LfJitProgram (codegen/cpu_jit_abi.h) whose registers all have one float
 // type, with each operand's layout decided (dense, a scalar, a row's run, a row's value).
-// After: a function computing the program's whole vectors of any range of elements.
+// After: a function computing the program's whole vectors of any range of elements, its code
+// held by a resource tracker until lazyfuse_cpu_jit_release frees it.
 //
 // What each op computes is not written here: the op functions (cpu_jit_ops.cc, compiled by clang
 // to bitcode per instruction set and embedded below) are the interpreter's kernels' own
