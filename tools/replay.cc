@@ -70,6 +70,22 @@ Graph with_constant_applied(const Graph& graph, Op op, ConstantOf constant) {
   return out;
 }
 
+// Where a float's rounding to nearest (ties to even) turns a value into infinity: its largest
+// finite value and half a unit of its last place there (65504 + 16 in float16); infinity where
+// nothing overflows.
+double overflow_threshold(DType dtype) {
+  switch (dtype) {
+    case DType::Float16:
+      return 65520.0;
+    case DType::BFloat16:
+      return std::ldexp(1.0, 128) - std::ldexp(1.0, 119);
+    case DType::Float32:
+      return std::ldexp(1.0, 128) - std::ldexp(1.0, 103);
+    default:
+      return INFINITY;
+  }
+}
+
 // The largest finite value of a float, or infinity.
 double max_finite(DType dtype) {
   switch (dtype) {
@@ -197,8 +213,9 @@ Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbatio
     const bool kept_in_float32 = half_rounding() == HalfRounding::AtStores &&
                                  is_half(graph.nodes[i].dtype) && !rounds_anyway;
     auto overflowing_past = [&](DType range) {
-      const ValueId past_range = add(
-          Op::Gt, {add(Op::Abs, {value}, node.dtype), constant(max_finite(range))}, DType::Bool);
+      const ValueId past_range =
+          add(Op::Ge, {add(Op::Abs, {value}, node.dtype), constant(overflow_threshold(range))},
+              DType::Bool);
       const ValueId infinite = add(Op::Mul, {value, constant(INFINITY)}, node.dtype);
       return add(Op::Where, {past_range, infinite, value}, node.dtype);
     };
@@ -426,14 +443,14 @@ CheckResult check_graph(const Graph& graph, uint64_t seed, Reference reference) 
       const bool same = (std::isnan(got[i]) && std::isnan(want[i])) || got[i] == want[i];
       const double error =
           same ? 0 : std::fabs(got[i] - want[i]) / std::max(1.0, std::fabs(want[i]));
-      const bool overflowed = std::isinf(got[i]) && std::fabs(want[i]) > largest_finite &&
-                              std::signbit(got[i]) == std::signbit(want[i]);
       // A result that roundings of the graph's size move by a percent or more carries no digits
       // to compare (sin of a float32 of 1e19): only the bit-for-bit comparisons judge it.
       const double moved = sensitivity[k].empty() ? 0 : sensitivity[k][i];
       if (moved >= 1e-2) continue;
       check.worst = std::max(check.worst, std::isnan(error) ? INFINITY : error);
       const double allowed = check.tolerance + 8 * moved;
+      const bool overflowed = std::isinf(got[i]) && std::fabs(want[i]) > largest_finite &&
+                              std::signbit(got[i]) == std::signbit(want[i]);
       const bool close =
           error <= allowed || overflowed || (within_one_unit && std::fabs(got[i] - want[i]) <= 1);
       check.bad += !same && !close;
