@@ -112,10 +112,9 @@ struct CpuProgram::JitState {
   std::atomic<int64_t> processed{0};  // elements computed, for CpuJitMode::Hot
   std::atomic<bool> hot{false};       // processed has passed one evaluation's worth
   // The compiled loop of each layout key (null where compiling failed: not tried again). Entries
-  // are never removed or changed, so the one used last is read without the lock: a fused
-  // reduction's operand calls in chunks of 2048 elements from every thread, and a lock (or a
-  // counter) that both cores write on every call cost more than the work (sum of squares at
-  // 2^24 on the 2-core machine ran 2x slower).
+  // are never removed or changed, so the one used last is read without the lock: ranges come
+  // from every thread, as short as a row, and what both cores write on every call costs (a
+  // shared run counter alone took 15% of a sum of squares' profile on the 2-core machine).
   struct Entry {
     std::vector<int64_t> key;
     CpuJitKernel compiled;

@@ -10,7 +10,6 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/cpu_jit.h"
 #include "codegen/cpu_kernels.h"
 #include "codegen/cpu_program.h"
 #include "codegen/cpu_reduction.h"
