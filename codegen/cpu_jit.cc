@@ -133,9 +133,9 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
   llvm::Value* end = kernel->getArg(3);
 
   // A program that reads rows (a row's run, a row's value) of one length runs as a loop over
-  // rows around a loop over the row's vectors, and what depends only on the row (its values,
-  // constants, 0-d operands and ops of those alone: a norm's rsqrt(var + eps), a log-softmax's
-  // log of the sum) is computed once a row, in the outer loop. Otherwise one flat loop.
+  // rows around a loop over the row's vectors: the row's values (a norm's statistics), 0-d
+  // operands and constants are loaded and splat once a row, in the outer loop, and a row's run
+  // is addressed without a division. Otherwise one flat loop.
   int64_t row = 0;
   bool one_row_length = true;
   for (int32_t k = 0; k < program.num_instrs; ++k) {
@@ -192,10 +192,8 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
   llvm::PHINode* i = b.CreatePHI(i64, 2, "i");
   i->addIncoming(row_begin, rows);
 
-  // Where each register's vector is read from (an instruction's slot, or an operand in place),
-  // and whether it is the same for a whole row.
+  // Where each register's vector is read from (an instruction's slot, or an operand in place).
   std::vector<llvm::Value*> view(static_cast<size_t>(program.num_registers), nullptr);
-  std::vector<bool> per_row(static_cast<size_t>(program.num_registers), false);
   auto splat = [&](llvm::IRBuilder<>& at, llvm::Value* scalar, int32_t k) {
     at.CreateAlignedStore(at.CreateVectorSplat(static_cast<unsigned>(lanes), scalar),
                           at.CreateBitCast(slots[k], vector_ptr), element_align);
@@ -203,16 +201,11 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
   };
   for (int32_t k = 0; k < program.num_instrs; ++k) {
     const LfJitInstr& instr = program.instrs[k];
-    // Row-invariant: loads of a row's value or of one value, constants, and ops of those.
-    bool invariant = nested && (instr.kind == kLfJitLoadScalar || instr.kind == kLfJitConst ||
-                                instr.kind == kLfJitLoadRowValue);
-    if (nested && instr.kind == kLfJitApply) {
-      invariant = true;
-      for (int32_t src : instr.src)
-        if (src >= 0) invariant &= per_row[src];
-    }
+    // Once a row: loads of a row's value or of one value, and constants. (An op of those alone
+    // is never here: fusion gives a row's values a step of their own.)
+    const bool invariant = nested && (instr.kind == kLfJitLoadScalar || instr.kind == kLfJitConst ||
+                                      instr.kind == kLfJitLoadRowValue);
     llvm::IRBuilder<>& at = invariant ? once : b;
-    if (instr.dst >= 0) per_row[instr.dst] = invariant;
     switch (instr.kind) {
       case kLfJitLoadDense:
         view[instr.dst] = b.CreateGEP(element, bases[k], i);

@@ -1,6 +1,5 @@
 // Loading the CPU JIT library and calling it (codegen/cpu_jit.h).
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <array>
 #include <atomic>
