@@ -163,6 +163,12 @@ std::optional<Graph> carried_in_float32(const Graph& graph, const Step& step) {
 // on one thread: what one part stores for the next is still in that core's cache when the next
 // reads it, and the step reads its input from memory about once. Each row's arithmetic is the
 // same as a part at a time, so no bit changes.
+//
+// What a part hands the next over the step's whole space and the step does not store (a
+// softmax's exponentials) lives only a block at a time: each thread has a buffer of one block's
+// rows for it, which every block of the thread reuses, seen through a view whose row r is the
+// buffer's row r - first. A buffer of the whole space would be written back to memory as the
+// blocks move on: a softmax over 64 MiB would write 64 MiB it never reads again.
 
 // The elements per row of a row step whose reductions all reduce the same trailing dims of its
 // space; 0 where the step is not one.
@@ -207,6 +213,30 @@ bool run_row_blocks(const Graph& graph, const std::vector<Step>& parts, const St
     if (elements != rows * length && elements != rows) return false;
     per_row[i] = elements / rows;
   }
+  // The values handed between parts over the whole space, not stored by the step: a block's
+  // rows of each in a buffer per thread (Note [Row blocks]).
+  std::vector<ValueId> block_local;
+  for (size_t i = 0; i < parts.size(); ++i)
+    for (ValueId v : parts[i].outputs)
+      if (per_row[i] == length && parts[i].kind == StepKind::Elementwise && !values[v] &&
+          std::find(step.outputs.begin(), step.outputs.end(), v) == step.outputs.end())
+        block_local.push_back(v);
+  const int threads = std::max(1, omp_get_max_threads());
+  // buffers[t][k]: thread t's block of block_local[k].
+  std::vector<std::vector<BufferView>> buffers(threads);
+  for (auto& mine : buffers)
+    for (ValueId v : block_local)
+      mine.push_back(
+          allocate_buffer(graph.nodes[v].device, graph.nodes[v].dtype, {rows_per_block * length}));
+  // Block-local value k as row `first` on of the whole space: its rows before `first` lie before
+  // the buffer, and nothing reads them.
+  auto block_view = [&](const BufferView& buffer, ValueId v, int64_t first) {
+    const Node& node = graph.nodes[v];
+    return BufferView{buffer.storage, buffer.offset - first * length, node.shape,
+                      contiguous_strides(node.shape), node.dtype};
+  };
+  for (size_t k = 0; k < block_local.size(); ++k)
+    values[block_local[k]] = block_view(buffers[0][k], block_local[k], 0);
   // Everything that can fail, first: compiling, allocating.
   std::vector<PreparedProgram> prepared(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -227,30 +257,56 @@ bool run_row_blocks(const Graph& graph, const std::vector<Step>& parts, const St
   }
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   ParallelFailure failure;
-#pragma omp parallel for schedule(static)
-  for (int64_t block = 0; block < blocks; ++block) {
-    if (failure.stopped()) continue;
+#pragma omp parallel
+  {
+    // This thread's copies of the values and the programs' operands and results, whose
+    // block-local entries follow the block.
+    ValueBuffers local;
+    std::vector<PreparedProgram> mine;
     try {
-      const int64_t first = block * rows_per_block, last = std::min(rows, first + rows_per_block);
-      thread_local AlignedBytes scratch;
-      for (size_t i = 0; i < parts.size(); ++i) {
-        const Step& part = parts[i];
-        if (part.kind == StepKind::Elementwise) {
-          const CpuProgram& program = *prepared[i].program;
-          program.run(prepared[i].operands, prepared[i].results, first * per_row[i],
-                      last * per_row[i], scratch.at_least(program.scratch_bytes()));
-          continue;
-        }
-        const ValueId reduction = part.outputs[0];
-        const Node& node = graph.nodes[reduction];
-        if (part.nodes.size() == 1)
-          cpu_reduce(node, *values[node.inputs[0]], RowRange{first, last}, values[reduction]);
-        else
-          cpu_fused_reduce(graph, part, values, &programs[i], RowRange{first, last},
-                           values[reduction]);
-      }
+      local = values;
+      mine = prepared;
     } catch (...) {
-      failure.capture();
+      failure.capture();  // every thread still takes its share of the loop below, skipping it
+    }
+    const std::vector<BufferView>& buffer = buffers[omp_get_thread_num() % threads];
+#pragma omp for schedule(static)
+    for (int64_t block = 0; block < blocks; ++block) {
+      if (failure.stopped()) continue;
+      try {
+        const int64_t first = block * rows_per_block, last = std::min(rows, first + rows_per_block);
+        for (size_t k = 0; k < block_local.size(); ++k) {
+          local[block_local[k]] = block_view(buffer[k], block_local[k], first);
+          for (size_t i = 0; i < parts.size(); ++i) {
+            if (parts[i].kind != StepKind::Elementwise) continue;
+            for (size_t j = 0; j < parts[i].inputs.size(); ++j)
+              if (parts[i].inputs[j] == block_local[k])
+                mine[i].operands[j].data = local[block_local[k]]->data();
+            for (size_t j = 0; j < parts[i].outputs.size(); ++j)
+              if (parts[i].outputs[j] == block_local[k])
+                mine[i].results[j].data = local[block_local[k]]->data();
+          }
+        }
+        thread_local AlignedBytes scratch;
+        for (size_t i = 0; i < parts.size(); ++i) {
+          const Step& part = parts[i];
+          if (part.kind == StepKind::Elementwise) {
+            const CpuProgram& program = *mine[i].program;
+            program.run(mine[i].operands, mine[i].results, first * per_row[i], last * per_row[i],
+                        scratch.at_least(program.scratch_bytes()));
+            continue;
+          }
+          const ValueId reduction = part.outputs[0];
+          const Node& node = graph.nodes[reduction];
+          if (part.nodes.size() == 1)
+            cpu_reduce(node, *local[node.inputs[0]], RowRange{first, last}, local[reduction]);
+          else
+            cpu_fused_reduce(graph, part, local, &programs[i], RowRange{first, last},
+                             local[reduction]);
+        }
+      } catch (...) {
+        failure.capture();
+      }
     }
   }
   failure.rethrow_if_any();

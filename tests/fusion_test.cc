@@ -2,6 +2,8 @@
 // evaluation launched, from eval_stats()) and through hand-written IR run through the pass
 // pipeline. Every schedule is also checked for validity: steps in an order where each step
 // reads only params and outputs of earlier steps, and every node computed exactly once.
+#include <omp.h>
+
 #include <cmath>
 #include <functional>
 #include <string>
@@ -661,6 +663,60 @@ TEST(Fusion, SoftmaxIsOneKernelAndMatchesTheReference) {
   Tensor unfused = softmax(x);
   eval({unfused}, EvalOptions{.fusion = false});
   EXPECT_EQ(unfused.to_vector<float>(), got);
+}
+
+// Enough rows for the CPU to run the row step a block of rows at a time (Note [Row blocks] in
+// runtime/cpu_backend.cc), the last block short, with the exponentials between the parts held a
+// block at a time: the float64 values, and the same bits unfused and on one or two threads. A
+// second softmax also returns its exponentials, which are then stored whole.
+TEST(Fusion, RowStepsInBlocksOfRowsMatchFloat64AndUnfused) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  const int rows = 700, columns = 96;
+  std::vector<double> values(rows * columns);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] =
+        std::sin(0.37 * static_cast<double>(i)) * 4 + std::cos(0.011 * static_cast<double>(i));
+  Tensor x = from_vector(values, {rows, columns});
+  auto softmax = [](const Tensor& t) {
+    Tensor e = (t - t.max(1, true)).exp();
+    return std::pair{e / e.sum({1}, true), e};
+  };
+  std::vector<double> want(values.size()), want_exp(values.size()), want_log(values.size());
+  for (int r = 0; r < rows; ++r) {
+    double m = -INFINITY, total = 0;
+    for (int c = 0; c < columns; ++c)
+      m = std::max(m, static_cast<double>(static_cast<float>(values[r * columns + c])));
+    for (int c = 0; c < columns; ++c)
+      total += std::exp(static_cast<float>(values[r * columns + c]) - m);
+    for (int c = 0; c < columns; ++c) {
+      const double shifted = static_cast<float>(values[r * columns + c]) - m;
+      want_exp[r * columns + c] = std::exp(shifted);
+      want[r * columns + c] = std::exp(shifted) / total;
+      want_log[r * columns + c] = shifted - std::log(total);
+    }
+  }
+  const int threads = omp_get_max_threads();
+  std::vector<std::vector<float>> runs;
+  for (int t : {1, 2}) {
+    omp_set_num_threads(t);
+    Tensor alone = softmax(x).first;
+    Tensor logs = nn::functional::log_softmax(x, 1);
+    eval({alone, logs});
+    auto [probabilities, exps] = softmax(x);
+    eval({probabilities, exps});
+    expect_near_all(alone.to_vector<float>(), want);
+    expect_near_all(probabilities.to_vector<float>(), want);
+    expect_near_all(exps.to_vector<float>(), want_exp);
+    expect_near_all(logs.to_vector<float>(), want_log);
+    for (const Tensor& result : {alone, probabilities, logs})
+      runs.push_back(result.to_vector<float>());
+    Tensor unfused = softmax(x).first, unfused_logs = nn::functional::log_softmax(x, 1);
+    eval({unfused, unfused_logs}, EvalOptions{.fusion = false});
+    EXPECT_EQ(unfused.to_vector<float>(), runs[runs.size() - 3]) << t << " threads";
+    EXPECT_EQ(unfused_logs.to_vector<float>(), runs.back()) << t << " threads";
+  }
+  omp_set_num_threads(threads);
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(runs[k], runs[k + 3]) << "one thread against two";
 }
 
 TEST(Fusion, AReductionsEpilogueNeverTakesAnotherReduction) {
