@@ -91,7 +91,9 @@ std::mutex stats_mutex;
 CpuJitStats stats;
 // Runs are counted on every call of compiled code, from every thread: a counter per thread slot,
 // each on its own cache line, since one counter that every core wrote took 15% of a sum of
-// squares' profile.
+// squares' profile. A slot's thread adds with a load and a store rather than a locked add (4% of a
+// LayerNorm's profile, called once a row): past 64 threads two may share a slot and lose a count,
+// which a statistic can afford.
 struct alignas(64) RunCounter {
   std::atomic<int64_t> count{0};
 };
@@ -173,6 +175,9 @@ void reset_cpu_jit_stats() {
   for (RunCounter& counter : run_counters) counter.count.store(0);
 }
 
-void count_cpu_jit_run() { my_run_counter().count.fetch_add(1, std::memory_order_relaxed); }
+void count_cpu_jit_run() {
+  std::atomic<int64_t>& count = my_run_counter().count;
+  count.store(count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
 
 }  // namespace lazyfuse
