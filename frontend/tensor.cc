@@ -33,6 +33,11 @@ int64_t Tensor::numel() const { return lazyfuse::numel(sizes()); }
 int64_t Tensor::size(int64_t d) const { return sizes()[normalize_dim(d, dim(), "size")]; }
 bool Tensor::is_computed() const { return lazyfuse::is_computed(value()); }
 
+const Strides& Tensor::strides() const { return value()->strides; }
+int64_t Tensor::stride(int64_t d) const { return strides()[normalize_dim(d, dim(), "stride")]; }
+int64_t Tensor::element_size() const { return dtype_size(dtype()); }
+int64_t Tensor::nbytes() const { return numel() * element_size(); }
+
 bool Tensor::shares_storage_with(const Tensor& other) const {
   eval({*this, other});
   return value()->buffer->storage == other.value()->buffer->storage;
@@ -292,6 +297,26 @@ constexpr DType dtype_of() {
 }
 
 }  // namespace
+
+void* Tensor::data_ptr(Loc where) const {
+  (void)where;
+  eval(*this);
+  return value()->buffer->data();
+}
+
+template <typename T>
+T* Tensor::data_ptr(Loc where) const {
+  if (dtype_of<T>() != dtype())
+    throw DTypeError(absl::StrCat("data_ptr: expected scalar type ", dtype_torch_name(dtype()),
+                                  " but found ", dtype_torch_name(dtype_of<T>()), " (at ",
+                                  SourceLoc::from(where).str(), ")"));
+  return static_cast<T*>(data_ptr(where));
+}
+template bool* Tensor::data_ptr<bool>(Loc) const;
+template int32_t* Tensor::data_ptr<int32_t>(Loc) const;
+template int64_t* Tensor::data_ptr<int64_t>(Loc) const;
+template float* Tensor::data_ptr<float>(Loc) const;
+template double* Tensor::data_ptr<double>(Loc) const;
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {

@@ -192,6 +192,20 @@ class Tensor {
   Tensor narrow(int64_t dim, int64_t start, int64_t length, Loc where = Loc::current()) const;
   Tensor contiguous(Loc where = Loc::current()) const;
   bool is_contiguous() const;
+  // Elements between neighbours along each dim, as the value lies (or will lie) in memory.
+  const Strides& strides() const;
+  int64_t stride(int64_t dim) const;
+  // Bytes of one element, and of all numel() elements.
+  int64_t element_size() const;
+  int64_t nbytes() const;
+  // Where the value lies, computing it first: its first element (a view's, past its offset), on
+  // its device (a CUDA pointer for a CUDA tensor). Writing through it changes the value for
+  // everything that reads it afterwards, as in LibTorch; lazyfuse never writes into it again
+  // (values do not change: Note [In-place updates] in in_place.cc). data_ptr<T>() checks that T
+  // is the dtype's type (bool, int32_t, int64_t, float, double; void* for any dtype).
+  void* data_ptr(Loc where = Loc::current()) const;
+  template <typename T>
+  T* data_ptr(Loc where = Loc::current()) const;
 
   // Index ops (frontend/indexing.cc), as the free functions of the same names.
   Tensor gather(int64_t dim, const Tensor& index, Loc where = Loc::current()) const;

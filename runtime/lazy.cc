@@ -331,6 +331,7 @@ absl::InlinedVector<std::pair<ValueId, ValueId>, 8> outputs_written_in_place(
         buffer.dtype != result.dtype || buffer.shape != result.shape ||
         buffer.storage->device() != result.device || buffer.offset != 0 ||
         !buffer.is_contiguous() || buffer.storage.use_count() != 1 ||
+        buffer.storage->is_external() ||  // the caller's memory (from_blob): read, never written
         buffer.storage->nbytes() != numel(buffer.shape) * dtype_size(buffer.dtype))
       continue;
     const uint64_t key = static_cast<uint64_t>(output) << 32 | static_cast<uint32_t>(param);

@@ -39,7 +39,19 @@ std::shared_ptr<Storage> Storage::allocate(const Device& device, int64_t nbytes)
   return make_pooled<Storage>(Private{}, device, data, nbytes);
 }
 
+std::shared_ptr<Storage> Storage::wrap(const Device& device, void* data, int64_t nbytes,
+                                       std::function<void(void*)> deleter) {
+  auto storage = make_pooled<Storage>(Private{}, device, data, nbytes);
+  storage->external_ = true;
+  storage->deleter_ = std::move(deleter);
+  return storage;
+}
+
 Storage::~Storage() {
+  if (external_) {
+    if (deleter_) deleter_(data_);
+    return;
+  }
   backend_for(device_).release(device_, data_, std::max<int64_t>(nbytes_, 1));
   std::lock_guard lock(stats_mutex);
   all_stats()[key(device_)].allocated_bytes -= nbytes_;

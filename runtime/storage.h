@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -18,6 +19,11 @@ class Storage {
  public:
   // Allocates `nbytes` on `device` (64-byte aligned on the host).
   static std::shared_ptr<Storage> allocate(const Device& device, int64_t nbytes);
+  // Memory someone else allocated (from_blob, DLPack), used in place: when the last view of it
+  // goes, `deleter` (if any) gets `data` back, once; lazyfuse never frees it itself, nor counts
+  // it among the bytes it holds.
+  static std::shared_ptr<Storage> wrap(const Device& device, void* data, int64_t nbytes,
+                                       std::function<void(void*)> deleter);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -32,11 +38,15 @@ class Storage {
   void* data() const { return data_; }
   int64_t nbytes() const { return nbytes_; }
   const Device& device() const { return device_; }
+  // Whether the memory came from outside (wrap()).
+  bool is_external() const { return external_; }
 
  private:
   Device device_;
   void* data_;
   int64_t nbytes_;
+  bool external_ = false;
+  std::function<void(void*)> deleter_;  // external memory's, or empty
 };
 
 // What a backend's caching allocator did (cuda::allocator_stats, cpu::allocator_stats).

@@ -4,6 +4,7 @@
 
 #include "frontend/autograd.h"
 #include "frontend/functional.h"
+#include "frontend/interop.h"
 #include "frontend/nn.h"
 #include "frontend/optim.h"
 #include "frontend/serialize.h"
