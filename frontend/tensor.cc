@@ -380,10 +380,14 @@ std::string Tensor::ir() const {
   return print_graph(built.graph);
 }
 
-std::string Tensor::fused_ir() const {
-  LazyRef v = value();
-  BuiltGraph built = build_graph(std::span(&v, 1));
-  return print_schedule(run_pipeline(std::move(built.graph), {}));
+std::string Tensor::fused_ir(const EvalOptions& options) const {
+  return lazyfuse::fused_ir(std::vector<Tensor>{*this}, options);
+}
+
+std::string fused_ir(const std::vector<Tensor>& tensors, const EvalOptions& options) {
+  std::vector<LazyRef> values;
+  for (const Tensor& t : tensors) values.push_back(t.value());
+  return scheduled_ir(values, options);
 }
 
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor) { return os << tensor.str(); }

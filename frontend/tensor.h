@@ -222,8 +222,10 @@ class Tensor {
   std::string str() const;
   // The text of the pending graph that computes this tensor.
   std::string ir() const;
-  // The same graph after the passes (placement, cse, dce, fusion): its fused kernels.
-  std::string fused_ir() const;
+  // The same graph after the passes (placement, cse, dce, fusion): the fused kernels an
+  // evaluation with `options` would run (fusion off runs one kernel per op, as LAZYFUSE_FUSION=0
+  // does). Computes nothing. fused_ir({a, b}) shows what eval({a, b}) would run.
+  std::string fused_ir(const EvalOptions& options = {}) const;
 
   // Autograd (frontend/autograd.h), as LibTorch's.
   bool requires_grad() const;
@@ -386,5 +388,7 @@ void eval(std::initializer_list<Tensor> tensors);
 void eval(const std::vector<Tensor>& tensors);
 // With options: EvalOptions{.fusion = false} runs one kernel per op.
 void eval(const std::vector<Tensor>& tensors, const EvalOptions& options);
+// What eval(tensors, options) would run, as Tensor::fused_ir() shows it for one tensor.
+std::string fused_ir(const std::vector<Tensor>& tensors, const EvalOptions& options = {});
 
 }  // namespace lazyfuse

@@ -180,6 +180,12 @@ AllocatorStats allocator_stats(int device) {
   return c.stats;
 }
 
+void reset_peak_memory_stats(int device) {
+  DeviceCache& c = cache(device);
+  std::lock_guard lock(c.mutex);
+  c.stats.peak_bytes = c.stats.allocated_bytes;
+}
+
 int64_t create_pool(int device) {
   DeviceCache& c = cache(device);
   std::lock_guard lock(c.mutex);

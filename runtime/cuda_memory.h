@@ -14,6 +14,8 @@ namespace lazyfuse::cuda {
 void* allocate(int device, int64_t nbytes);
 void release(int device, void* pointer, int64_t nbytes);
 AllocatorStats allocator_stats(int device);
+// Sets peak_bytes to what is allocated now, as torch.cuda.reset_peak_memory_stats.
+void reset_peak_memory_stats(int device);
 // Returns every cached block to the driver, the pools' free blocks included.
 void empty_cache(int device);
 

@@ -137,6 +137,12 @@ AllocatorStats allocator_stats() {
   return c.stats;
 }
 
+void reset_peak_memory_stats() {
+  HostCache& c = cache();
+  std::lock_guard lock(c.mutex);
+  c.stats.peak_bytes = c.stats.allocated_bytes;
+}
+
 void empty_cache() {
   HostCache& c = cache();
   std::lock_guard lock(c.mutex);

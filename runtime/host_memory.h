@@ -18,6 +18,8 @@ namespace lazyfuse::cpu {
 void* allocate(int64_t nbytes);
 void release(void* pointer, int64_t nbytes);
 AllocatorStats allocator_stats();
+// Sets peak_bytes to what is allocated now (torch.cuda.reset_peak_memory_stats for the host).
+void reset_peak_memory_stats();
 // Returns every cached block to the system.
 void empty_cache();
 

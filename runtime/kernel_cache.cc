@@ -179,6 +179,11 @@ KernelCacheStats kernel_cache_stats() {
   return state().stats;
 }
 
+void reset_kernel_cache_stats() {
+  std::lock_guard lock(state().mutex);
+  state().stats = {};
+}
+
 namespace {
 std::atomic<uint64_t> generation{0};
 }  // namespace

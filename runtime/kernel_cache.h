@@ -29,6 +29,7 @@ struct KernelCacheStats {
 CUfunction get_kernel(int device, const std::string& key,
                       const std::function<CudaSource()>& generate);
 KernelCacheStats kernel_cache_stats();
+void reset_kernel_cache_stats();
 // Forgets the in-memory kernels (the disk cache stays): tests measure cold and warm paths.
 void clear_memory_kernel_cache();
 // Counts clear_memory_kernel_cache() calls: a kernel remembered elsewhere (a step cache) is

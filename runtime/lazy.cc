@@ -489,6 +489,18 @@ std::atomic<HalfRounding>& half_rounding_setting() {
 HalfRounding half_rounding() { return half_rounding_setting().load(std::memory_order_relaxed); }
 void set_half_rounding(HalfRounding rounding) { half_rounding_setting().store(rounding); }
 
+PipelineOptions evaluation_pipeline(const EvalOptions& options) {
+  PipelineOptions pipeline;
+  pipeline.fusion.enabled = options.fusion && env_config().fusion;
+  pipeline.fusion.half_rounding = half_rounding();
+  return pipeline;
+}
+
+std::string scheduled_ir(std::span<const LazyRef> outputs, const EvalOptions& options) {
+  BuiltGraph built = build_graph(outputs);
+  return print_schedule(run_pipeline(std::move(built.graph), evaluation_pipeline(options)));
+}
+
 void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   // One evaluation at a time: values may be shared between graphs that threads evaluate.
   std::lock_guard lock(eval_mutex);
@@ -524,9 +536,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
     auto made = std::make_shared<CachedSchedule>();
     made->graph = walk_to_graph(walk, pending);
     made->half_rounding = rounding;
-    PipelineOptions pipeline;
-    pipeline.fusion.enabled = fusion;
-    pipeline.fusion.half_rounding = rounding;
+    PipelineOptions pipeline = evaluation_pipeline(options);
     if (env.dump_ir)
       pipeline.before_all = [](const std::string& ir) {
         std::cerr << "// IR before passes\n" << ir;

@@ -11,6 +11,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "ir/graph.h"
+#include "ir/passes/passes.h"
 #include "ir/schedule.h"
 #include "runtime/storage.h"
 
@@ -62,6 +63,12 @@ BuiltGraph build_graph(std::span<const LazyRef> outputs);
 struct EvalOptions {
   bool fusion = true;
 };
+// The passes' options for an evaluation with `options`: fusion as they and LAZYFUSE_FUSION say,
+// half values rounded as half_rounding() says.
+PipelineOptions evaluation_pipeline(const EvalOptions& options);
+// What an evaluation of `outputs` with `options` would run, as text (print_schedule): the same
+// graph through the same passes with the same switches. Computes nothing.
+std::string scheduled_ir(std::span<const LazyRef> outputs, const EvalOptions& options = {});
 // How fused kernels round float16 and bfloat16 values (Note [Half precision in fused kernels] in
 // ir/schedule.h): only where stored, the default, or after every op as PyTorch eager does
 // (LAZYFUSE_HALF_ROUNDING=each_op). Process-wide; evaluations after a change compile for it.

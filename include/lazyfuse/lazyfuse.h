@@ -17,4 +17,5 @@
 #include "runtime/cuda_memory.h"
 #include "runtime/devices.h"
 #include "runtime/host_memory.h"
+#include "runtime/stats.h"
 #include "runtime/storage.h"
