@@ -392,6 +392,13 @@ std::string fused_ir(const std::vector<Tensor>& tensors, const EvalOptions& opti
 
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor) { return os << tensor.str(); }
 
+std::ostream& operator<<(std::ostream& os, const TensorOptions& options) {
+  return os << "TensorOptions(dtype=" << options.dtype()
+            << (options.has_dtype() ? "" : " (default)") << ", device=" << options.device()
+            << (options.device() == Device::cpu() ? " (default)" : "")
+            << ", requires_grad=" << (options.requires_grad() ? "true" : "false (default)") << ")";
+}
+
 // Operators.
 namespace {
 Tensor binary(Op op, const Tensor& a, const Tensor& b, const Loc& where) {

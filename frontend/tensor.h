@@ -91,6 +91,10 @@ class TensorOptions {
   bool requires_grad_ = false;
 };
 
+// TensorOptions(dtype=torch.float64, device=cpu (default), requires_grad=false (default)): as
+// LibTorch prints its options, "(default)" after each value that is the default one.
+std::ostream& operator<<(std::ostream& os, const TensorOptions& options);
+
 using Loc = std::source_location;
 
 struct AutogradMeta;  // frontend/autograd.h

@@ -107,4 +107,6 @@ DType promote_with_scalar(DType tensor_dtype, ScalarKind scalar) {
   return scalar == ScalarKind::Integral ? DType::Int64 : DType::Float32;
 }
 
+std::ostream& operator<<(std::ostream& os, DType dtype) { return os << dtype_torch_name(dtype); }
+
 }  // namespace lazyfuse

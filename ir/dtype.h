@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -37,5 +38,8 @@ DType promote_types(DType a, DType b);
 // "wrapped number" rule: a scalar only lifts the category, never the width).
 enum class ScalarKind : uint8_t { Bool, Integral, Floating };
 DType promote_with_scalar(DType tensor_dtype, ScalarKind scalar);
+
+// As PyTorch prints a dtype: torch.float32.
+std::ostream& operator<<(std::ostream& os, DType dtype);
 
 }  // namespace lazyfuse

@@ -114,3 +114,10 @@ int64_t normalize_dim(int64_t dim, int64_t rank, const char* what) {
 }
 
 }  // namespace lazyfuse
+
+namespace absl {
+std::ostream& operator<<(std::ostream& os,
+                         const InlinedVector<int64_t, lazyfuse::kInlineRank>& shape) {
+  return os << "torch.Size(" << lazyfuse::shape_str(shape) << ")";
+}
+}  // namespace absl

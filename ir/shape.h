@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -44,3 +45,11 @@ bool view_strides(const Shape& old_shape, const Strides& old_strides, const Shap
 int64_t normalize_dim(int64_t dim, int64_t rank, const char* what);
 
 }  // namespace lazyfuse
+
+namespace absl {
+// Sizes print as PyTorch prints a shape: torch.Size([2, 3]). Shape is abseil's InlinedVector, so
+// argument-dependent lookup finds the operator only here, in its namespace: declared in lazyfuse,
+// `std::cout << t.sizes()` would not compile outside it. (Strides, the same type, print the same.)
+std::ostream& operator<<(std::ostream& os,
+                         const InlinedVector<int64_t, lazyfuse::kInlineRank>& shape);
+}  // namespace absl
