@@ -21,6 +21,7 @@
 #include "ir/errors.h"
 #include "ir/stable_hash.h"
 #include "runtime/cuda_graphs.h"
+#include "runtime/disk_cache.h"
 #include "runtime/env.h"
 
 namespace lazyfuse::cuda {
@@ -36,59 +37,15 @@ CacheState& state() {
   return *s;
 }
 
-// A disk entry: magic, image size, checksum of the image, the image.
-constexpr char kMagic[8] = {'L', 'F', 'C', 'U', 'B', 'I', 'N', '1'};
-
-uint64_t checksum(const std::vector<char>& image) {
-  StableHash h;
-  h.add(std::string_view(image.data(), image.size()));
-  return h.value();
-}
-
-std::vector<char> read_entry(const std::filesystem::path& path, bool* damaged) {
-  *damaged = false;
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return {};
-  char magic[8];
-  uint64_t size = 0, sum = 0;
-  file.read(magic, 8);
-  file.read(reinterpret_cast<char*>(&size), 8);
-  file.read(reinterpret_cast<char*>(&sum), 8);
-  if (!file || std::memcmp(magic, kMagic, 8) != 0 || size > (uint64_t{1} << 30)) {
-    *damaged = true;
-    return {};
-  }
-  std::vector<char> image(size);
-  file.read(image.data(), static_cast<std::streamsize>(size));
-  if (!file || file.peek() != EOF || checksum(image) != sum) {
-    *damaged = true;
-    return {};
-  }
-  return image;
-}
-
-// Best effort: a cache that cannot be written only costs a recompile next time.
-void write_entry(const std::filesystem::path& path, const std::vector<char>& image) {
-  std::error_code ec;
-  std::filesystem::create_directories(path.parent_path(), ec);
-  std::filesystem::path temporary = path;
-  temporary += absl::StrCat(".tmp.", getpid(), ".",
-                            std::hash<std::thread::id>()(std::this_thread::get_id()));
-  {
-    std::ofstream file(temporary, std::ios::binary);
-    if (!file) return;
-    uint64_t size = image.size(), sum = checksum(image);
-    file.write(kMagic, 8);
-    file.write(reinterpret_cast<const char*>(&size), 8);
-    file.write(reinterpret_cast<const char*>(&sum), 8);
-    file.write(image.data(), static_cast<std::streamsize>(image.size()));
-    if (!file) {
-      std::filesystem::remove(temporary, ec);
-      return;
-    }
-  }
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) std::filesystem::remove(temporary, ec);
+// The disk cache of the directory env_config().cache_dir names now (tests change it): made, and
+// its directory checked, once per directory. Under the cache's mutex.
+const DiskCache& disk_cache() {
+  static std::map<std::string, std::unique_ptr<DiskCache>>* caches =
+      new std::map<std::string, std::unique_ptr<DiskCache>>();
+  const std::string& dir = env_config().cache_dir;
+  std::unique_ptr<DiskCache>& cache = (*caches)[dir];
+  if (cache == nullptr) cache = std::make_unique<DiskCache>(dir);
+  return *cache;
 }
 
 void dump_source(const CudaSource& source) {
@@ -142,17 +99,12 @@ CUfunction get_kernel(int device, const std::string& key,
   const std::string file_key =
       absl::StrFormat("%s-%016x-sm_%d%d-nvrtc%s", source.kernel_name, h.value(), props.major,
                       props.minor, nvrtc_version());
-  const EnvConfig& env = env_config();
   auto started = std::chrono::steady_clock::now();
-  std::filesystem::path path;
-  std::vector<char> image;
-  if (!env.cache_dir.empty()) {
-    path = std::filesystem::path(env.cache_dir) / (file_key + ".cubin");
-    bool damaged = false;
-    image = read_entry(path, &damaged);
-    s.stats.damaged_entries += damaged;
-    if (!image.empty()) ++s.stats.disk_hits;
-  }
+  const DiskCache& disk = disk_cache();
+  bool damaged = false;
+  std::vector<char> image = disk.load(file_key + ".cubin", &damaged);
+  s.stats.damaged_entries += damaged;
+  if (!image.empty()) ++s.stats.disk_hits;
   if (image.empty()) {
     CompiledKernel compiled =
         nvrtc_compile(source.source, source.kernel_name, props.major, props.minor);
@@ -160,7 +112,7 @@ CUfunction get_kernel(int device, const std::string& key,
     s.stats.compile_ms += compiled.compile_ms;
     image = std::move(compiled.image);
     started = std::chrono::steady_clock::now();
-    if (!path.empty()) write_entry(path, image);
+    disk.store(file_key + ".cubin", image);
   }
   activate(device);
   CUmodule module = nullptr;
