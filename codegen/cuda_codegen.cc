@@ -171,8 +171,13 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
       }
       default: {
         std::vector<DType> input_dtypes;
-        for (ValueId in : node.inputs) input_dtypes.push_back(graph.nodes[in].dtype);
-        const DType operand_dtype = op_input_compute_dtype(node.op, input_dtypes, node.dtype);
+        std::vector<int64_t> input_ranks;
+        for (ValueId in : node.inputs) {
+          input_dtypes.push_back(graph.nodes[in].dtype);
+          input_ranks.push_back(static_cast<int64_t>(graph.nodes[in].shape.size()));
+        }
+        const DType operand_dtype =
+            op_input_compute_dtype(node.op, input_dtypes, input_ranks, node.dtype);
         // Note [Integer wrap-around]: signed overflow is undefined in C++ and NVRTC has no
         // -fwrapv (the CPU kernels are built with it), so the optimizer may assume it never
         // happens (x * x * x * x >= 0, and relu of it vanishes). Integer add, sub, mul and neg

@@ -80,41 +80,33 @@ Tensor from_vector(const std::vector<double>& values, Shape shape, TensorOptions
   return leaf(t.to(options.device(), where), options);
 }
 
-Tensor tensor(std::initializer_list<double> values, TensorOptions options, Loc where) {
-  return from_vector(std::vector<double>(values), {static_cast<int64_t>(values.size())}, options,
-                     where);
-}
-
-Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions options,
-              Loc where) {
-  std::vector<double> values;
-  int64_t cols = rows.size() ? static_cast<int64_t>(rows.begin()->size()) : 0;
-  for (const auto& row : rows) {
-    if (static_cast<int64_t>(row.size()) != cols)
-      throw ShapeError(absl::StrCat("tensor: expected sequence of length ", cols, " at dim 1 (got ",
-                                    row.size(), ") (at ", SourceLoc::from(where).str(), ")"));
-    values.insert(values.end(), row.begin(), row.end());
+Tensor tensor(const TensorData& data, TensorOptions options, Loc where) {
+  // The shape from the first element at each depth; then every element checked against it.
+  Shape shape;
+  for (const TensorData* at = &data; at->is_list(); at = &at->list().front()) {
+    shape.push_back(static_cast<int64_t>(at->list().size()));
+    if (at->list().empty()) break;
   }
-  return from_vector(values, {static_cast<int64_t>(rows.size()), cols}, options, where);
-}
-
-Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<double>>> blocks,
-              TensorOptions options, Loc where) {
   std::vector<double> values;
-  int64_t rows = blocks.size() ? static_cast<int64_t>(blocks.begin()->size()) : 0;
-  int64_t cols = rows ? static_cast<int64_t>(blocks.begin()->begin()->size()) : 0;
-  for (const auto& block : blocks) {
-    if (static_cast<int64_t>(block.size()) != rows)
-      throw ShapeError(absl::StrCat("tensor: expected sequence of length ", rows, " at dim 1 (at ",
-                                    SourceLoc::from(where).str(), ")"));
-    for (const auto& row : block) {
-      if (static_cast<int64_t>(row.size()) != cols)
-        throw ShapeError(absl::StrCat("tensor: expected sequence of length ", cols,
-                                      " at dim 2 (at ", SourceLoc::from(where).str(), ")"));
-      values.insert(values.end(), row.begin(), row.end());
+  auto flatten = [&](auto&& self, const TensorData& node, size_t depth) -> void {
+    const bool leaf_expected = depth == shape.size();
+    if (node.is_list() == leaf_expected ||
+        (node.is_list() && static_cast<int64_t>(node.list().size()) != shape[depth]))
+      throw ShapeError(absl::StrCat(
+          "tensor: expected ",
+          leaf_expected ? std::string("a number")
+                        : absl::StrCat("a list of length ", shape[depth]),
+          " at dim ", depth, ", got ",
+          node.is_list() ? absl::StrCat("a list of length ", node.list().size()) : "a number",
+          " (at ", SourceLoc::from(where).str(), ")"));
+    if (!node.is_list()) {
+      values.push_back(node.value());
+      return;
     }
-  }
-  return from_vector(values, {static_cast<int64_t>(blocks.size()), rows, cols}, options, where);
+    for (const TensorData& element : node.list()) self(self, element, depth + 1);
+  };
+  flatten(flatten, data, 0);
+  return from_vector(values, shape, options, where);
 }
 
 Tensor scalar_tensor(Scalar value, TensorOptions options, Loc where) {

@@ -110,18 +110,18 @@ std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim, Loc w
   return extreme_with_index(x, dim, keepdim, false, where);
 }
 
-Tensor amax(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
-  return reduce_dims(Op::Max, x, std::move(dims), keepdim, where);
+Tensor amax(const Tensor& x, IntArrayRef dims, bool keepdim, Loc where) {
+  return reduce_dims(Op::Max, x, dims.vec(), keepdim, where);
 }
-Tensor amin(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
-  return reduce_dims(Op::Min, x, std::move(dims), keepdim, where);
+Tensor amin(const Tensor& x, IntArrayRef dims, bool keepdim, Loc where) {
+  return reduce_dims(Op::Min, x, dims.vec(), keepdim, where);
 }
 
-Tensor Tensor::amax(std::vector<int64_t> dims, bool keepdim, Loc where) const {
-  return lazyfuse::amax(*this, std::move(dims), keepdim, where);
+Tensor Tensor::amax(IntArrayRef dims, bool keepdim, Loc where) const {
+  return lazyfuse::amax(*this, dims, keepdim, where);
 }
-Tensor Tensor::amin(std::vector<int64_t> dims, bool keepdim, Loc where) const {
-  return lazyfuse::amin(*this, std::move(dims), keepdim, where);
+Tensor Tensor::amin(IntArrayRef dims, bool keepdim, Loc where) const {
+  return lazyfuse::amin(*this, dims, keepdim, where);
 }
 Tensor Tensor::gather(int64_t dim, const Tensor& index, Loc where) const {
   return lazyfuse::gather(*this, dim, index, where);

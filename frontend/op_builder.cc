@@ -44,7 +44,9 @@ Tensor make_op(Op op, std::span<const Tensor> operands, Attrs attrs, const Loc& 
   node.device = operands.empty() || op == Op::To ? device : operands.front().device();
   Strides strides;
   try {
-    node.dtype = infer_result_dtype(op, dtypes, explicit_dtype);
+    absl::InlinedVector<int64_t, 3> ranks;
+    for (const Shape* shape : shapes) ranks.push_back(static_cast<int64_t>(shape->size()));
+    node.dtype = infer_result_dtype(op, dtypes, ranks, explicit_dtype);
     node.shape = infer_shape(op, shapes, attrs, given);
     // A reference, not a copy: the first operand's strides are read only by the views.
     static const Strides kNone;

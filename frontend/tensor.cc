@@ -118,20 +118,20 @@ Tensor reduce(Op op, const Tensor& t, std::vector<int64_t> dims, bool keepdim, c
 }  // namespace
 
 Tensor Tensor::sum(Loc where) const { return reduce(Op::Sum, *this, {}, false, where); }
-Tensor Tensor::sum(std::vector<int64_t> dims, bool keepdim, Loc where) const {
-  return reduce(Op::Sum, *this, std::move(dims), keepdim, where);
+Tensor Tensor::sum(IntArrayRef dims, bool keepdim, Loc where) const {
+  return reduce(Op::Sum, *this, dims.vec(), keepdim, where);
 }
 Tensor Tensor::mean(Loc where) const { return reduce(Op::Mean, *this, {}, false, where); }
-Tensor Tensor::mean(std::vector<int64_t> dims, bool keepdim, Loc where) const {
-  return reduce(Op::Mean, *this, std::move(dims), keepdim, where);
+Tensor Tensor::mean(IntArrayRef dims, bool keepdim, Loc where) const {
+  return reduce(Op::Mean, *this, dims.vec(), keepdim, where);
 }
 Tensor Tensor::max(Loc where) const { return reduce(Op::Max, *this, {}, false, where); }
-Tensor Tensor::max(int64_t dim, bool keepdim, Loc where) const {
-  return reduce(Op::Max, *this, {dim}, keepdim, where);
+Tensor Tensor::max(IntArrayRef dims, bool keepdim, Loc where) const {
+  return reduce(Op::Max, *this, dims.vec(), keepdim, where);
 }
 Tensor Tensor::min(Loc where) const { return reduce(Op::Min, *this, {}, false, where); }
-Tensor Tensor::min(int64_t dim, bool keepdim, Loc where) const {
-  return reduce(Op::Min, *this, {dim}, keepdim, where);
+Tensor Tensor::min(IntArrayRef dims, bool keepdim, Loc where) const {
+  return reduce(Op::Min, *this, dims.vec(), keepdim, where);
 }
 
 Tensor Tensor::matmul(const Tensor& other, Loc where) const {
@@ -346,6 +346,12 @@ std::vector<bool> Tensor::to_vector<bool>() const {
   for (int64_t i = 0; i < numel(); ++i) out[i] = bytes[i] != std::byte{0};
   return out;
 }
+Scalar Tensor::item() const {
+  if (dtype() == DType::Bool) return Scalar(item<bool>());
+  if (is_floating(dtype())) return Scalar(item<double>());
+  return Scalar(item<int64_t>());
+}
+
 template float Tensor::item<float>() const;
 template double Tensor::item<double>() const;
 template int32_t Tensor::item<int32_t>() const;
@@ -433,6 +439,12 @@ LF_SCALAR_FIRST_OPERATOR(+, Op::Add)
 LF_SCALAR_FIRST_OPERATOR(-, Op::Sub)
 LF_SCALAR_FIRST_OPERATOR(*, Op::Mul)
 LF_SCALAR_FIRST_OPERATOR(/, Op::Div)
+LF_SCALAR_FIRST_OPERATOR(==, Op::Eq)
+LF_SCALAR_FIRST_OPERATOR(!=, Op::Ne)
+LF_SCALAR_FIRST_OPERATOR(<, Op::Lt)
+LF_SCALAR_FIRST_OPERATOR(<=, Op::Le)
+LF_SCALAR_FIRST_OPERATOR(>, Op::Gt)
+LF_SCALAR_FIRST_OPERATOR(>=, Op::Ge)
 #undef LF_SCALAR_FIRST_OPERATOR
 
 Tensor operator-(TensorArg a) { return a.tensor.neg(a.where); }
@@ -453,6 +465,9 @@ Tensor pow(const Tensor& base, const Tensor& exponent, Loc where) {
   return base.pow(exponent, where);
 }
 Tensor pow(const Tensor& base, Scalar exponent, Loc where) { return base.pow(exponent, where); }
+Tensor pow(Scalar base, const Tensor& exponent, Loc where) {
+  return binary(Op::Pow, scalar_operand(base, exponent, where), exponent, where);
+}
 Tensor maximum(const Tensor& a, const Tensor& b, Loc where) {
   return binary(Op::Maximum, a, b, where);
 }

@@ -11,6 +11,7 @@
 #include <source_location>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "ir/device.h"
@@ -45,9 +46,20 @@ class Scalar {
   Scalar(float v) : kind_(ScalarKind::Floating), value_(v), int_value_(0) {}   // NOLINT
   Scalar(double v) : kind_(ScalarKind::Floating), value_(v), int_value_(0) {}  // NOLINT
   ScalarKind kind() const { return kind_; }
+  bool is_floating_point() const { return kind_ == ScalarKind::Floating; }
+  bool is_integral() const { return kind_ == ScalarKind::Integral; }
+  bool is_boolean() const { return kind_ == ScalarKind::Bool; }
   double to_double() const { return value_; }
   int64_t to_int() const {
     return kind_ == ScalarKind::Floating ? static_cast<int64_t>(value_) : int_value_;
+  }
+  // The value as T, as LibTorch's Scalar::to<T>(): an integer exactly, a float as converted.
+  template <typename T>
+  T to() const {
+    if constexpr (std::is_floating_point_v<T>)
+      return static_cast<T>(kind_ == ScalarKind::Floating ? value_ : static_cast<double>(int_value_));
+    else
+      return static_cast<T>(to_int());
   }
 
  private:
@@ -96,6 +108,23 @@ class TensorOptions {
 std::ostream& operator<<(std::ostream& os, const TensorOptions& options);
 
 using Loc = std::source_location;
+
+// Dims given as one or several, as LibTorch's IntArrayRef takes them: 1, {0, 2}, a
+// std::vector<int64_t>; {} is none (a reduction over every dim). Unlike LibTorch's, it holds its
+// values.
+class IntArrayRef {
+ public:
+  IntArrayRef() = default;
+  IntArrayRef(int64_t value) : values_{value} {}                                  // NOLINT
+  IntArrayRef(int value) : values_{value} {}                                      // NOLINT
+  IntArrayRef(std::initializer_list<int64_t> values) : values_(values) {}         // NOLINT
+  IntArrayRef(std::vector<int64_t> values) : values_(std::move(values)) {}        // NOLINT
+  const std::vector<int64_t>& vec() const { return values_; }
+  operator const std::vector<int64_t>&() const { return values_; }  // NOLINT
+
+ private:
+  std::vector<int64_t> values_;
+};
 
 struct AutogradMeta;  // frontend/autograd.h
 
@@ -164,22 +193,20 @@ class Tensor {
   Tensor clamp_min(Scalar min, Loc where = Loc::current()) const;
   Tensor clamp_max(Scalar max, Loc where = Loc::current()) const;
 
-  // Reductions: over all dims, or the given ones.
+  // Reductions: over all dims, or the given ones: one (t.sum(1)) or several (t.sum({0, 2})).
   Tensor sum(Loc where = Loc::current()) const;
-  Tensor sum(std::vector<int64_t> dims, bool keepdim = false, Loc where = Loc::current()) const;
+  Tensor sum(IntArrayRef dims, bool keepdim = false, Loc where = Loc::current()) const;
   Tensor mean(Loc where = Loc::current()) const;
-  Tensor mean(std::vector<int64_t> dims, bool keepdim = false, Loc where = Loc::current()) const;
+  Tensor mean(IntArrayRef dims, bool keepdim = false, Loc where = Loc::current()) const;
   Tensor max(Loc where = Loc::current()) const;
-  Tensor max(int64_t dim, bool keepdim = false, Loc where = Loc::current()) const;
+  Tensor max(IntArrayRef dims, bool keepdim = false, Loc where = Loc::current()) const;
   Tensor min(Loc where = Loc::current()) const;
-  Tensor min(int64_t dim, bool keepdim = false, Loc where = Loc::current()) const;
+  Tensor min(IntArrayRef dims, bool keepdim = false, Loc where = Loc::current()) const;
   // The largest (smallest) values over the given dims, all when none are given; ties share the
-  // gradient. max(dim) and min(dim) above are amax and amin of one dim: for LibTorch's values
-  // and indices, whose gradient goes to the chosen element alone, use the free max(t, dim).
-  Tensor amax(std::vector<int64_t> dims = {}, bool keepdim = false,
-              Loc where = Loc::current()) const;
-  Tensor amin(std::vector<int64_t> dims = {}, bool keepdim = false,
-              Loc where = Loc::current()) const;
+  // gradient. max(dims) and min(dims) above are amax and amin: for LibTorch's values and
+  // indices, whose gradient goes to the chosen element alone, use the free max(t, dim).
+  Tensor amax(IntArrayRef dims = {}, bool keepdim = false, Loc where = Loc::current()) const;
+  Tensor amin(IntArrayRef dims = {}, bool keepdim = false, Loc where = Loc::current()) const;
 
   Tensor matmul(const Tensor& other, Loc where = Loc::current()) const;
 
@@ -217,7 +244,10 @@ class Tensor {
                      Loc where = Loc::current()) const;
   Tensor index_select(int64_t dim, const Tensor& index, Loc where = Loc::current()) const;
 
-  // Reading values computes them, and copies them to the host when they live on a GPU.
+  // Reading values computes them, and copies them to the host when they live on a GPU. item()
+  // of a one-element tensor of any dtype: a Scalar of its kind (bool, integral, floating), or as
+  // T; a ShapeError for more elements.
+  Scalar item() const;
   template <typename T>
   T item() const;
   template <typename T>
@@ -299,6 +329,12 @@ Tensor operator+(Scalar a, TensorArg b);
 Tensor operator-(Scalar a, TensorArg b);
 Tensor operator*(Scalar a, TensorArg b);
 Tensor operator/(Scalar a, TensorArg b);
+Tensor operator==(Scalar a, TensorArg b);
+Tensor operator!=(Scalar a, TensorArg b);
+Tensor operator<(Scalar a, TensorArg b);
+Tensor operator<=(Scalar a, TensorArg b);
+Tensor operator>(Scalar a, TensorArg b);
+Tensor operator>=(Scalar a, TensorArg b);
 Tensor operator-(TensorArg a);
 Tensor operator==(TensorArg a, const Tensor& b);
 Tensor operator!=(TensorArg a, const Tensor& b);
@@ -328,6 +364,7 @@ Tensor sin(const Tensor& t, Loc where = Loc::current());
 Tensor cos(const Tensor& t, Loc where = Loc::current());
 Tensor pow(const Tensor& base, const Tensor& exponent, Loc where = Loc::current());
 Tensor pow(const Tensor& base, Scalar exponent, Loc where = Loc::current());
+Tensor pow(Scalar base, const Tensor& exponent, Loc where = Loc::current());
 Tensor maximum(const Tensor& a, const Tensor& b, Loc where = Loc::current());
 Tensor minimum(const Tensor& a, const Tensor& b, Loc where = Loc::current());
 Tensor clamp(const Tensor& t, Scalar min, Scalar max, Loc where = Loc::current());
@@ -360,18 +397,44 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = fals
                                Loc where = Loc::current());
 std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false,
                                Loc where = Loc::current());
-Tensor amax(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false,
+Tensor amax(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false,
             Loc where = Loc::current());
-Tensor amin(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false,
+Tensor amin(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false,
             Loc where = Loc::current());
 
 // Factories. Tensors are created on the CPU as float32 unless the options say otherwise.
-Tensor tensor(std::initializer_list<double> values, TensorOptions options = {},
-              Loc where = Loc::current());
-Tensor tensor(std::initializer_list<std::initializer_list<double>> values,
-              TensorOptions options = {}, Loc where = Loc::current());
-Tensor tensor(std::initializer_list<std::initializer_list<std::initializer_list<double>>> values,
-              TensorOptions options = {}, Loc where = Loc::current());
+// The values of tensor(): a number, or a braced list of them nested to any depth, as LibTorch's
+// TensorDataContainer takes them: 3.5, {1, 2}, {{2.0}, {-3.4}}, {{{1, 2}}}. Every sub-list of
+// one level has the same length.
+class TensorData {
+ public:
+  TensorData(double value) : value_(value) {}                                    // NOLINT
+  TensorData(float value) : value_(value) {}                                     // NOLINT
+  TensorData(int value) : value_(value) {}                                       // NOLINT
+  TensorData(int64_t value) : value_(static_cast<double>(value)) {}              // NOLINT
+  TensorData(bool value) : value_(value) {}                                      // NOLINT
+  TensorData(std::initializer_list<TensorData> list) : list_(list), is_list_(true) {}  // NOLINT
+  // A list held in a variable (std::initializer_list<double>, nested or not), or a vector. A
+  // braced list of numbers alike takes this one too, with the same result.
+  template <typename T>
+  TensorData(std::initializer_list<T> list) : is_list_(true) {  // NOLINT
+    for (const T& element : list) list_.emplace_back(element);
+  }
+  template <typename T>
+  TensorData(const std::vector<T>& values) : is_list_(true) {  // NOLINT
+    for (const T& element : values) list_.emplace_back(element);
+  }
+  bool is_list() const { return is_list_; }
+  double value() const { return value_; }
+  const std::vector<TensorData>& list() const { return list_; }
+
+ private:
+  double value_ = 0;
+  std::vector<TensorData> list_;
+  bool is_list_ = false;
+};
+// A tensor of `data`'s values and nesting (0-d for a number), float32 unless `options` say.
+Tensor tensor(const TensorData& data, TensorOptions options = {}, Loc where = Loc::current());
 Tensor from_vector(const std::vector<double>& values, Shape shape, TensorOptions options = {},
                    Loc where = Loc::current());
 Tensor scalar_tensor(Scalar value, TensorOptions options = {}, Loc where = Loc::current());

@@ -1,6 +1,8 @@
 // dtype names, sizes and PyTorch's promotion lattice.
 #include "ir/dtype.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "ir/errors.h"
 
@@ -105,6 +107,18 @@ DType promote_with_scalar(DType tensor_dtype, ScalarKind scalar) {
   // The scalar lifts the category: ints become int64, and anything becomes float32
   // (PyTorch's default dtype).
   return scalar == ScalarKind::Integral ? DType::Int64 : DType::Float32;
+}
+
+DType promote_operands(std::span<const DType> dtypes, std::span<const int64_t> ranks) {
+  std::optional<DType> with_dims, zero_dim;
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    std::optional<DType>& group = ranks[i] > 0 ? with_dims : zero_dim;
+    group = group ? promote_types(*group, dtypes[i]) : dtypes[i];
+  }
+  if (!with_dims) return *zero_dim;
+  if (zero_dim && category(*zero_dim) > category(*with_dims))
+    return promote_types(*with_dims, *zero_dim);
+  return *with_dims;
 }
 
 std::ostream& operator<<(std::ostream& os, DType dtype) { return os << dtype_torch_name(dtype); }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -38,6 +39,12 @@ DType promote_types(DType a, DType b);
 // "wrapped number" rule: a scalar only lifts the category, never the width).
 enum class ScalarKind : uint8_t { Bool, Integral, Floating };
 DType promote_with_scalar(DType tensor_dtype, ScalarKind scalar);
+
+// PyTorch's promotion of several tensor operands (torch.result_type): the operands with dims
+// promote among themselves, and 0-d ones count only where their category (bool < integer <
+// floating) is higher: float32[3] + float64[] is float32, int32[3] + float64[] float64. Where
+// every operand is 0-d they promote among themselves. `ranks`: each operand's number of dims.
+DType promote_operands(std::span<const DType> dtypes, std::span<const int64_t> ranks);
 
 // As PyTorch prints a dtype: torch.float32.
 std::ostream& operator<<(std::ostream& os, DType dtype);

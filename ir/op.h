@@ -82,11 +82,14 @@ const ReductionMeaning& reduction_meaning(Op op);
 DType reduction_accumulator(Op op, DType in);
 
 // The dtype an op's inputs are converted to before it computes (the promoted dtype, in its
-// compute form: half types compute in float32).
-DType op_input_compute_dtype(Op op, std::span<const DType> inputs, DType result);
+// compute form: half types compute in float32). `ranks`: each input's number of dims.
+DType op_input_compute_dtype(Op op, std::span<const DType> inputs, std::span<const int64_t> ranks,
+                             DType result);
 
 // The result dtype by the op's rule; throws DTypeError naming the op when the operands are not
-// accepted. `explicit_dtype` is used for DTypeRule::Explicit.
-DType infer_result_dtype(Op op, std::span<const DType> inputs, DType explicit_dtype);
+// accepted. `ranks`: each input's number of dims (promotion treats 0-d operands apart).
+// `explicit_dtype` is used for DTypeRule::Explicit.
+DType infer_result_dtype(Op op, std::span<const DType> inputs, std::span<const int64_t> ranks,
+                         DType explicit_dtype);
 
 }  // namespace lazyfuse
