@@ -22,10 +22,10 @@
 #include "absl/strings/str_join.h"
 #include "bench/launch_floor.h"
 #include "bench/workloads.h"
-#include "runtime/backend.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/env.h"
-#include "runtime/kernel_cache.h"
+#include "lazyfuse/runtime/backend.h"
+#include "lazyfuse/runtime/cuda_driver.h"
+#include "lazyfuse/runtime/env.h"
+#include "lazyfuse/runtime/kernel_cache.h"
 
 namespace lazyfuse::bench {
 namespace {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "bench/workloads.h"
-#include "runtime/lazy.h"
+#include "lazyfuse/runtime/lazy.h"
 
 namespace {
 

@@ -20,13 +20,13 @@
 #include <string>
 
 #include "bench/launch_floor.h"
-#include "codegen/cuda_codegen.h"
-#include "ir/passes/passes.h"
+#include "lazyfuse/codegen/cuda_codegen.h"
+#include "lazyfuse/ir/passes/passes.h"
 #include "lazyfuse/lazyfuse.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/cuda_graphs.h"
-#include "runtime/host_profile.h"
-#include "runtime/lazy.h"
+#include "lazyfuse/runtime/cuda_driver.h"
+#include "lazyfuse/runtime/cuda_graphs.h"
+#include "lazyfuse/runtime/host_profile.h"
+#include "lazyfuse/runtime/lazy.h"
 
 // Every heap allocation through operator new is counted: allocations are much of the host cost,
 // and each benchmark reports how many it makes per iteration.

@@ -1,6 +1,6 @@
 #include "bench/launch_floor.h"
 
-#include "runtime/kernel_cache.h"
+#include "lazyfuse/runtime/kernel_cache.h"
 
 namespace lazyfuse::bench {
 

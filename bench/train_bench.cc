@@ -27,9 +27,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "frontend/serialize.h"
+#include "lazyfuse/frontend/serialize.h"
 #include "lazyfuse/lazyfuse.h"
-#include "runtime/cuda_graphs.h"
+#include "lazyfuse/runtime/cuda_graphs.h"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cpu_jit_abi.h"
+#include "lazyfuse/codegen/cpu_jit_abi.h"
 #include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"

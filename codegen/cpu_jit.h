@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "codegen/cpu_jit_abi.h"
-#include "ir/op.h"
+#include "lazyfuse/codegen/cpu_jit_abi.h"
+#include "lazyfuse/ir/op.h"
 
 namespace lazyfuse {
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/cpu_jit.h"
-#include "codegen/cpu_kernels.h"
-#include "ir/errors.h"
+#include "lazyfuse/codegen/cpu_jit.h"
+#include "lazyfuse/codegen/cpu_kernels.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
 namespace {
@@ -133,7 +133,7 @@ const char* cpu_jit_function(Op op, bool double_precision) {
     std::array<std::array<const char*, 2>, kNumOps> table{};
 #define LF_ELEMENTWISE(Name, mnemonic, arity, dtype_rule, bool_ok, expression) \
   table[static_cast<int>(Op::Name)] = {"lf_jit_" #Name "_f32", "lf_jit_" #Name "_f64"};
-#include "ir/ops.def"
+#include "lazyfuse/ir/ops.def"
     return table;
   }();
   return names[static_cast<int>(op)][double_precision ? 1 : 0];

@@ -10,15 +10,15 @@
 // calls it (it asks the kernel table, whose stream kernels exist exactly for these).
 #include <type_traits>
 
-#include "codegen/cpu_math.h"
-#include "ir/op.h"
+#include "lazyfuse/codegen/cpu_math.h"
+#include "lazyfuse/ir/op.h"
 
 namespace lazyfuse::cpu_jit_ops {
 namespace {
 
 using namespace lazyfuse::cpu_math;
 
-#include "codegen/cpu_op_expr.inc"
+#include "lazyfuse/codegen/cpu_op_expr.inc"
 
 template <Op op, typename T>
 inline __attribute__((always_inline)) void apply_vector(const T* a, const T* b, const T* c,
@@ -43,7 +43,7 @@ extern "C" {
   void lf_jit_##Name##_f64(const double* a, const double* b, const double* c, double* out) { \
     lazyfuse::cpu_jit_ops::apply_vector<lazyfuse::Op::Name, double>(a, b, c, out);           \
   }
-#include "ir/ops.def"
+#include "lazyfuse/ir/ops.def"
 
 // A vector written past the caches (a result larger than they are: CpuResult::stream), to a
 // 64-byte aligned address.

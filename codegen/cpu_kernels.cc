@@ -1,13 +1,13 @@
 // Chooses the kernel table for the CPU at hand, once: the widest instruction set it supports,
 // or less where LAZYFUSE_CPU_ISA asks (for measuring one against another).
-#include "codegen/cpu_kernels.h"
+#include "lazyfuse/codegen/cpu_kernels.h"
 
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
 

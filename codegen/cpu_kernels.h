@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "codegen/dtype_dispatch.h"
-#include "ir/op.h"
+#include "lazyfuse/codegen/dtype_dispatch.h"
+#include "lazyfuse/ir/op.h"
 
 namespace lazyfuse {
 

@@ -3,4 +3,4 @@
 // could share (nm shows only local ones and its table): a function merged at link time with
 // another file's copy could run AVX-512 code on a CPU without it.
 #define LF_CPU_NAMESPACE cpu_avx512
-#include "codegen/cpu_kernels_impl.inc"
+#include "lazyfuse/codegen/cpu_kernels_impl.inc"

@@ -1,5 +1,5 @@
 // Compiling an elementwise step into a CPU program, and running it over blocks.
-#include "codegen/cpu_program.h"
+#include "lazyfuse/codegen/cpu_program.h"
 
 #include <emmintrin.h>
 
@@ -14,10 +14,10 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "codegen/cpu_jit.h"
-#include "codegen/kernel_plan.h"
-#include "codegen/philox.h"
-#include "ir/errors.h"
+#include "lazyfuse/codegen/cpu_jit.h"
+#include "lazyfuse/codegen/kernel_plan.h"
+#include "lazyfuse/codegen/philox.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
 

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
-#include "codegen/cpu_jit_abi.h"
-#include "codegen/cpu_kernels.h"
-#include "ir/graph.h"
-#include "ir/schedule.h"
+#include "lazyfuse/codegen/cpu_jit_abi.h"
+#include "lazyfuse/codegen/cpu_kernels.h"
+#include "lazyfuse/ir/graph.h"
+#include "lazyfuse/ir/schedule.h"
 
 namespace lazyfuse {
 

@@ -7,10 +7,10 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/cpu_math.h"
-#include "codegen/dtype_dispatch.h"
-#include "ir/errors.h"
-#include "ir/op.h"
+#include "lazyfuse/codegen/cpu_math.h"
+#include "lazyfuse/codegen/dtype_dispatch.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/op.h"
 
 namespace lazyfuse {
 
@@ -31,7 +31,7 @@ struct CpuReduction;
     }                                                                                           \
   };
 #define LF_OP(Name, mnemonic, kind, arity, dtype_rule)
-#include "ir/ops.def"
+#include "lazyfuse/ir/ops.def"
 
 // The accumulator type of reduction kOp over storage type S: reduction_accumulator() (ir/op.h)
 // at compile time.
@@ -64,7 +64,7 @@ decltype(auto) dispatch_reduction(Op op, F&& f) {
   case Op::Name:                                                                         \
     return f.template operator()<Op::Name>();
 #define LF_OP(Name, mnemonic, kind, arity, dtype_rule)
-#include "ir/ops.def"
+#include "lazyfuse/ir/ops.def"
     default:
       break;
   }

@@ -1,5 +1,5 @@
 // Generating CUDA source for fused elementwise steps.
-#include "codegen/cuda_codegen.h"
+#include "lazyfuse/codegen/cuda_codegen.h"
 
 #include <algorithm>
 #include <bit>
@@ -8,12 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "codegen/cuda_emit.h"
-#include "codegen/cuda_prologue.inc"
-#include "codegen/dtype_dispatch.h"
-#include "ir/errors.h"
-#include "ir/infer.h"
-#include "ir/stable_hash.h"
+#include "codegen/cuda_prologue.inc"  // generated into the build tree
+#include "lazyfuse/codegen/cuda_emit.h"
+#include "lazyfuse/codegen/dtype_dispatch.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/infer.h"
+#include "lazyfuse/ir/stable_hash.h"
 
 namespace lazyfuse {
 namespace {
@@ -44,7 +44,7 @@ const char* cuda_expression(Op op) {
 #define LF_ELEMENTWISE(Name, mnemonic, arity, dtype_rule, bool_ok, expression) \
   case Op::Name:                                                               \
     return #expression;
-#include "ir/ops.def"
+#include "lazyfuse/ir/ops.def"
     default:
       break;
   }

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
-#include "codegen/cuda_kernel_args.h"
-#include "codegen/kernel_plan.h"
-#include "ir/graph.h"
-#include "ir/schedule.h"
+#include "lazyfuse/codegen/cuda_kernel_args.h"
+#include "lazyfuse/codegen/kernel_plan.h"
+#include "lazyfuse/ir/graph.h"
+#include "lazyfuse/ir/schedule.h"
 
 namespace lazyfuse {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cuda_codegen.h"
+#include "lazyfuse/codegen/cuda_codegen.h"
 
 namespace lazyfuse::cuda_emit {
 

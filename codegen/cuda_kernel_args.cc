@@ -1,10 +1,10 @@
 // The calling convention of generated CUDA kernels: layouts and the packing of their words.
-#include "codegen/cuda_kernel_args.h"
+#include "lazyfuse/codegen/cuda_kernel_args.h"
 
 #include <bit>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/cuda_codegen.h"
+#include "lazyfuse/codegen/cuda_codegen.h"
 
 namespace lazyfuse {
 namespace {

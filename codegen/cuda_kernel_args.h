@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
-#include "ir/shape.h"
+#include "lazyfuse/ir/shape.h"
 
 namespace lazyfuse {
 

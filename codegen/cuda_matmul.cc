@@ -39,9 +39,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/cuda_codegen.h"
-#include "codegen/cuda_emit.h"
-#include "codegen/cuda_kernel_args.h"
+#include "lazyfuse/codegen/cuda_codegen.h"
+#include "lazyfuse/codegen/cuda_emit.h"
+#include "lazyfuse/codegen/cuda_kernel_args.h"
 
 namespace lazyfuse {
 

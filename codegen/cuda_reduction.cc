@@ -5,10 +5,10 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/cuda_codegen.h"
-#include "codegen/cuda_emit.h"
-#include "ir/errors.h"
-#include "ir/infer.h"
+#include "lazyfuse/codegen/cuda_codegen.h"
+#include "lazyfuse/codegen/cuda_emit.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/infer.h"
 
 namespace lazyfuse {
 namespace {

@@ -7,8 +7,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "codegen/half.h"
-#include "ir/dtype.h"
+#include "lazyfuse/codegen/half.h"
+#include "lazyfuse/ir/dtype.h"
 
 namespace lazyfuse {
 

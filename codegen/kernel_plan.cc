@@ -1,10 +1,10 @@
 // The kernel plan shared by every backend: merging dims, classifying operand access, and a
 // reduction step's roles and parts.
-#include "codegen/kernel_plan.h"
+#include "lazyfuse/codegen/kernel_plan.h"
 
 #include <algorithm>
 
-#include "ir/infer.h"
+#include "lazyfuse/ir/infer.h"
 
 namespace lazyfuse {
 

@@ -11,8 +11,8 @@
 #include <span>
 
 #include "absl/container/inlined_vector.h"
-#include "ir/schedule.h"
-#include "ir/shape.h"
+#include "lazyfuse/ir/schedule.h"
+#include "lazyfuse/ir/shape.h"
 
 namespace lazyfuse {
 

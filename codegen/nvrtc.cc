@@ -1,5 +1,5 @@
 // NVRTC through dlopen.
-#include "codegen/nvrtc.h"
+#include "lazyfuse/codegen/nvrtc.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
 namespace {

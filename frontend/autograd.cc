@@ -1,6 +1,6 @@
 // The autograd engine: recording GradNodes as ops are made, and backward()/grad() as a reverse
 // topological walk that applies each op's gradient rule from ir/ops.def.
-#include "frontend/autograd.h"
+#include "lazyfuse/frontend/autograd.h"
 
 #include <algorithm>
 #include <array>
@@ -9,9 +9,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "frontend/op_builder.h"
-#include "ir/errors.h"
-#include "ir/infer.h"
+#include "lazyfuse/frontend/op_builder.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/infer.h"
 
 namespace lazyfuse {
 
@@ -26,7 +26,7 @@ constexpr std::array<bool, kNumOps> ops_with_gradients() {
 #define LF_GRADIENT2(Name, da, db) has[static_cast<int>(Op::Name)] = true;
 #define LF_GRADIENT3(Name, da, db, dc) has[static_cast<int>(Op::Name)] = true;
 #define LF_GRADIENTN(Name, di) has[static_cast<int>(Op::Name)] = true;
-#include "ir/ops.def"
+#include "lazyfuse/ir/ops.def"
   return has;
 }
 constexpr std::array<bool, kNumOps> kHasGradient = ops_with_gradients();
@@ -40,7 +40,7 @@ const char* grad_fn_name_of(Op op) {
 #define LF_GRADIENT2(Name, da, db) LF_GRADIENT1(Name, da)
 #define LF_GRADIENT3(Name, da, db, dc) LF_GRADIENT1(Name, da)
 #define LF_GRADIENTN(Name, di) LF_GRADIENT1(Name, di)
-#include "ir/ops.def"
+#include "lazyfuse/ir/ops.def"
     default:
       return "";
   }
@@ -101,7 +101,7 @@ class GradientRule {
       grads.push_back(needed_[i] ? Tensor(di) : Tensor()); \
     return grads;                                          \
   }
-#include "ir/ops.def"
+#include "lazyfuse/ir/ops.def"
       default:
         throw VerifierError(absl::StrCat(op_name(node_.op), " has no gradient rule"));
     }

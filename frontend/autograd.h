@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
-#include "frontend/tensor.h"
-#include "ir/graph.h"
+#include "lazyfuse/frontend/tensor.h"
+#include "lazyfuse/ir/graph.h"
 
 namespace lazyfuse {
 

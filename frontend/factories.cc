@@ -4,12 +4,12 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/cpu_program.h"
-#include "frontend/autograd.h"
-#include "frontend/op_builder.h"
-#include "frontend/tensor.h"
-#include "ir/errors.h"
-#include "runtime/devices.h"
+#include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/frontend/autograd.h"
+#include "lazyfuse/frontend/op_builder.h"
+#include "lazyfuse/frontend/tensor.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/devices.h"
 
 namespace lazyfuse {
 namespace {
@@ -94,8 +94,7 @@ Tensor tensor(const TensorData& data, TensorOptions options, Loc where) {
         (node.is_list() && static_cast<int64_t>(node.list().size()) != shape[depth]))
       throw ShapeError(absl::StrCat(
           "tensor: expected ",
-          leaf_expected ? std::string("a number")
-                        : absl::StrCat("a list of length ", shape[depth]),
+          leaf_expected ? std::string("a number") : absl::StrCat("a list of length ", shape[depth]),
           " at dim ", depth, ", got ",
           node.is_list() ? absl::StrCat("a list of length ", node.list().size()) : "a number",
           " (at ", SourceLoc::from(where).str(), ")"));

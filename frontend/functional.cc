@@ -1,13 +1,13 @@
 // nn::functional and the row ops (softmax, logsumexp, argmax), composed from tensor.h's ops.
-#include "frontend/functional.h"
+#include "lazyfuse/frontend/functional.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "frontend/op_builder.h"
-#include "ir/errors.h"
+#include "lazyfuse/frontend/op_builder.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
 

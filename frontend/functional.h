@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "frontend/tensor.h"
+#include "lazyfuse/frontend/tensor.h"
 
 namespace lazyfuse {
 

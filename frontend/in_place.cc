@@ -1,9 +1,9 @@
 // In-place ops: add_, sub_, mul_, div_, copy_, fill_, zero_.
 #include "absl/strings/str_cat.h"
-#include "frontend/autograd.h"
-#include "frontend/op_builder.h"
-#include "frontend/tensor.h"
-#include "ir/errors.h"
+#include "lazyfuse/frontend/autograd.h"
+#include "lazyfuse/frontend/op_builder.h"
+#include "lazyfuse/frontend/tensor.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "frontend/functional.h"
-#include "frontend/op_builder.h"
-#include "ir/errors.h"
+#include "lazyfuse/frontend/functional.h"
+#include "lazyfuse/frontend/op_builder.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
 

@@ -1,6 +1,6 @@
 // from_blob and DLPack: tensors over memory lazyfuse did not allocate, and lazyfuse's memory
 // lent to others, both without a copy.
-#include "frontend/interop.h"
+#include "lazyfuse/frontend/interop.h"
 
 #include <dlpack/dlpack.h>
 
@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
-#include "runtime/devices.h"
-#include "runtime/lazy.h"
-#include "runtime/storage.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/devices.h"
+#include "lazyfuse/runtime/lazy.h"
+#include "lazyfuse/runtime/storage.h"
 
 namespace lazyfuse {
 namespace {

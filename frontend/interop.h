@@ -4,7 +4,7 @@
 
 #include <functional>
 
-#include "frontend/tensor.h"
+#include "lazyfuse/frontend/tensor.h"
 
 // DLPack's managed tensor (<dlpack/dlpack.h>, Debian's libdlpack-dev): declared here so that
 // only code that calls to_dlpack or from_dlpack needs the header.

@@ -1,12 +1,12 @@
 // Module, Linear, Embedding, Sequential.
-#include "frontend/nn.h"
+#include "lazyfuse/frontend/nn.h"
 
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "frontend/autograd.h"
-#include "ir/errors.h"
+#include "lazyfuse/frontend/autograd.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse::nn {
 

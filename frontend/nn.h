@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "frontend/functional.h"
-#include "frontend/tensor.h"
+#include "lazyfuse/frontend/functional.h"
+#include "lazyfuse/frontend/tensor.h"
 
 namespace lazyfuse::nn {
 

@@ -1,12 +1,12 @@
 // Building pending nodes.
-#include "frontend/op_builder.h"
+#include "lazyfuse/frontend/op_builder.h"
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "frontend/autograd.h"
-#include "ir/errors.h"
-#include "ir/infer.h"
-#include "runtime/env.h"
+#include "lazyfuse/frontend/autograd.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/infer.h"
+#include "lazyfuse/runtime/env.h"
 
 namespace lazyfuse::detail {
 

@@ -6,8 +6,8 @@
 #include <initializer_list>
 #include <span>
 
-#include "frontend/tensor.h"
-#include "ir/graph.h"
+#include "lazyfuse/frontend/tensor.h"
+#include "lazyfuse/ir/graph.h"
 
 namespace lazyfuse::detail {
 

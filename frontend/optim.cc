@@ -1,10 +1,10 @@
 // SGD, Adam and AdamW: each parameter's update written in tensor ops, all of them evaluated at
 // once by Optimizer::step().
-#include "frontend/optim.h"
+#include "lazyfuse/frontend/optim.h"
 
 #include <algorithm>
 
-#include "frontend/autograd.h"
+#include "lazyfuse/frontend/autograd.h"
 
 namespace lazyfuse::optim {
 

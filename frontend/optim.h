@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "frontend/tensor.h"
+#include "lazyfuse/frontend/tensor.h"
 
 namespace lazyfuse::optim {
 

@@ -1,6 +1,6 @@
 // safetensors: the reader checks a header completely before it makes a tensor, and the writer
 // lays a file out as the reference library (huggingface/safetensors) does, byte for byte.
-#include "frontend/serialize.h"
+#include "lazyfuse/frontend/serialize.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -22,11 +22,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "frontend/autograd.h"
-#include "ir/errors.h"
+#include "lazyfuse/frontend/autograd.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/devices.h"
+#include "lazyfuse/runtime/executor.h"
 #include "nlohmann/json.hpp"
-#include "runtime/devices.h"
-#include "runtime/executor.h"
 
 namespace lazyfuse {
 namespace {

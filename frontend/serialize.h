@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "frontend/nn.h"
-#include "frontend/tensor.h"
-#include "ir/device.h"
+#include "lazyfuse/frontend/nn.h"
+#include "lazyfuse/frontend/tensor.h"
+#include "lazyfuse/ir/device.h"
 
 namespace lazyfuse {
 

@@ -1,18 +1,18 @@
 // Tensor's methods and operators: each adds a pending node (op_builder.cc) and returns.
-#include "frontend/tensor.h"
+#include "lazyfuse/frontend/tensor.h"
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/cpu_program.h"
-#include "frontend/op_builder.h"
-#include "frontend/tensor_format.h"
-#include "ir/errors.h"
-#include "ir/passes/passes.h"
-#include "runtime/devices.h"
-#include "runtime/executor.h"
+#include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/frontend/op_builder.h"
+#include "lazyfuse/frontend/tensor_format.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/passes/passes.h"
+#include "lazyfuse/runtime/devices.h"
+#include "lazyfuse/runtime/executor.h"
 
 namespace lazyfuse {
 

@@ -14,11 +14,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "ir/device.h"
-#include "ir/dtype.h"
-#include "ir/shape.h"
-#include "runtime/lazy.h"
-#include "runtime/pool_allocator.h"
+#include "lazyfuse/ir/device.h"
+#include "lazyfuse/ir/dtype.h"
+#include "lazyfuse/ir/shape.h"
+#include "lazyfuse/runtime/lazy.h"
+#include "lazyfuse/runtime/pool_allocator.h"
 
 namespace lazyfuse {
 
@@ -57,7 +57,8 @@ class Scalar {
   template <typename T>
   T to() const {
     if constexpr (std::is_floating_point_v<T>)
-      return static_cast<T>(kind_ == ScalarKind::Floating ? value_ : static_cast<double>(int_value_));
+      return static_cast<T>(kind_ == ScalarKind::Floating ? value_
+                                                          : static_cast<double>(int_value_));
     else
       return static_cast<T>(to_int());
   }
@@ -115,10 +116,10 @@ using Loc = std::source_location;
 class IntArrayRef {
  public:
   IntArrayRef() = default;
-  IntArrayRef(int64_t value) : values_{value} {}                                  // NOLINT
-  IntArrayRef(int value) : values_{value} {}                                      // NOLINT
-  IntArrayRef(std::initializer_list<int64_t> values) : values_(values) {}         // NOLINT
-  IntArrayRef(std::vector<int64_t> values) : values_(std::move(values)) {}        // NOLINT
+  IntArrayRef(int64_t value) : values_{value} {}                            // NOLINT
+  IntArrayRef(int value) : values_{value} {}                                // NOLINT
+  IntArrayRef(std::initializer_list<int64_t> values) : values_(values) {}   // NOLINT
+  IntArrayRef(std::vector<int64_t> values) : values_(std::move(values)) {}  // NOLINT
   const std::vector<int64_t>& vec() const { return values_; }
   operator const std::vector<int64_t>&() const { return values_; }  // NOLINT
 
@@ -408,11 +409,11 @@ Tensor amin(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false,
 // one level has the same length.
 class TensorData {
  public:
-  TensorData(double value) : value_(value) {}                                    // NOLINT
-  TensorData(float value) : value_(value) {}                                     // NOLINT
-  TensorData(int value) : value_(value) {}                                       // NOLINT
-  TensorData(int64_t value) : value_(static_cast<double>(value)) {}              // NOLINT
-  TensorData(bool value) : value_(value) {}                                      // NOLINT
+  TensorData(double value) : value_(value) {}                                          // NOLINT
+  TensorData(float value) : value_(value) {}                                           // NOLINT
+  TensorData(int value) : value_(value) {}                                             // NOLINT
+  TensorData(int64_t value) : value_(static_cast<double>(value)) {}                    // NOLINT
+  TensorData(bool value) : value_(value) {}                                            // NOLINT
   TensorData(std::initializer_list<TensorData> list) : list_(list), is_list_(true) {}  // NOLINT
   // A list held in a variable (std::initializer_list<double>, nested or not), or a vector. A
   // braced list of numbers alike takes this one too, with the same result.

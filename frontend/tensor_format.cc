@@ -2,14 +2,14 @@
 // The structure mirrors PyTorch's on purpose: one formatter built from the elements that will be
 // shown (so width and notation come from those alone, as with get_summarized_data), then a
 // recursive walk that nests brackets, wraps long rows and inserts "..." for summarised dims.
-#include "frontend/tensor_format.h"
+#include "lazyfuse/frontend/tensor_format.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string_view>
 
-#include "ir/errors.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
 namespace {

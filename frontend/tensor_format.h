@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/shape.h"
+#include "lazyfuse/ir/shape.h"
 
 namespace lazyfuse {
 

@@ -1,10 +1,10 @@
 // Parsing and printing of devices.
-#include "ir/device.h"
+#include "lazyfuse/ir/device.h"
 
 #include <charconv>
 
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
 

@@ -1,10 +1,10 @@
 // dtype names, sizes and PyTorch's promotion lattice.
-#include "ir/dtype.h"
+#include "lazyfuse/ir/dtype.h"
 
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
 

@@ -1,5 +1,5 @@
 // Attributes, structural hashing and use lists.
-#include "ir/graph.h"
+#include "lazyfuse/ir/graph.h"
 
 #include <algorithm>
 
@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "ir/errors.h"
-#include "ir/stable_hash.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/stable_hash.h"
 
 namespace lazyfuse {
 

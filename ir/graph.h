@@ -9,10 +9,10 @@
 #include <variant>
 #include <vector>
 
-#include "ir/device.h"
-#include "ir/dtype.h"
-#include "ir/op.h"
-#include "ir/shape.h"
+#include "lazyfuse/ir/device.h"
+#include "lazyfuse/ir/dtype.h"
+#include "lazyfuse/ir/op.h"
+#include "lazyfuse/ir/shape.h"
 
 namespace lazyfuse {
 

@@ -1,10 +1,10 @@
 // Shape rules: broadcasting, reductions, matmul, views and index ops.
-#include "ir/infer.h"
+#include "lazyfuse/ir/infer.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
 namespace {

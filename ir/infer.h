@@ -4,7 +4,7 @@
 
 #include <span>
 
-#include "ir/graph.h"
+#include "lazyfuse/ir/graph.h"
 
 namespace lazyfuse {
 

@@ -1,10 +1,10 @@
 // The op table's ir/ columns, and the dtype rules.
-#include "ir/op.h"
+#include "lazyfuse/ir/op.h"
 
 #include <array>
 
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
 namespace {
@@ -22,7 +22,7 @@ constexpr std::array<OpInfo, kNumOps> kOpInfo = {{
   {mnemonic, OpKind::kind, arity, DTypeRule::dtype_rule, true},
 #define LF_ELEMENTWISE(Name, mnemonic, arity, dtype_rule, bool_ok, expression) \
   {mnemonic, OpKind::Elementwise, arity, DTypeRule::dtype_rule, bool_ok},
-#include "ir/ops.def"
+#include "lazyfuse/ir/ops.def"
 }};
 
 const OpInfo& info(Op op) { return kOpInfo[static_cast<int>(op)]; }
@@ -36,7 +36,7 @@ constexpr ReductionEntry kReductions[] = {
   {Op::Name,                                                                             \
    {ReductionAccumulator::accumulator, ReductionIdentity::identity, #combine,            \
     ReductionFinish::finish}},
-#include "ir/ops.def"
+#include "lazyfuse/ir/ops.def"
 };
 
 }  // namespace

@@ -6,7 +6,7 @@
 #include <span>
 #include <string_view>
 
-#include "ir/dtype.h"
+#include "lazyfuse/ir/dtype.h"
 
 namespace lazyfuse {
 
@@ -15,12 +15,12 @@ inline constexpr int kVariadic = -1;
 
 enum class Op : uint8_t {
 #define LF_OP(Name, mnemonic, kind, arity, dtype_rule) Name,
-#include "ir/ops.def"
+#include "lazyfuse/ir/ops.def"
 };
 
 inline constexpr int kNumOps = 0
 #define LF_OP(Name, mnemonic, kind, arity, dtype_rule) +1
-#include "ir/ops.def"
+#include "lazyfuse/ir/ops.def"
     ;
 
 enum class OpKind : uint8_t { Source, Elementwise, Reduction, Matmul, View, Transfer, Index };

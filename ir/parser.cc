@@ -39,8 +39,8 @@
 #include <utility>
 #include <vector>
 
-#include "ir/errors.h"
-#include "ir/graph.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/graph.h"
 
 namespace lazyfuse {
 namespace {

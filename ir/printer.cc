@@ -28,8 +28,8 @@
 #include <variant>
 #include <vector>
 
-#include "ir/graph.h"
-#include "ir/schedule.h"
+#include "lazyfuse/ir/graph.h"
+#include "lazyfuse/ir/schedule.h"
 
 namespace lazyfuse {
 namespace {

@@ -1,15 +1,15 @@
 // Steps: kernel names and keys, counts, and an order. (print_schedule is in printer.cc, beside the
 // parser's twin of every choice it makes; how a backend lowers a reduction step is
 // codegen/kernel_plan.cc's.)
-#include "ir/schedule.h"
+#include "lazyfuse/ir/schedule.h"
 
 #include <queue>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
-#include "ir/errors.h"
-#include "ir/stable_hash.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/stable_hash.h"
 
 namespace lazyfuse {
 

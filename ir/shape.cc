@@ -1,11 +1,11 @@
 // Shapes, strides, broadcasting and the view rule.
-#include "ir/shape.h"
+#include "lazyfuse/ir/shape.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "ir/errors.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
 

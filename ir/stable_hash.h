@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
-#include "ir/device.h"
+#include "lazyfuse/ir/device.h"
 
 namespace lazyfuse {
 

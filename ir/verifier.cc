@@ -1,10 +1,10 @@
 // Checks: SSA order, params first, arity, attributes, dtype and shape rules, and, after
 // placement, that devices agree.
-#include "ir/verifier.h"
+#include "lazyfuse/ir/verifier.h"
 
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
-#include "ir/infer.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/infer.h"
 
 namespace lazyfuse {
 namespace {

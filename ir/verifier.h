@@ -2,7 +2,7 @@
 // graph that is parsed from text.
 #pragma once
 
-#include "ir/graph.h"
+#include "lazyfuse/ir/graph.h"
 
 namespace lazyfuse {
 

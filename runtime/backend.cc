@@ -1,5 +1,5 @@
 // The registry of backends, one per device type.
-#include "runtime/backend.h"
+#include "lazyfuse/runtime/backend.h"
 
 #include <array>
 #include <atomic>

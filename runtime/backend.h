@@ -17,8 +17,8 @@
 #include <span>
 
 #include "absl/functional/function_ref.h"
-#include "ir/schedule.h"
-#include "runtime/storage.h"
+#include "lazyfuse/ir/schedule.h"
+#include "lazyfuse/runtime/storage.h"
 
 namespace lazyfuse {
 

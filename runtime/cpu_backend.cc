@@ -1,5 +1,5 @@
 // The CPU backend: each compute step of a schedule on the host.
-#include "runtime/cpu_backend.h"
+#include "lazyfuse/runtime/cpu_backend.h"
 
 #include <omp.h>
 
@@ -12,13 +12,13 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "codegen/cpu_program.h"
-#include "codegen/kernel_plan.h"
-#include "ir/errors.h"
-#include "ir/infer.h"
-#include "runtime/backend.h"
-#include "runtime/host_memory.h"
-#include "runtime/parallel.h"
+#include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/codegen/kernel_plan.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/infer.h"
+#include "lazyfuse/runtime/backend.h"
+#include "lazyfuse/runtime/host_memory.h"
+#include "lazyfuse/runtime/parallel.h"
 
 namespace lazyfuse {
 namespace {

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
-#include "ir/schedule.h"
-#include "runtime/storage.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/schedule.h"
+#include "lazyfuse/runtime/storage.h"
 
 namespace lazyfuse {
 

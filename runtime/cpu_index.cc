@@ -28,12 +28,12 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/cpu_program.h"
-#include "codegen/dtype_dispatch.h"
-#include "codegen/kernel_plan.h"
-#include "ir/errors.h"
-#include "runtime/cpu_backend.h"
-#include "runtime/parallel.h"
+#include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/codegen/dtype_dispatch.h"
+#include "lazyfuse/codegen/kernel_plan.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/cpu_backend.h"
+#include "lazyfuse/runtime/parallel.h"
 
 namespace lazyfuse {
 namespace {

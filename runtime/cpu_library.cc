@@ -10,14 +10,14 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/cpu_kernels.h"
-#include "codegen/cpu_program.h"
-#include "codegen/cpu_reduction.h"
-#include "codegen/kernel_plan.h"
-#include "ir/errors.h"
-#include "ir/infer.h"
-#include "runtime/cpu_backend.h"
-#include "runtime/parallel.h"
+#include "lazyfuse/codegen/cpu_kernels.h"
+#include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/codegen/cpu_reduction.h"
+#include "lazyfuse/codegen/kernel_plan.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/infer.h"
+#include "lazyfuse/runtime/cpu_backend.h"
+#include "lazyfuse/runtime/parallel.h"
 
 namespace lazyfuse {
 namespace {

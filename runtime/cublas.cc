@@ -1,7 +1,7 @@
 // cuBLAS and cuBLASLt through dlopen. cuBLAS is column-major: a row-major product C = A B is
 // computed as the column-major C^T = B^T A^T, which reads the same memory without any transpose; an
 // operand stored transposed is read in place with op T.
-#include "runtime/cublas.h"
+#include "lazyfuse/runtime/cublas.h"
 
 #include <dlfcn.h>
 
@@ -22,11 +22,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/cuda_graphs.h"
-#include "runtime/cuda_memory.h"
-#include "runtime/env.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/cuda_driver.h"
+#include "lazyfuse/runtime/cuda_graphs.h"
+#include "lazyfuse/runtime/cuda_memory.h"
+#include "lazyfuse/runtime/env.h"
 
 namespace lazyfuse::cuda {
 namespace {

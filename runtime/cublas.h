@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "ir/dtype.h"
+#include "lazyfuse/ir/dtype.h"
 
 namespace lazyfuse::cuda {
 

@@ -1,5 +1,5 @@
 // Loading the CUDA driver and making contexts current.
-#include "runtime/cuda_driver.h"
+#include "lazyfuse/runtime/cuda_driver.h"
 
 #include <dlfcn.h>
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse::cuda {
 namespace {

@@ -1,5 +1,5 @@
 // CUDA graph replay of cached schedules.
-#include "runtime/cuda_graphs.h"
+#include "lazyfuse/runtime/cuda_graphs.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/cuda_memory.h"
-#include "runtime/env.h"
-#include "runtime/host_profile.h"
+#include "lazyfuse/runtime/cuda_driver.h"
+#include "lazyfuse/runtime/cuda_memory.h"
+#include "lazyfuse/runtime/env.h"
+#include "lazyfuse/runtime/host_profile.h"
 
 namespace lazyfuse::cuda {
 

@@ -10,7 +10,7 @@
 #include <span>
 #include <string>
 
-#include "runtime/backend.h"
+#include "lazyfuse/runtime/backend.h"
 
 namespace lazyfuse::cuda {
 

@@ -1,5 +1,5 @@
 // The caching allocator.
-#include "runtime/cuda_memory.h"
+#include "lazyfuse/runtime/cuda_memory.h"
 
 #include <atomic>
 #include <map>
@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "ir/errors.h"
-#include "runtime/cuda_driver.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/cuda_driver.h"
 
 namespace lazyfuse::cuda {
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "runtime/storage.h"
+#include "lazyfuse/runtime/storage.h"
 
 namespace lazyfuse::cuda {
 

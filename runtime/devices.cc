@@ -1,5 +1,5 @@
 // Device discovery through the CUDA driver API, loaded at run time.
-#include "runtime/devices.h"
+#include "lazyfuse/runtime/devices.h"
 
 #include <unistd.h>
 
@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "ir/errors.h"
-#include "runtime/cuda_driver.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/cuda_driver.h"
 
 namespace lazyfuse {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/device.h"
+#include "lazyfuse/ir/device.h"
 
 namespace lazyfuse {
 

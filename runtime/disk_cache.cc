@@ -1,5 +1,5 @@
 // The disk cache's entries and the checks that decide whether they are trusted.
-#include "runtime/disk_cache.h"
+#include "lazyfuse/runtime/disk_cache.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "ir/stable_hash.h"
+#include "lazyfuse/ir/stable_hash.h"
 
 namespace lazyfuse {
 namespace {
@@ -56,12 +56,11 @@ std::string untrusted_reason(const std::filesystem::path& path, bool directory, 
   if (directory ? !S_ISDIR(info.st_mode) : !S_ISREG(info.st_mode))
     return directory ? "it is not a directory" : "it is not a regular file";
   if (info.st_uid != ::geteuid())
-    return absl::StrCat("it is owned by user ", info.st_uid, ", not by this one (",
-                        ::geteuid(), ")");
+    return absl::StrCat("it is owned by user ", info.st_uid, ", not by this one (", ::geteuid(),
+                        ")");
   if (info.st_mode & (S_IWGRP | S_IWOTH))
     return absl::StrFormat("it is writable by %s (mode %04o)",
-                           info.st_mode & S_IWOTH ? "others" : "its group",
-                           info.st_mode & 07777);
+                           info.st_mode & S_IWOTH ? "others" : "its group", info.st_mode & 07777);
   return "";
 }
 

@@ -1,4 +1,4 @@
-#include "runtime/env.h"
+#include "lazyfuse/runtime/env.h"
 
 #include <cstdlib>
 #include <string_view>

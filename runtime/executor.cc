@@ -1,10 +1,10 @@
 // Running a schedule across devices.
-#include "runtime/executor.h"
+#include "lazyfuse/runtime/executor.h"
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
-#include "ir/infer.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/infer.h"
 
 namespace lazyfuse {
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "ir/schedule.h"
-#include "runtime/backend.h"
-#include "runtime/storage.h"
+#include "lazyfuse/ir/schedule.h"
+#include "lazyfuse/runtime/backend.h"
+#include "lazyfuse/runtime/storage.h"
 
 namespace lazyfuse {
 

@@ -1,5 +1,5 @@
 // The host's caching allocator.
-#include "runtime/host_memory.h"
+#include "lazyfuse/runtime/host_memory.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "ir/errors.h"
-#include "runtime/env.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/env.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "runtime/storage.h"
+#include "lazyfuse/runtime/storage.h"
 
 namespace lazyfuse::cpu {
 

@@ -1,4 +1,4 @@
-#include "runtime/host_profile.h"
+#include "lazyfuse/runtime/host_profile.h"
 
 #include <mutex>
 

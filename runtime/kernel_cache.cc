@@ -1,5 +1,5 @@
 // The kernel cache: memory, then disk, then NVRTC.
-#include "runtime/kernel_cache.h"
+#include "lazyfuse/runtime/kernel_cache.h"
 
 #include <unistd.h>
 
@@ -17,12 +17,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "codegen/nvrtc.h"
-#include "ir/errors.h"
-#include "ir/stable_hash.h"
-#include "runtime/cuda_graphs.h"
-#include "runtime/disk_cache.h"
-#include "runtime/env.h"
+#include "lazyfuse/codegen/nvrtc.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/stable_hash.h"
+#include "lazyfuse/runtime/cuda_graphs.h"
+#include "lazyfuse/runtime/disk_cache.h"
+#include "lazyfuse/runtime/env.h"
 
 namespace lazyfuse::cuda {
 namespace {

@@ -8,8 +8,8 @@
 #include <functional>
 #include <string>
 
-#include "codegen/cuda_codegen.h"
-#include "runtime/cuda_driver.h"
+#include "lazyfuse/codegen/cuda_codegen.h"
+#include "lazyfuse/runtime/cuda_driver.h"
 
 namespace lazyfuse::cuda {
 

@@ -1,5 +1,5 @@
 // Building a graph from pending values, and evaluating it.
-#include "runtime/lazy.h"
+#include "lazyfuse/runtime/lazy.h"
 
 #include <algorithm>
 #include <atomic>
@@ -14,13 +14,13 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "ir/errors.h"
-#include "ir/passes/passes.h"
-#include "runtime/backend.h"
-#include "runtime/env.h"
-#include "runtime/executor.h"
-#include "runtime/host_profile.h"
-#include "runtime/pool_allocator.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/passes/passes.h"
+#include "lazyfuse/runtime/backend.h"
+#include "lazyfuse/runtime/env.h"
+#include "lazyfuse/runtime/executor.h"
+#include "lazyfuse/runtime/host_profile.h"
+#include "lazyfuse/runtime/pool_allocator.h"
 
 namespace lazyfuse {
 

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
-#include "ir/graph.h"
-#include "ir/passes/passes.h"
-#include "ir/schedule.h"
-#include "runtime/storage.h"
+#include "lazyfuse/ir/graph.h"
+#include "lazyfuse/ir/passes/passes.h"
+#include "lazyfuse/ir/schedule.h"
+#include "lazyfuse/runtime/storage.h"
 
 namespace lazyfuse {
 

@@ -1,4 +1,4 @@
-#include "runtime/pool_allocator.h"
+#include "lazyfuse/runtime/pool_allocator.h"
 
 #include <array>
 #include <cstdint>

@@ -1,15 +1,15 @@
 // lazyfuse::stats(): each layer's counters gathered.
-#include "runtime/stats.h"
+#include "lazyfuse/runtime/stats.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "codegen/cpu_jit.h"
-#include "runtime/cuda_graphs.h"
-#include "runtime/cuda_memory.h"
-#include "runtime/devices.h"
-#include "runtime/host_memory.h"
-#include "runtime/kernel_cache.h"
-#include "runtime/lazy.h"
+#include "lazyfuse/codegen/cpu_jit.h"
+#include "lazyfuse/runtime/cuda_graphs.h"
+#include "lazyfuse/runtime/cuda_memory.h"
+#include "lazyfuse/runtime/devices.h"
+#include "lazyfuse/runtime/host_memory.h"
+#include "lazyfuse/runtime/kernel_cache.h"
+#include "lazyfuse/runtime/lazy.h"
 
 namespace lazyfuse {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/device.h"
+#include "lazyfuse/ir/device.h"
 
 namespace lazyfuse {
 

@@ -1,5 +1,5 @@
 // Storage through each device's backend, and per-device accounting.
-#include "runtime/storage.h"
+#include "lazyfuse/runtime/storage.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "ir/errors.h"
-#include "runtime/backend.h"
-#include "runtime/host_profile.h"
-#include "runtime/pool_allocator.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/backend.h"
+#include "lazyfuse/runtime/host_profile.h"
+#include "lazyfuse/runtime/pool_allocator.h"
 
 namespace lazyfuse {
 namespace {

@@ -9,9 +9,9 @@
 #include <optional>
 
 #include "absl/container/inlined_vector.h"
-#include "ir/device.h"
-#include "ir/dtype.h"
-#include "ir/shape.h"
+#include "lazyfuse/ir/device.h"
+#include "lazyfuse/ir/dtype.h"
+#include "lazyfuse/ir/shape.h"
 
 namespace lazyfuse {
 

@@ -21,11 +21,11 @@
 #include <lazyfuse/lazyfuse.h>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/cpu_kernels.h"
-#include "codegen/cpu_reduction.h"
-#include "ir/errors.h"
-#include "runtime/backend.h"
-#include "runtime/executor.h"
+#include "lazyfuse/codegen/cpu_kernels.h"
+#include "lazyfuse/codegen/cpu_reduction.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/backend.h"
+#include "lazyfuse/runtime/executor.h"
 
 namespace lazyfuse {
 namespace {

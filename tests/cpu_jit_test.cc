@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cpu_jit.h"
-#include "codegen/cpu_kernels.h"
+#include "lazyfuse/codegen/cpu_jit.h"
+#include "lazyfuse/codegen/cpu_kernels.h"
 #include "lazyfuse/lazyfuse.h"
 #include "tests/reference/reference.h"
 

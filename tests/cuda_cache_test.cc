@@ -28,9 +28,9 @@
 
 #include <lazyfuse/lazyfuse.h>
 
-#include "ir/stable_hash.h"
-#include "runtime/env.h"
-#include "runtime/kernel_cache.h"
+#include "lazyfuse/ir/stable_hash.h"
+#include "lazyfuse/runtime/env.h"
+#include "lazyfuse/runtime/kernel_cache.h"
 
 extern char** environ;
 

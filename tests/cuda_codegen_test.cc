@@ -5,10 +5,10 @@
 #include <bit>
 
 #include "absl/strings/str_cat.h"
-#include "codegen/cuda_codegen.h"
-#include "codegen/nvrtc.h"
-#include "ir/errors.h"
-#include "ir/passes/passes.h"
+#include "lazyfuse/codegen/cuda_codegen.h"
+#include "lazyfuse/codegen/nvrtc.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/passes/passes.h"
 #include "lazyfuse/lazyfuse.h"
 
 namespace lazyfuse {

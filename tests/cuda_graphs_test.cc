@@ -11,8 +11,8 @@
 
 #include <lazyfuse/lazyfuse.h>
 
-#include "runtime/cuda_graphs.h"
-#include "runtime/cuda_memory.h"
+#include "lazyfuse/runtime/cuda_graphs.h"
+#include "lazyfuse/runtime/cuda_memory.h"
 
 namespace lazyfuse {
 namespace {

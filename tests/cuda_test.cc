@@ -15,10 +15,10 @@
 
 #include <lazyfuse/lazyfuse.h>
 
-#include "runtime/cublas.h"
-#include "runtime/cuda_memory.h"
-#include "runtime/devices.h"
-#include "runtime/kernel_cache.h"
+#include "lazyfuse/runtime/cublas.h"
+#include "lazyfuse/runtime/cuda_memory.h"
+#include "lazyfuse/runtime/devices.h"
+#include "lazyfuse/runtime/kernel_cache.h"
 #include "tests/reference/reference.h"
 
 namespace lazyfuse {

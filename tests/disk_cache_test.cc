@@ -1,6 +1,6 @@
 // The kernel disk cache's trust (runtime/disk_cache.h): a private directory, and nothing loaded
 // from a directory or an entry another user could have written.
-#include "runtime/disk_cache.h"
+#include "lazyfuse/runtime/disk_cache.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -8,10 +8,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ir/passes/passes.h"
-#include "ir/verifier.h"
+#include "lazyfuse/ir/passes/passes.h"
+#include "lazyfuse/ir/verifier.h"
 #include "lazyfuse/lazyfuse.h"
-#include "runtime/parallel.h"
+#include "lazyfuse/runtime/parallel.h"
 
 namespace lazyfuse {
 namespace {

@@ -31,10 +31,10 @@
 
 #include <lazyfuse/lazyfuse.h>
 
-#include "codegen/cuda_codegen.h"
-#include "codegen/nvrtc.h"
-#include "ir/passes/passes.h"
-#include "runtime/env.h"
+#include "lazyfuse/codegen/cuda_codegen.h"
+#include "lazyfuse/codegen/nvrtc.h"
+#include "lazyfuse/ir/passes/passes.h"
+#include "lazyfuse/runtime/env.h"
 
 namespace lazyfuse {
 namespace {

@@ -12,14 +12,14 @@
 #include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "codegen/cpu_program.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
-#include "ir/passes/passes.h"
-#include "ir/verifier.h"
+#include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/ir/passes/passes.h"
+#include "lazyfuse/ir/verifier.h"
 #include "lazyfuse/lazyfuse.h"
-#include "runtime/env.h"
+#include "lazyfuse/runtime/env.h"
 
 namespace lazyfuse {
 namespace {

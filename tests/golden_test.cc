@@ -28,9 +28,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "codegen/cpu_program.h"
-#include "codegen/cuda_codegen.h"
-#include "ir/passes/passes.h"
+#include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/codegen/cuda_codegen.h"
+#include "lazyfuse/ir/passes/passes.h"
 
 #ifndef LAZYFUSE_SOURCE_DIR
 #error "tests/CMakeLists.txt defines LAZYFUSE_SOURCE_DIR, where the golden files are"

@@ -7,7 +7,7 @@
 #include <bit>
 #include <cstdint>
 
-#include "codegen/half.h"
+#include "lazyfuse/codegen/half.h"
 
 namespace lazyfuse {
 namespace {

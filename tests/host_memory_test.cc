@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "lazyfuse/lazyfuse.h"
-#include "runtime/host_memory.h"
+#include "lazyfuse/runtime/host_memory.h"
 
 namespace lazyfuse {
 namespace {

@@ -16,10 +16,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ir/errors.h"
-#include "ir/graph.h"
-#include "ir/passes/passes.h"
-#include "ir/verifier.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/graph.h"
+#include "lazyfuse/ir/passes/passes.h"
+#include "lazyfuse/ir/verifier.h"
 
 #ifndef LAZYFUSE_SOURCE_DIR
 #error "tests/CMakeLists.txt defines LAZYFUSE_SOURCE_DIR, where the IR files are"

@@ -10,9 +10,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ir/errors.h"
-#include "ir/graph.h"
-#include "ir/verifier.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/graph.h"
+#include "lazyfuse/ir/verifier.h"
 
 namespace lazyfuse {
 namespace {

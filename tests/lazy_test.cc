@@ -12,8 +12,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lazyfuse/lazyfuse.h"
-#include "runtime/env.h"
-#include "runtime/host_profile.h"
+#include "lazyfuse/runtime/env.h"
+#include "lazyfuse/runtime/host_profile.h"
 
 namespace lazyfuse {
 namespace {

@@ -21,14 +21,14 @@
 #include <string>
 #include <vector>
 
-#include "frontend/nn.h"
-#include "frontend/serialize.h"
-#include "frontend/tensor.h"
-#include "ir/errors.h"
-#include "runtime/devices.h"
-#include "runtime/executor.h"
-#include "runtime/lazy.h"
-#include "runtime/storage.h"
+#include "lazyfuse/frontend/nn.h"
+#include "lazyfuse/frontend/serialize.h"
+#include "lazyfuse/frontend/tensor.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/devices.h"
+#include "lazyfuse/runtime/executor.h"
+#include "lazyfuse/runtime/lazy.h"
+#include "lazyfuse/runtime/storage.h"
 #include "tests/fuzz/safetensors_check.h"
 
 namespace lazyfuse {

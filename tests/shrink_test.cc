@@ -7,9 +7,9 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "ir/errors.h"
-#include "ir/infer.h"
-#include "ir/verifier.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/infer.h"
+#include "lazyfuse/ir/verifier.h"
 
 namespace lazyfuse::tools {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "lazyfuse/lazyfuse.h"
-#include "runtime/env.h"
+#include "lazyfuse/runtime/env.h"
 
 namespace lazyfuse {
 namespace {

@@ -1,6 +1,6 @@
 // Tests for format_tensor. Every expected string was printed by PyTorch 2.11 (str(t) on the same
 // values), so these pin lazyfuse's printing to PyTorch's byte for byte.
-#include "frontend/tensor_format.h"
+#include "lazyfuse/frontend/tensor_format.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <functional>
 #include <limits>
 
-#include "ir/errors.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
 namespace {

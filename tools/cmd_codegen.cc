@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <iostream>
 
-#include "codegen/cpu_program.h"
-#include "codegen/cuda_codegen.h"
-#include "codegen/nvrtc.h"
-#include "ir/errors.h"
-#include "ir/passes/passes.h"
+#include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/codegen/cuda_codegen.h"
+#include "lazyfuse/codegen/nvrtc.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/passes/passes.h"
 #include "tools/commands.h"
 
 namespace lazyfuse::tools {

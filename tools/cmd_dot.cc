@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "ir/errors.h"
-#include "ir/passes/passes.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/passes/passes.h"
 #include "tools/commands.h"
 
 namespace lazyfuse::tools {

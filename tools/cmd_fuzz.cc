@@ -15,11 +15,11 @@
 #include <typeinfo>
 
 #include "absl/strings/str_format.h"
-#include "codegen/cpu_jit.h"
-#include "frontend/tensor.h"
-#include "ir/errors.h"
-#include "runtime/devices.h"
-#include "runtime/lazy.h"
+#include "lazyfuse/codegen/cpu_jit.h"
+#include "lazyfuse/frontend/tensor.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/devices.h"
+#include "lazyfuse/runtime/lazy.h"
 #include "tools/commands.h"
 #include "tools/replay.h"
 #include "tools/shrink.h"

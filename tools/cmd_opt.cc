@@ -5,8 +5,8 @@
 #include <optional>
 #include <sstream>
 
-#include "ir/errors.h"
-#include "ir/passes/passes.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/passes/passes.h"
 #include "tools/commands.h"
 
 namespace lazyfuse::tools {

@@ -3,8 +3,8 @@
 // `lazyfuse fuzz` checks, so that its reproducers replay here.
 #include <iostream>
 
-#include "ir/verifier.h"
-#include "runtime/devices.h"
+#include "lazyfuse/ir/verifier.h"
+#include "lazyfuse/runtime/devices.h"
 #include "tools/commands.h"
 #include "tools/replay.h"
 

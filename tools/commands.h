@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "ir/graph.h"
+#include "lazyfuse/ir/graph.h"
 #include "tools/replay.h"
 
 namespace lazyfuse::tools {

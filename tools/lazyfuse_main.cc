@@ -6,9 +6,9 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/bench.h"
-#include "codegen/nvrtc.h"
-#include "ir/errors.h"
-#include "runtime/devices.h"
+#include "lazyfuse/codegen/nvrtc.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/devices.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {

@@ -8,9 +8,9 @@
 #include <optional>
 
 #include "absl/strings/str_format.h"
-#include "ir/errors.h"
-#include "ir/op.h"
-#include "runtime/lazy.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/op.h"
+#include "lazyfuse/runtime/lazy.h"
 
 namespace lazyfuse::tools {
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "frontend/tensor.h"
-#include "ir/graph.h"
+#include "lazyfuse/frontend/tensor.h"
+#include "lazyfuse/ir/graph.h"
 
 namespace lazyfuse::tools {
 

@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "ir/errors.h"
-#include "ir/infer.h"
-#include "ir/verifier.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/infer.h"
+#include "lazyfuse/ir/verifier.h"
 
 namespace lazyfuse::tools {
 namespace {

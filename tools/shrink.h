@@ -5,7 +5,7 @@
 
 #include <functional>
 
-#include "ir/graph.h"
+#include "lazyfuse/ir/graph.h"
 
 namespace lazyfuse::tools {
 

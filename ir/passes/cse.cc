@@ -5,7 +5,7 @@
 // attributes and operands); uses of a duplicate point at the first copy. Generators are pure
 // (rand draws from its seed and offset), so they merge too. Duplicates are left for dce.
 #include "absl/container/flat_hash_map.h"
-#include "ir/passes/passes.h"
+#include "lazyfuse/ir/passes/passes.h"
 
 namespace lazyfuse {
 

@@ -4,7 +4,7 @@
 // After: every non-param node is an output or an operand, transitively, of one; params all stay
 // and keep their positions, since the caller binds buffers to them by position. Nodes keep
 // their relative order.
-#include "ir/passes/passes.h"
+#include "lazyfuse/ir/passes/passes.h"
 
 namespace lazyfuse {
 

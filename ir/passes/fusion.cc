@@ -74,9 +74,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "ir/errors.h"
-#include "ir/infer.h"
-#include "ir/passes/passes.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/infer.h"
+#include "lazyfuse/ir/passes/passes.h"
 
 namespace lazyfuse {
 namespace {

@@ -38,8 +38,8 @@
 #include <tuple>
 
 #include "absl/container/flat_hash_set.h"
-#include "ir/infer.h"
-#include "ir/passes/passes.h"
+#include "lazyfuse/ir/infer.h"
+#include "lazyfuse/ir/passes/passes.h"
 
 namespace lazyfuse {
 namespace {

@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "ir/graph.h"
-#include "ir/schedule.h"
+#include "lazyfuse/ir/graph.h"
+#include "lazyfuse/ir/schedule.h"
 
 namespace lazyfuse {
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
-#include "ir/passes/passes.h"
-#include "ir/verifier.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/passes/passes.h"
+#include "lazyfuse/ir/verifier.h"
 
 namespace lazyfuse {
 namespace {

@@ -9,8 +9,8 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
-#include "ir/passes/passes.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/passes/passes.h"
 
 namespace lazyfuse {
 namespace {

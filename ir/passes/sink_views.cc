@@ -40,8 +40,8 @@
 // unchanged (and, as after cse and dce, no two nodes are equal and none is dead).
 #include <algorithm>
 
-#include "ir/infer.h"
-#include "ir/passes/passes.h"
+#include "lazyfuse/ir/infer.h"
+#include "lazyfuse/ir/passes/passes.h"
 
 namespace lazyfuse {
 namespace {

@@ -2,8 +2,8 @@
 #include "tests/fuzz/ir_eval_check.h"
 
 #include "absl/strings/str_cat.h"
-#include "ir/errors.h"
-#include "ir/graph.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/graph.h"
 #include "tests/fuzz/ir_text_check.h"
 #include "tools/replay.h"
 

@@ -1,11 +1,11 @@
 // The pipeline fuzzer's property (ir_pipeline_check.h).
 #include "tests/fuzz/ir_pipeline_check.h"
 
-#include "codegen/cpu_program.h"
-#include "codegen/cuda_codegen.h"
-#include "ir/errors.h"
-#include "ir/graph.h"
-#include "ir/passes/passes.h"
+#include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/codegen/cuda_codegen.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/graph.h"
+#include "lazyfuse/ir/passes/passes.h"
 #include "tests/fuzz/ir_text_check.h"
 
 namespace lazyfuse::fuzz {

@@ -1,9 +1,9 @@
 // The IR text fuzzer's property (ir_text_check.h).
 #include "tests/fuzz/ir_text_check.h"
 
-#include "ir/errors.h"
-#include "ir/graph.h"
-#include "ir/verifier.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/graph.h"
+#include "lazyfuse/ir/verifier.h"
 
 namespace lazyfuse::fuzz {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "ir/graph.h"
+#include "lazyfuse/ir/graph.h"
 
 namespace lazyfuse::fuzz {
 

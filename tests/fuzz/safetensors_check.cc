@@ -5,9 +5,9 @@
 #include <sstream>
 #include <vector>
 
-#include "frontend/serialize.h"
-#include "ir/errors.h"
-#include "runtime/executor.h"
+#include "lazyfuse/frontend/serialize.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/executor.h"
 
 namespace lazyfuse::fuzz {
 namespace {

@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "codegen/cuda_codegen.h"
-#include "codegen/cuda_kernel_args.h"
-#include "codegen/nvrtc.h"
-#include "ir/passes/passes.h"
-#include "ir/verifier.h"
+#include "lazyfuse/codegen/cuda_codegen.h"
+#include "lazyfuse/codegen/cuda_kernel_args.h"
+#include "lazyfuse/codegen/nvrtc.h"
+#include "lazyfuse/ir/passes/passes.h"
+#include "lazyfuse/ir/verifier.h"
 #include "lazyfuse/lazyfuse.h"
 #include "tests/gradcheck.h"
 

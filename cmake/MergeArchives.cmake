@@ -1,0 +1,15 @@
+# cmake -DAR=ar -DOUT=merged.a -DLIBRARIES="a.a|b.a" -P MergeArchives.cmake: one static archive
+# with every member of the given ones (ar's MRI script keeps members of the same name apart).
+string(REPLACE "|" ";" libraries "${LIBRARIES}")
+set(script "CREATE ${OUT}.tmp\n")
+foreach(library IN LISTS libraries)
+  string(APPEND script "ADDLIB ${library}\n")
+endforeach()
+string(APPEND script "SAVE\nEND\n")
+file(WRITE ${OUT}.mri "${script}")
+file(REMOVE ${OUT}.tmp)
+execute_process(COMMAND ${AR} -M INPUT_FILE ${OUT}.mri RESULT_VARIABLE failed)
+if(failed)
+  message(FATAL_ERROR "ar -M could not merge the archives into ${OUT}")
+endif()
+file(RENAME ${OUT}.tmp ${OUT})
