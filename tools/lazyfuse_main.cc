@@ -16,6 +16,18 @@ int main(int argc, char** argv) {
   CLI::App app{
       "lazyfuse: lazy tensors, fused kernels. Inspect devices, IR, passes and generated code."};
   app.require_subcommand(1);
+  app.footer(
+      "\n`lazyfuse SUBCOMMAND --help` gives each subcommand's options.\n\n"
+      "Examples:\n"
+      "  lazyfuse devices\n"
+      "  lazyfuse opt examples/ir/seed.ir --print-after=fusion\n"
+      "  lazyfuse codegen examples/ir/seed.ir --target=cpu\n"
+      "  lazyfuse run examples/ir/seed.ir --device=cpu --check\n"
+      "  lazyfuse bench --device=cpu --sizes 20 --workloads softmax\n"
+      "  lazyfuse fuzz --device=cpu --graphs=1000\n\n"
+      "Environment (the README lists all): LAZYFUSE_DUMP=ir,fusion,cuda,jit prints the IR, the\n"
+      "fused kernels, the CUDA sources and the CPU JIT's loops; LAZYFUSE_FUSION=0 runs one kernel\n"
+      "per op; LAZYFUSE_CACHE_DIR is the kernel disk cache; LAZYFUSE_CPU_JIT=0|1|always.");
 
   CLI::App* devices =
       app.add_subcommand("devices", "List the GPUs (like nvidia-smi), NVRTC and the CPU");
