@@ -268,13 +268,8 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
       }
       default: {
         std::vector<DType> input_dtypes;
-        std::vector<int64_t> input_ranks;
-        for (ValueId in : node.inputs) {
-          input_dtypes.push_back(graph.nodes[in].dtype);
-          input_ranks.push_back(static_cast<int64_t>(graph.nodes[in].shape.size()));
-        }
-        DType operand_dtype =
-            op_input_compute_dtype(node.op, input_dtypes, input_ranks, node.dtype);
+        for (ValueId in : node.inputs) input_dtypes.push_back(graph.nodes[in].dtype);
+        DType operand_dtype = op_input_compute_dtype(node.op, input_dtypes, node.dtype);
         Instr instr{Kind::Apply};
         for (size_t k = 0; k < node.inputs.size(); ++k) {
           int operand = reg_of.at(node.inputs[k]);

@@ -171,13 +171,8 @@ std::string emit_members(const Graph& graph, const std::vector<ValueId>& inputs,
       }
       default: {
         std::vector<DType> input_dtypes;
-        std::vector<int64_t> input_ranks;
-        for (ValueId in : node.inputs) {
-          input_dtypes.push_back(graph.nodes[in].dtype);
-          input_ranks.push_back(static_cast<int64_t>(graph.nodes[in].shape.size()));
-        }
-        const DType operand_dtype =
-            op_input_compute_dtype(node.op, input_dtypes, input_ranks, node.dtype);
+        for (ValueId in : node.inputs) input_dtypes.push_back(graph.nodes[in].dtype);
+        const DType operand_dtype = op_input_compute_dtype(node.op, input_dtypes, node.dtype);
         // Note [Integer wrap-around]: signed overflow is undefined in C++ and NVRTC has no
         // -fwrapv (the CPU kernels are built with it), so the optimizer may assume it never
         // happens (x * x * x * x >= 0, and relu of it vanishes). Integer add, sub, mul and neg
@@ -308,7 +303,12 @@ CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
   bool any_strided = false;
   int64_t max_offset = launch.numel;
   for (size_t k = 0; k < inputs.size(); ++k) {
-    const OperandAccess access = classify_access(sizes, strides[k], &periods[k]);
+    OperandAccess access = classify_access(sizes, strides[k], &periods[k]);
+    // One element: an operand of the step's own shape reads it as it would read any other
+    // number of elements, contiguously, not as a value broadcast; the kernel is the one of every
+    // other size.
+    if (access == OperandAccess::Broadcast && launch.numel == 1 && inputs[k].shape == step.shape)
+      access = OperandAccess::Contiguous;
     any_strided |= access == OperandAccess::Strided;
     spec.inputs.push_back(access);
     int64_t reach = 0;
@@ -331,7 +331,10 @@ CudaElementwiseLaunch plan_cuda_elementwise(const Step& step,
       narrowest = std::min(narrowest, inputs[k].element_size);
   for (int64_t size : output_element_sizes) narrowest = std::min(narrowest, size);
   const int width = narrowest <= 2 ? 8 : 4;
-  bool aligned = !any_strided && launch.numel >= width;
+  // However few the elements: the vectorized kernel's scalar loop takes what its vectors leave,
+  // all of them when there are fewer than a vector, so a tensor of 1, 2 or 3 elements runs the
+  // kernel that 10^6 do rather than compiling a variant of its own.
+  bool aligned = !any_strided;
   for (size_t k = 0; aligned && k < inputs.size(); ++k) {
     if (spec.inputs[k] == OperandAccess::Repeated) aligned = periods[k] % width == 0;
     if (spec.inputs[k] != OperandAccess::Broadcast)

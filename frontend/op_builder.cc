@@ -25,8 +25,45 @@ void rethrow_at(const Loc& where) {
   }
 }
 
+namespace {
+
+// PyTorch's promotion counts a 0-d operand only where its category is higher than the other
+// operands' (promote_operands in ir/dtype.h: float32[3] * float64[] is float32). The IR's rule
+// is rank-blind (infer_result_dtype), since passes change ranks: such an operand is cast to the
+// result's dtype first, which both rules then agree on. Empty where nothing is cast.
+absl::InlinedVector<Tensor, 3> cast_zero_dim_operands(Op op, std::span<const Tensor> operands,
+                                                      const Loc& where) {
+  const DTypeRule rule = op_dtype_rule(op);
+  if (rule != DTypeRule::Promote && rule != DTypeRule::FloatPromote &&
+      rule != DTypeRule::Compare && rule != DTypeRule::Where)
+    return {};
+  const size_t first = rule == DTypeRule::Where ? 1 : 0;  // where's condition is not promoted
+  if (operands.size() < first + 2) return {};
+  absl::InlinedVector<DType, 3> dtypes;
+  absl::InlinedVector<int64_t, 3> ranks;
+  bool any_zero_dim = false;
+  for (size_t k = first; k < operands.size(); ++k) {
+    dtypes.push_back(operands[k].dtype());
+    ranks.push_back(operands[k].dim());
+    any_zero_dim = any_zero_dim || ranks.back() == 0;
+  }
+  if (!any_zero_dim) return {};
+  const DType wanted = promote_operands(dtypes, ranks);
+  DType blind = dtypes[0];
+  for (DType d : dtypes) blind = promote_types(blind, d);
+  if (blind == wanted) return {};
+  absl::InlinedVector<Tensor, 3> cast(operands.begin(), operands.end());
+  for (size_t k = first; k < cast.size(); ++k)
+    if (cast[k].dim() == 0 && cast[k].dtype() != wanted) cast[k] = cast[k].to(wanted, where);
+  return cast;
+}
+
+}  // namespace
+
 Tensor make_op(Op op, std::span<const Tensor> operands, Attrs attrs, const Loc& where, Shape given,
                DType explicit_dtype, Device device) {
+  const absl::InlinedVector<Tensor, 3> cast = cast_zero_dim_operands(op, operands, where);
+  if (!cast.empty()) operands = cast;
   // Ops other than cat have at most three operands: these stay off the heap (the host cost of
   // an op counts when a small expression is evaluated in a loop).
   LazyInputs inputs;
@@ -44,9 +81,7 @@ Tensor make_op(Op op, std::span<const Tensor> operands, Attrs attrs, const Loc& 
   node.device = operands.empty() || op == Op::To ? device : operands.front().device();
   Strides strides;
   try {
-    absl::InlinedVector<int64_t, 3> ranks;
-    for (const Shape* shape : shapes) ranks.push_back(static_cast<int64_t>(shape->size()));
-    node.dtype = infer_result_dtype(op, dtypes, ranks, explicit_dtype);
+    node.dtype = infer_result_dtype(op, dtypes, explicit_dtype);
     node.shape = infer_shape(op, shapes, attrs, given);
     // A reference, not a copy: the first operand's strides are read only by the views.
     static const Strides kNone;

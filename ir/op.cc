@@ -66,8 +66,7 @@ std::optional<Op> op_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-DType infer_result_dtype(Op op, std::span<const DType> inputs, std::span<const int64_t> ranks,
-                         DType explicit_dtype) {
+DType infer_result_dtype(Op op, std::span<const DType> inputs, DType explicit_dtype) {
   auto reject = [&](std::string_view why) {
     std::string types;
     for (DType d : inputs)
@@ -80,7 +79,8 @@ DType infer_result_dtype(Op op, std::span<const DType> inputs, std::span<const i
       if (d == DType::Bool) throw reject("not supported for bool tensors");
     }
   }
-  const DType promoted = inputs.empty() ? explicit_dtype : promote_operands(inputs, ranks);
+  DType promoted = inputs.empty() ? explicit_dtype : inputs[0];
+  for (size_t i = 1; i < inputs.size(); ++i) promoted = promote_types(promoted, inputs[i]);
   switch (op_dtype_rule(op)) {
     case DTypeRule::Explicit:
       return explicit_dtype;
@@ -94,7 +94,7 @@ DType infer_result_dtype(Op op, std::span<const DType> inputs, std::span<const i
       return DType::Bool;
     case DTypeRule::Where:
       if (inputs[0] != DType::Bool) throw reject("the condition must be a bool tensor");
-      return promote_operands(inputs.subspan(1), ranks.subspan(1));
+      return promote_types(inputs[1], inputs[2]);
     case DTypeRule::SumReduce:
       return is_floating(inputs[0]) ? inputs[0] : DType::Int64;
     case DTypeRule::MeanReduce:
@@ -118,11 +118,13 @@ DType infer_result_dtype(Op op, std::span<const DType> inputs, std::span<const i
   return promoted;
 }
 
-DType op_input_compute_dtype(Op op, std::span<const DType> inputs, std::span<const int64_t> ranks,
-                             DType result) {
+DType op_input_compute_dtype(Op op, std::span<const DType> inputs, DType result) {
   switch (op_dtype_rule(op)) {
-    case DTypeRule::Compare:
-      return compute_dtype(promote_operands(inputs, ranks));
+    case DTypeRule::Compare: {
+      DType promoted = inputs[0];
+      for (size_t i = 1; i < inputs.size(); ++i) promoted = promote_types(promoted, inputs[i]);
+      return compute_dtype(promoted);
+    }
     case DTypeRule::Explicit:
       // A cast reads its operand as it is; the conversion happens when its value is stored.
       return inputs.empty() ? compute_dtype(result) : compute_dtype(inputs[0]);

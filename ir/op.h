@@ -82,14 +82,14 @@ const ReductionMeaning& reduction_meaning(Op op);
 DType reduction_accumulator(Op op, DType in);
 
 // The dtype an op's inputs are converted to before it computes (the promoted dtype, in its
-// compute form: half types compute in float32). `ranks`: each input's number of dims.
-DType op_input_compute_dtype(Op op, std::span<const DType> inputs, std::span<const int64_t> ranks,
-                             DType result);
+// compute form: half types compute in float32).
+DType op_input_compute_dtype(Op op, std::span<const DType> inputs, DType result);
 
 // The result dtype by the op's rule; throws DTypeError naming the op when the operands are not
-// accepted. `ranks`: each input's number of dims (promotion treats 0-d operands apart).
-// `explicit_dtype` is used for DTypeRule::Explicit.
-DType infer_result_dtype(Op op, std::span<const DType> inputs, std::span<const int64_t> ranks,
-                         DType explicit_dtype);
+// accepted. `explicit_dtype` is used for DTypeRule::Explicit. Operands promote by
+// promote_types whatever their ranks: the frontend casts a 0-d operand that PyTorch's rule
+// (promote_operands) would not let raise the result to the result's dtype first, so that the
+// IR's dtypes never depend on ranks, which passes change (a view moved past an op).
+DType infer_result_dtype(Op op, std::span<const DType> inputs, DType explicit_dtype);
 
 }  // namespace lazyfuse

@@ -43,12 +43,6 @@ Strides contiguous_strides(const Shape& shape) {
   return strides;
 }
 
-std::vector<int64_t> ranks_of(const std::vector<const Shape*>& shapes) {
-  std::vector<int64_t> ranks;
-  for (const Shape* shape : shapes) ranks.push_back(static_cast<int64_t>(shape->size()));
-  return ranks;
-}
-
 std::string shape_str(const Shape& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }

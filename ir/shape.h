@@ -25,8 +25,6 @@ int64_t checked_numel(const Shape& shape);
 // a message about checked_numel's -1 adds for a shape with no elements.
 std::string zeros_as_ones(const Shape& shape);
 Strides contiguous_strides(const Shape& shape);
-// Each shape's number of dims.
-std::vector<int64_t> ranks_of(const std::vector<const Shape*>& shapes);
 // "[2, 3]" as PyTorch prints sizes in messages.
 std::string shape_str(const Shape& shape);
 

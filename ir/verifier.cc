@@ -81,7 +81,7 @@ void verify(const Graph& graph, const VerifyOptions& options) {
     }
     try {
       require_attrs(node);
-      DType dtype = infer_result_dtype(node.op, input_dtypes, ranks_of(input_shapes), node.dtype);
+      DType dtype = infer_result_dtype(node.op, input_dtypes, node.dtype);
       if (dtype != node.dtype)
         throw fail(absl::StrCat("result dtype should be ", dtype_ir_name(dtype), ", is ",
                                 dtype_ir_name(node.dtype)));

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "lazyfuse/codegen/cuda_codegen.h"
 #include "lazyfuse/codegen/nvrtc.h"
 #include "lazyfuse/ir/errors.h"
@@ -298,6 +300,34 @@ TEST(CudaCodegen, KernelCacheKeyNamesTheStructureTheVariantAndFastMath) {
   EXPECT_EQ(cuda_kernel_cache_key(step, spec, true), "000000003f9a1c0b." + spec.code() + ".fast");
   step.kernel_key = ~0ULL;
   EXPECT_EQ(cuda_kernel_cache_key(step, spec, false).substr(0, 17), "ffffffffffffffff.");
+}
+
+// The same graph at 1, 2, 3 and 10^6 elements names one kernel (no GPU needed): fewer
+// elements than a vector run the vectorized kernel's scalar loop alone.
+TEST(CudaCodegen, TinySizesShareTheKernelOfAnySize) {
+  std::set<std::string> keys;
+  for (int64_t n : {1, 2, 3, 4, 5, 1000000}) {
+    const std::string shape = "f32[" + std::to_string(n) + "]";
+    Schedule schedule = lower("graph @main(%0: " + shape + " @cuda:0, %1: " + shape +
+                              " @cuda:0) {\n  %2 = const {value = 2.0} : f32[] @cuda:0\n"
+                              "  %3 = add %0, %2 : " + shape + " @cuda:0\n  %4 = exp %3 : " +
+                              shape + " @cuda:0\n  %5 = mul %4, %1 : " + shape +
+                              " @cuda:0\n  return %5\n}");
+    ASSERT_EQ(schedule.steps.size(), 1u);
+    const Step& step = schedule.steps[0];
+    const std::vector<uint64_t> outputs = {8192};
+    const std::vector<int64_t> sizes = {4};
+    const CudaElementwiseLaunch launch =
+        plan_cuda_elementwise(step, contiguous_layouts(schedule, step), outputs, sizes);
+    EXPECT_TRUE(launch.spec.vectorized) << n << " elements";
+    keys.insert(cuda_kernel_cache_key(step, launch.spec, false));
+    if (n < 4) {
+      const std::string source = generate_cuda_elementwise(schedule.graph, step, launch.spec).source;
+      EXPECT_NE(source.find("for (IDX i = nv * 4 + tid; i < n; i += step)"), std::string::npos)
+          << "the scalar loop that takes the elements a vector cannot";
+    }
+  }
+  EXPECT_EQ(keys.size(), 1u) << "one kernel for every size: " << absl::StrJoin(keys, ", ");
 }
 
 // Softmax with its rows in registers: the row is read once, and the exponentials of the sum's

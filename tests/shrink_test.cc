@@ -85,7 +85,7 @@ Graph random_graph(uint64_t seed, int steps) {
       input_shapes.push_back(&g.nodes[input].shape);
     }
     try {
-      node.dtype = infer_result_dtype(node.op, input_dtypes, ranks_of(input_shapes), node.dtype);
+      node.dtype = infer_result_dtype(node.op, input_dtypes, node.dtype);
       node.shape = infer_shape(node.op, input_shapes, node.attrs, node.shape);
     } catch (const Error&) {
       continue;

@@ -27,11 +27,7 @@ Graph float64_reference(Graph graph) {
   for (Node& node : graph.nodes) {
     node.device = Device::cpu();
     std::vector<DType> operands;
-    std::vector<int64_t> ranks;
-    for (ValueId in : node.inputs) {
-      operands.push_back(graph.nodes[in].dtype);
-      ranks.push_back(static_cast<int64_t>(graph.nodes[in].shape.size()));
-    }
+    for (ValueId in : node.inputs) operands.push_back(graph.nodes[in].dtype);
     DType given = is_floating(node.dtype) ? DType::Float64 : node.dtype;
     // A float32 that an op made of integers (tanh of an int32) stays float32 here, as the dtype
     // rules say, so a matmul may meet it beside a float64: emulated_reference casts its
@@ -39,7 +35,7 @@ Graph float64_reference(Graph graph) {
     node.dtype = op_dtype_rule(node.op) == DTypeRule::Explicit || node.op == Op::Param ||
                          node.op == Op::Matmul
                      ? given
-                     : infer_result_dtype(node.op, operands, ranks, given);
+                     : infer_result_dtype(node.op, operands, given);
   }
   return graph;
 }

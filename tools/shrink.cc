@@ -160,7 +160,7 @@ std::optional<Graph> rebuild(const Graph& graph, const Rewrite& rewrite) {
     }
     try {
       if (op_dtype_rule(node.op) != DTypeRule::Explicit)
-        copy.dtype = infer_result_dtype(node.op, dtypes, ranks_of(shapes), node.dtype);
+        copy.dtype = infer_result_dtype(node.op, dtypes, node.dtype);
       if (has_given_shape(node.op)) {
         std::optional<Shape> shape =
             given_shape(node, graph.nodes[node.inputs[0]].shape, *shapes[0]);
