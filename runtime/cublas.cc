@@ -74,9 +74,20 @@ const Cublas& cublas() {
 cublasHandle_t handle(int device) {
   static std::mutex mutex;
   static std::map<int, cublasHandle_t> handles;
+  static std::map<int, CUstream> streams;  // what each handle was last told to run on
   std::lock_guard lock(mutex);
   auto it = handles.find(device);
-  if (it != handles.end()) return it->second;
+  if (it != handles.end()) {
+    // A user's stream under a CUDAStreamGuard, or the device's own again after one.
+    const CUstream stream = device_stream(device);
+    if (streams[device] != stream) {
+      if (cublasStatus_t s = cublas().set_stream(it->second, stream); s != 0)
+        throw CudaError(
+            absl::StrCat("cublasSetStream failed on cuda:", device, " (status ", s, ")"));
+      streams[device] = stream;
+    }
+    return it->second;
+  }
   check_replayable("the cuBLAS handle is made", false);
   cublasHandle_t h = nullptr;
   if (cublasStatus_t s = cublas().create(&h); s != 0)
@@ -84,6 +95,7 @@ cublasHandle_t handle(int device) {
   // Its work goes on the device's stream, in order with the kernels (and into their graphs).
   if (cublasStatus_t s = cublas().set_stream(h, device_stream(device)); s != 0)
     throw CudaError(absl::StrCat("cublasSetStream failed on cuda:", device, " (status ", s, ")"));
+  streams[device] = device_stream(device);
   return handles[device] = h;
 }
 
@@ -311,9 +323,10 @@ LtDevice& lt_device(int device) {
       check_lt(status, "create");
     }
     state.workspace = workspace;
-    state.stream = device_stream(device);
     state.handle = handle;
   }
+  // The device's stream as this call sees it: a user's stream under a CUDAStreamGuard.
+  state.stream = device_stream(device);
   return state;
 }
 

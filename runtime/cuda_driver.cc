@@ -70,6 +70,11 @@ const Loaded& loaded() {
     load(a.cuEventElapsedTime, "cuEventElapsedTime");
     load(a.cuEventDestroy, "cuEventDestroy_v2");
     load(a.cuStreamCreate, "cuStreamCreate");
+    load(a.cuStreamGetFlags, "cuStreamGetFlags");
+    load(a.cuStreamWaitEvent, "cuStreamWaitEvent");
+    load(a.cuStreamSynchronize, "cuStreamSynchronize");
+    load(a.cuStreamQuery, "cuStreamQuery");
+    load(a.cuEventQuery, "cuEventQuery");
     load(a.cuStreamBeginCapture, "cuStreamBeginCapture_v2");
     load(a.cuStreamEndCapture, "cuStreamEndCapture");
     load(a.cuGraphInstantiate, "cuGraphInstantiateWithFlags");
@@ -131,7 +136,31 @@ CUcontext activate(int index) {
   return context;
 }
 
+namespace {
+// The guards' streams, by device, on this thread; how many are set, so that the common case (no
+// guard) costs one test.
+constexpr int kOverrideSlots = 64;
+thread_local CUstream overrides[kOverrideSlots] = {};
+thread_local int overrides_set = 0;
+}  // namespace
+
+CUstream stream_override(int index) {
+  return overrides_set > 0 && index >= 0 && index < kOverrideSlots ? overrides[index] : nullptr;
+}
+
+CUstream set_stream_override(int index, CUstream stream) {
+  if (index < 0 || index >= kOverrideSlots)
+    throw CudaError(absl::StrCat("a stream guard for GPU ", index, ": at most ", kOverrideSlots,
+                                 " GPUs take one"));
+  const CUstream before = overrides[index];
+  overrides_set += (stream != nullptr) - (before != nullptr);
+  overrides[index] = stream;
+  return before;
+}
+
 CUstream device_stream(int index) {
+  if (overrides_set > 0)
+    if (CUstream user = stream_override(index)) return user;
   // Read on every launch: the streams made so far are read without a lock (each slot is set
   // once); a slot past them, or a first use, takes it.
   constexpr int kFastSlots = 64;

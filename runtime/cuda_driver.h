@@ -64,6 +64,11 @@ struct DriverApi {
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuStreamCreate)(CUstream*, unsigned);
+  CUresult (*cuStreamGetFlags)(CUstream, unsigned*);
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamQuery)(CUstream);
+  CUresult (*cuEventQuery)(CUevent);
   CUresult (*cuStreamBeginCapture)(CUstream, int);
   CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
   CUresult (*cuGraphInstantiate)(CUgraphExec*, CUgraph, unsigned long long);
@@ -89,6 +94,12 @@ CUcontext activate(int index);
 // launches, in order. Made on first use and kept for the process; it synchronizes with the
 // legacy default stream (the synchronous copies' and other libraries'), as the default stream
 // did, and unlike it can be captured into a CUDA graph. Call with the device's context current.
+// While a CUDAStreamGuard (runtime/cuda_stream.h) holds a user's stream for the device on this
+// thread, that stream instead.
 CUstream device_stream(int index);
+// The user's stream a guard set for GPU `index` on this thread, or null; set_stream_override
+// is the guard's (it returns what was set before).
+CUstream stream_override(int index);
+CUstream set_stream_override(int index, CUstream stream);
 
 }  // namespace lazyfuse::cuda

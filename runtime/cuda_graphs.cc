@@ -254,7 +254,9 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
                     std::span<const BufferView* const> params, std::span<const bool> substitutable,
                     Backend::ReplayRun run) {
   const GraphMode mode = graph_mode();
-  if (mode == GraphMode::Off) return run({});
+  // On a user's stream (CUDAStreamGuard), launched as queued: a graph would be recorded on a
+  // stream that other work shares.
+  if (mode == GraphMode::Off || stream_override(device) != nullptr) return run({});
   if (*cache == nullptr) *cache = std::make_unique<GraphReplay>();
   GraphReplay& replay = static_cast<GraphReplay&>(**cache);
   // Most evaluations of one launch end here, before anything is allocated.

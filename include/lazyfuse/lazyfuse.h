@@ -15,6 +15,7 @@
 #include "lazyfuse/runtime/cublas.h"
 #include "lazyfuse/runtime/cuda_graphs.h"
 #include "lazyfuse/runtime/cuda_memory.h"
+#include "lazyfuse/runtime/cuda_stream.h"
 #include "lazyfuse/runtime/devices.h"
 #include "lazyfuse/runtime/host_memory.h"
 #include "lazyfuse/runtime/stats.h"
