@@ -192,6 +192,34 @@ TEST(Interop, FromDlpackOwnsTheProducersTensor) {
   EXPECT_THROW(to_dlpack(ones({2}, kBool)), DTypeError);
 }
 
+TEST(Interop, EdgeShapes) {
+  // No elements: no memory needed, and the deleter still runs once.
+  int deleted = 0;
+  {
+    Tensor empty = from_blob(nullptr, {0, 3}, [&](void*) { ++deleted; });
+    EXPECT_EQ(empty.numel(), 0);
+    EXPECT_EQ(empty.sum().item<float>(), 0.0f);
+  }
+  EXPECT_EQ(deleted, 1);
+  // 0-d, through DLPack and back.
+  Tensor scalar = scalar_tensor(2.5, kFloat64);
+  DLManagedTensor* lent = to_dlpack(scalar);
+  EXPECT_EQ(lent->dl_tensor.ndim, 0);
+  Tensor back = from_dlpack(lent);
+  EXPECT_EQ(back.dim(), 0);
+  EXPECT_EQ(back.item<double>(), 2.5);
+  // A broadcast view (a stride of 0) keeps its layout both ways.
+  std::vector<int32_t> row = {7, 8, 9};
+  Tensor rows = from_blob(row.data(), {4, 3}, {0, 1}, kInt32);
+  EXPECT_EQ(rows.sum({0}).to_vector<int64_t>(), (std::vector<int64_t>{28, 32, 36}));
+  DLManagedTensor* broadcast = to_dlpack(rows);
+  EXPECT_EQ(broadcast->dl_tensor.strides[0], 0);
+  EXPECT_EQ(from_dlpack(broadcast).to_vector<int32_t>()[10], 8);
+  // bool memory is read as bool.
+  bool flags[3] = {true, false, true};
+  EXPECT_EQ(from_blob(flags, {3}, kBool).sum().item<int64_t>(), 2);
+}
+
 class CudaInterop : public ::testing::Test {
  protected:
   void SetUp() override {
