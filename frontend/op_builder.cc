@@ -34,8 +34,8 @@ namespace {
 absl::InlinedVector<Tensor, 3> cast_zero_dim_operands(Op op, std::span<const Tensor> operands,
                                                       const Loc& where) {
   const DTypeRule rule = op_dtype_rule(op);
-  if (rule != DTypeRule::Promote && rule != DTypeRule::FloatPromote &&
-      rule != DTypeRule::Compare && rule != DTypeRule::Where)
+  if (rule != DTypeRule::Promote && rule != DTypeRule::FloatPromote && rule != DTypeRule::Compare &&
+      rule != DTypeRule::Where)
     return {};
   const size_t first = rule == DTypeRule::Where ? 1 : 0;  // where's condition is not promoted
   if (operands.size() < first + 2) return {};

@@ -67,7 +67,8 @@ TEST(Promotion, MatchesTorchResultType) {
       const std::string kind = b.substr(7);
       const Scalar scalar = kind == "bool" ? Scalar(true) : kind == "int" ? Scalar(2) : Scalar(2.5);
       // Bool has no +: the promotion is the same through where.
-      const Tensor sum = x.dtype() == kBool || kind == "bool" ? where(x == x, x, scalar) : x + scalar;
+      const Tensor sum =
+          x.dtype() == kBool || kind == "bool" ? where(x == x, x, scalar) : x + scalar;
       EXPECT_EQ(sum.dtype(), dtype_named(want)) << line;
       if (x.dtype() != kBool && kind != "bool")
         EXPECT_EQ((scalar * x).dtype(), dtype_named(want)) << line << " (scalar first)";
@@ -127,8 +128,9 @@ TEST(Api, TensorTakesEveryNestingOfBracedLists) {
     tensor({{1, 2}, {3}});
     FAIL() << "no error";
   } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("expected a list of length 2 at dim 1, got a list of length 1"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("expected a list of length 2 at dim 1, got a list of length 1"),
+        std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("api_test.cc"), std::string::npos) << e.what();
   }

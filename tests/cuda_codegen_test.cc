@@ -308,11 +308,12 @@ TEST(CudaCodegen, TinySizesShareTheKernelOfAnySize) {
   std::set<std::string> keys;
   for (int64_t n : {1, 2, 3, 4, 5, 1000000}) {
     const std::string shape = "f32[" + std::to_string(n) + "]";
-    Schedule schedule = lower("graph @main(%0: " + shape + " @cuda:0, %1: " + shape +
-                              " @cuda:0) {\n  %2 = const {value = 2.0} : f32[] @cuda:0\n"
-                              "  %3 = add %0, %2 : " + shape + " @cuda:0\n  %4 = exp %3 : " +
-                              shape + " @cuda:0\n  %5 = mul %4, %1 : " + shape +
-                              " @cuda:0\n  return %5\n}");
+    Schedule schedule =
+        lower("graph @main(%0: " + shape + " @cuda:0, %1: " + shape +
+              " @cuda:0) {\n  %2 = const {value = 2.0} : f32[] @cuda:0\n"
+              "  %3 = add %0, %2 : " +
+              shape + " @cuda:0\n  %4 = exp %3 : " + shape +
+              " @cuda:0\n  %5 = mul %4, %1 : " + shape + " @cuda:0\n  return %5\n}");
     ASSERT_EQ(schedule.steps.size(), 1u);
     const Step& step = schedule.steps[0];
     const std::vector<uint64_t> outputs = {8192};
@@ -322,7 +323,8 @@ TEST(CudaCodegen, TinySizesShareTheKernelOfAnySize) {
     EXPECT_TRUE(launch.spec.vectorized) << n << " elements";
     keys.insert(cuda_kernel_cache_key(step, launch.spec, false));
     if (n < 4) {
-      const std::string source = generate_cuda_elementwise(schedule.graph, step, launch.spec).source;
+      const std::string source =
+          generate_cuda_elementwise(schedule.graph, step, launch.spec).source;
       EXPECT_NE(source.find("for (IDX i = nv * 4 + tid; i < n; i += step)"), std::string::npos)
           << "the scalar loop that takes the elements a vector cannot";
     }
