@@ -1,6 +1,8 @@
 // Building pending nodes.
 #include "lazyfuse/frontend/op_builder.h"
 
+#include <optional>
+
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "lazyfuse/frontend/autograd.h"
@@ -30,40 +32,41 @@ namespace {
 // PyTorch's promotion counts a 0-d operand only where its category is higher than the other
 // operands' (promote_operands in ir/dtype.h: float32[3] * float64[] is float32). The IR's rule
 // is rank-blind (infer_result_dtype), since passes change ranks: such an operand is cast to the
-// result's dtype first, which both rules then agree on. Empty where nothing is cast.
-absl::InlinedVector<Tensor, 3> cast_zero_dim_operands(Op op, std::span<const Tensor> operands,
-                                                      const Loc& where) {
+// result's dtype first, which both rules then agree on. The dtype to cast to, or nothing where
+// the rules agree already (every op with a scalar: its constant took its dtype from the tensor).
+// On the path of every op: no allocation, one pass over the operands.
+std::optional<DType> zero_dim_cast_target(Op op, std::span<const Tensor> operands) {
   const DTypeRule rule = op_dtype_rule(op);
   if (rule != DTypeRule::Promote && rule != DTypeRule::FloatPromote && rule != DTypeRule::Compare &&
       rule != DTypeRule::Where)
-    return {};
+    return std::nullopt;
   const size_t first = rule == DTypeRule::Where ? 1 : 0;  // where's condition is not promoted
-  if (operands.size() < first + 2) return {};
-  absl::InlinedVector<DType, 3> dtypes;
-  absl::InlinedVector<int64_t, 3> ranks;
-  bool any_zero_dim = false;
+  std::optional<DType> with_dims, zero_dim;
   for (size_t k = first; k < operands.size(); ++k) {
-    dtypes.push_back(operands[k].dtype());
-    ranks.push_back(operands[k].dim());
-    any_zero_dim = any_zero_dim || ranks.back() == 0;
+    const Node& node = operands[k].value()->node;
+    std::optional<DType>& group = node.shape.empty() ? zero_dim : with_dims;
+    group = group ? promote_types(*group, node.dtype) : node.dtype;
   }
-  if (!any_zero_dim) return {};
-  const DType wanted = promote_operands(dtypes, ranks);
-  DType blind = dtypes[0];
-  for (DType d : dtypes) blind = promote_types(blind, d);
-  if (blind == wanted) return {};
-  absl::InlinedVector<Tensor, 3> cast(operands.begin(), operands.end());
-  for (size_t k = first; k < cast.size(); ++k)
-    if (cast[k].dim() == 0 && cast[k].dtype() != wanted) cast[k] = cast[k].to(wanted, where);
-  return cast;
+  if (!with_dims || !zero_dim) return std::nullopt;
+  const DType both[2] = {*with_dims, *zero_dim};
+  const int64_t ranks[2] = {1, 0};
+  const DType wanted = promote_operands(both, ranks);
+  if (wanted == promote_types(*with_dims, *zero_dim)) return std::nullopt;
+  return wanted;
 }
 
 }  // namespace
 
 Tensor make_op(Op op, std::span<const Tensor> operands, Attrs attrs, const Loc& where, Shape given,
                DType explicit_dtype, Device device) {
-  const absl::InlinedVector<Tensor, 3> cast = cast_zero_dim_operands(op, operands, where);
-  if (!cast.empty()) operands = cast;
+  absl::InlinedVector<Tensor, 3> cast;
+  if (const std::optional<DType> target = zero_dim_cast_target(op, operands)) {
+    cast.assign(operands.begin(), operands.end());
+    const size_t first = op_dtype_rule(op) == DTypeRule::Where ? 1 : 0;
+    for (size_t k = first; k < cast.size(); ++k)
+      if (cast[k].dim() == 0 && cast[k].dtype() != *target) cast[k] = cast[k].to(*target, where);
+    operands = cast;
+  }
   // Ops other than cat have at most three operands: these stay off the heap (the host cost of
   // an op counts when a small expression is evaluated in a loop).
   LazyInputs inputs;
