@@ -1,6 +1,6 @@
 # Re-points abseil's imported targets (Debian's name the shared libraries) at the static
-# archives beside them, so that binaries do not need abseil where they run. Used by the build
-# and by the installed package config, so consumers link the same way.
+# archives beside them, so that binaries do not need abseil where they run. The installed
+# package needs none of this: its archive holds abseil's members (cmake/Install.cmake).
 function(lazyfuse_absl_to_static target)
   get_property(done GLOBAL PROPERTY "lazyfuse_static_${target}")
   if(done OR NOT TARGET ${target})

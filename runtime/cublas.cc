@@ -72,31 +72,31 @@ const Cublas& cublas() {
 }
 
 cublasHandle_t handle(int device) {
+  // Each device's handle, and the stream it was last told to run on.
+  struct Bound {
+    cublasHandle_t handle = nullptr;
+    CUstream stream = nullptr;
+  };
   static std::mutex mutex;
-  static std::map<int, cublasHandle_t> handles;
-  static std::map<int, CUstream> streams;  // what each handle was last told to run on
+  static std::map<int, Bound> handles;
   std::lock_guard lock(mutex);
-  auto it = handles.find(device);
-  if (it != handles.end()) {
-    // A user's stream under a CUDAStreamGuard, or the device's own again after one.
-    const CUstream stream = device_stream(device);
-    if (streams[device] != stream) {
-      if (cublasStatus_t s = cublas().set_stream(it->second, stream); s != 0)
-        throw CudaError(
-            absl::StrCat("cublasSetStream failed on cuda:", device, " (status ", s, ")"));
-      streams[device] = stream;
+  Bound& bound = handles[device];
+  if (bound.handle == nullptr) {
+    check_replayable("the cuBLAS handle is made", false);
+    if (cublasStatus_t s = cublas().create(&bound.handle); s != 0) {
+      bound.handle = nullptr;
+      throw CudaError(absl::StrCat("cublasCreate failed on cuda:", device, " (status ", s, ")"));
     }
-    return it->second;
   }
-  check_replayable("the cuBLAS handle is made", false);
-  cublasHandle_t h = nullptr;
-  if (cublasStatus_t s = cublas().create(&h); s != 0)
-    throw CudaError(absl::StrCat("cublasCreate failed on cuda:", device, " (status ", s, ")"));
-  // Its work goes on the device's stream, in order with the kernels (and into their graphs).
-  if (cublasStatus_t s = cublas().set_stream(h, device_stream(device)); s != 0)
-    throw CudaError(absl::StrCat("cublasSetStream failed on cuda:", device, " (status ", s, ")"));
-  streams[device] = device_stream(device);
-  return handles[device] = h;
+  // Its work goes on the device's stream, in order with the kernels (and into their graphs): a
+  // user's stream under a CUDAStreamGuard, lazyfuse's own otherwise.
+  const CUstream stream = device_stream(device);
+  if (bound.stream != stream) {
+    if (cublasStatus_t s = cublas().set_stream(bound.handle, stream); s != 0)
+      throw CudaError(absl::StrCat("cublasSetStream failed on cuda:", device, " (status ", s, ")"));
+    bound.stream = stream;
+  }
+  return bound.handle;
 }
 
 // cuBLASLt (cublasLt.h), declared here as the rest of the driver and cuBLAS are: opaque
