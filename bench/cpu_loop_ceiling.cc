@@ -5,6 +5,12 @@
 // inputs rotated among sets as `lazyfuse bench` rotates them, the median of 7 batches. Compare
 // with `lazyfuse bench --device=cpu --workloads bias_relu exp_mul` in the same window.
 //
+// Then the row workloads (softmax and LayerNorm over rows of 1024) as one pass per row, each row
+// read from memory once and kept in the L1 cache for its later loops: with lazyfuse's numerics
+// (sums in float64, in 16 lanes; SLEEF's 1-ULP exp), with PyTorch's (sums in float32), and a
+// softmax without its exp. What they take is what any kernel with those numerics takes here,
+// against the roof of the same bytes (memcpy above).
+//
 //   build/bin/lazyfuse_cpu_loop_ceiling [log2 sizes...]   (default 20 24; needs AVX-512)
 #include <immintrin.h>
 #include <omp.h>
@@ -44,6 +50,72 @@ double time_ms(int sets, int per_batch, F&& body) {
         per_batch);
   }
   return median_ms(batches);
+}
+
+// A float32 vector's 16 values added into two float64 vectors (lanes 0-7 and 8-15).
+inline void add_wide(__m512d& low, __m512d& high, __m512 v) {
+  low = _mm512_add_pd(low, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+  high = _mm512_add_pd(
+      high, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+
+// NaN-propagating max, as lazyfuse's.
+inline __m512 max_of(__m512 a, __m512 b) {
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), _mm512_max_ps(a, b), a);
+}
+
+// A row's softmax, its max in four sets of lanes; `wide` sums in float64, else float32.
+void softmax_row(const float* x, float* y, int64_t length, bool wide, bool with_exp) {
+  __m512 sets[4];
+  for (__m512& set : sets) set = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < length; i += 64)
+    for (int k = 0; k < 4; ++k) sets[k] = max_of(sets[k], _mm512_loadu_ps(x + i + 16 * k));
+  const __m512 max = _mm512_set1_ps(
+      _mm512_reduce_max_ps(max_of(max_of(sets[0], sets[1]), max_of(sets[2], sets[3]))));
+  __m512d low = _mm512_setzero_pd(), high = _mm512_setzero_pd();
+  __m512 narrow = _mm512_setzero_ps();
+  for (int64_t i = 0; i < length; i += 16) {
+    __m512 e = _mm512_sub_ps(_mm512_loadu_ps(x + i), max);
+    if (with_exp) e = Sleef_expf16_u10avx512f(e);
+    _mm512_storeu_ps(y + i, e);
+    if (wide)
+      add_wide(low, high, e);
+    else
+      narrow = _mm512_add_ps(narrow, e);
+  }
+  const float sum = wide ? static_cast<float>(_mm512_reduce_add_pd(_mm512_add_pd(low, high)))
+                         : _mm512_reduce_add_ps(narrow);
+  const __m512 divisor = _mm512_set1_ps(sum);
+  for (int64_t i = 0; i < length; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_div_ps(_mm512_loadu_ps(y + i), divisor));
+}
+
+// A row's LayerNorm (eps 1e-5), weight w and bias b: mean, then variance, then the output.
+void layer_norm_row(const float* x, const float* w, const float* b, float* y, int64_t length,
+                    bool wide) {
+  auto sum = [&](auto&& value) {
+    __m512d low = _mm512_setzero_pd(), high = _mm512_setzero_pd();
+    __m512 narrow = _mm512_setzero_ps();
+    for (int64_t i = 0; i < length; i += 16) {
+      if (wide)
+        add_wide(low, high, value(i));
+      else
+        narrow = _mm512_add_ps(narrow, value(i));
+    }
+    return wide ? static_cast<float>(_mm512_reduce_add_pd(_mm512_add_pd(low, high)) / length)
+                : _mm512_reduce_add_ps(narrow) / length;
+  };
+  const __m512 mean = _mm512_set1_ps(sum([&](int64_t i) { return _mm512_loadu_ps(x + i); }));
+  const float variance = sum([&](int64_t i) {
+    const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), mean);
+    return _mm512_mul_ps(d, d);
+  });
+  const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt(variance + 1e-5f));
+  for (int64_t i = 0; i < length; i += 16) {
+    const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), mean), scale);
+    _mm512_storeu_ps(
+        y + i, _mm512_add_ps(_mm512_mul_ps(d, _mm512_loadu_ps(w + i)), _mm512_loadu_ps(b + i)));
+  }
 }
 
 inline void store(float* p, __m512 v, bool stream) {
@@ -117,6 +189,34 @@ int main(int argc, char** argv) {
 #pragma omp parallel for schedule(static)
                        for (int64_t i = 0; i < n; i += 16)
                          store(a.out + i, _mm512_loadu_ps(a.x + i), stream);
+                     }),
+             8.0 * n);
+    }
+    const int64_t rows = n / columns;
+    for (bool wide : {true, false}) {
+      for (bool with_exp : {true, false}) {
+        if (!wide && !with_exp) continue;
+        report(wide ? (with_exp ? "softmax rows, float64 sums"
+                                : "softmax rows without exp, float64 sums")
+                    : "softmax rows, float32 sums",
+               time_ms(sets, per_batch,
+                       [&](int s) {
+                         const Arrays& a = data[s];
+#pragma omp parallel for schedule(static)
+                         for (int64_t r = 0; r < rows; ++r)
+                           softmax_row(a.x + r * columns, a.out + r * columns, columns, wide,
+                                       with_exp);
+                       }),
+               8.0 * n);
+      }
+      report(wide ? "layernorm rows, float64 sums" : "layernorm rows, float32 sums",
+             time_ms(sets, per_batch,
+                     [&](int s) {
+                       const Arrays& a = data[s];
+#pragma omp parallel for schedule(static)
+                       for (int64_t r = 0; r < rows; ++r)
+                         layer_norm_row(a.x + r * columns, bias, bias, a.out + r * columns, columns,
+                                        wide);
                      }),
              8.0 * n);
     }
