@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "lazyfuse/frontend/distributed.h"
 #include "lazyfuse/frontend/op_builder.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/infer.h"
@@ -210,6 +211,36 @@ class GradientRule {
       x = cat({x, zeros(pad, TensorOptions(x.dtype()).device(x.device()))}, d);
     }
     return x;
+  }
+
+  // Collectives (frontend/distributed.h): what the processes' gradients make of each other.
+  ReduceOp reduce_op() const { return static_cast<ReduceOp>(node_.attrs.get_int("reduce_op")); }
+  // all_reduce: every process's result reads every x, so x's gradient is the processes'
+  // gradients summed (averaged for AVG); a max or min reaches only where x holds the result,
+  // shared among the ties of every process.
+  Tensor all_reduce_grad(const Tensor& x) const {
+    const ReduceOp op = reduce_op();
+    if (op == ReduceOp::SUM || op == ReduceOp::AVG) return distributed::all_reduce(x, op);
+    const Tensor tie = (a == out).to(x.dtype());
+    return tie * distributed::all_reduce(x) / distributed::all_reduce(tie);
+  }
+  // all_gather: part r of every process's gradient belongs to process r's x.
+  Tensor reduce_scatter_sum(const Tensor& x) const {
+    return distributed::reduce_scatter(x, ReduceOp::SUM, dim);
+  }
+  // reduce_scatter: process r's result reads part r of every x.
+  Tensor reduce_scatter_grad(const Tensor& x) const {
+    const ReduceOp op = reduce_op();
+    const Tensor gathered = distributed::all_gather(x, dim);
+    if (op == ReduceOp::SUM) return gathered;
+    if (op == ReduceOp::AVG) return gathered / distributed::world_size();
+    const Tensor tie = (a == distributed::all_gather(out, dim)).to(x.dtype());
+    return tie * gathered / distributed::all_gather(distributed::reduce_scatter(tie, ReduceOp::SUM, dim), dim);
+  }
+  // broadcast: only the root's x reaches the results, each process's.
+  Tensor broadcast_grad(const Tensor& x) const {
+    const Tensor summed = distributed::all_reduce(x);
+    return distributed::rank() == node_.attrs.get_int("root") ? summed : summed * 0;
   }
 
   // cat: operand i's shape, and where its part of the result starts along dim.
@@ -441,11 +472,37 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 }
 
 namespace autograd {
+namespace {
+
+struct BackwardCallbacks {
+  std::mutex mutex;
+  int64_t next = 0;
+  std::vector<std::pair<int64_t, std::function<void()>>> callbacks;
+};
+
+BackwardCallbacks& backward_callbacks() {
+  static auto* callbacks = new BackwardCallbacks;
+  return *callbacks;
+}
+
+void run_backward_callbacks() {
+  std::vector<std::function<void()>> now;
+  {
+    BackwardCallbacks& all = backward_callbacks();
+    std::lock_guard lock(all.mutex);
+    for (const auto& entry : all.callbacks) now.push_back(entry.second);
+  }
+  for (const auto& callback : now) callback();
+}
+
+}  // namespace
+
 void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors,
               std::optional<bool> retain_graph, bool create_graph) {
   Engine engine(retain_graph.value_or(create_graph), create_graph);
   engine.seed(tensors, grad_tensors);
   engine.run();
+  run_backward_callbacks();
   BackwardRoots& roots = backward_roots();
   std::lock_guard lock(roots.mutex);
   // Outputs gone since (a loop of backward() without a step()) are dropped, so the list holds
@@ -454,6 +511,19 @@ void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& gra
   for (const Tensor& t : tensors) roots.roots.push_back(t.impl());
 }
 }  // namespace autograd
+
+int64_t add_backward_callback(std::function<void()> callback) {
+  auto& all = autograd::backward_callbacks();
+  std::lock_guard lock(all.mutex);
+  all.callbacks.emplace_back(all.next, std::move(callback));
+  return all.next++;
+}
+
+void remove_backward_callback(int64_t handle) {
+  auto& all = autograd::backward_callbacks();
+  std::lock_guard lock(all.mutex);
+  std::erase_if(all.callbacks, [&](const auto& entry) { return entry.first == handle; });
+}
 
 std::vector<Tensor> take_backward_roots() {
   BackwardRoots& roots = backward_roots();

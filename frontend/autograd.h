@@ -5,6 +5,7 @@
 // whatever consumes them (an optimizer's update), and evaluate when their value is needed.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -59,6 +60,12 @@ using lazyfuse::grad;
 void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors = {},
               std::optional<bool> retain_graph = std::nullopt, bool create_graph = false);
 }  // namespace autograd
+
+// Called at the end of every backward(), once the leaves' gradients are accumulated, in the
+// order they were added (not by grad()): how DistributedDataParallel averages the gradients
+// across processes. Returns a handle for remove_backward_callback.
+int64_t add_backward_callback(std::function<void()> callback);
+void remove_backward_callback(int64_t handle);
 
 // The outputs backward() started from since the last call, still alive: an optimizer's step()
 // evaluates them together with the parameters' new values, so that the forward pass, the

@@ -84,5 +84,12 @@ class UnsupportedError : public Error {
 class SerializationError : public Error {
   using Error::Error;
 };
+// A collective or a job's rendezvous that could not complete: a process of the job left or
+// never arrived, the processes disagree on a collective's dtype or shape, or it timed out. The
+// message names the collective, this process's rank and the processes at fault where known
+// ("all_reduce #3 (f32[4]) on rank 0 of 2: rank 1 has left the job").
+class DistributedError : public Error {
+  using Error::Error;
+};
 
 }  // namespace lazyfuse

@@ -123,6 +123,27 @@ Shape index_op_shape(Op op, std::span<const Shape* const> inputs, const Attrs& a
   return gather ? index : self;
 }
 
+// all_gather multiplies dim's size by the process count; reduce_scatter divides it, evenly.
+Shape collective_shape(Op op, const Shape& in, const Attrs& attrs) {
+  if (op == Op::AllReduce || op == Op::Broadcast) return in;
+  const char* name = op_name(op);
+  const int64_t world = attrs.get_int("world");
+  if (world < 1) throw ShapeError(absl::StrCat(name, "(): world size ", world, " is not positive"));
+  if (in.empty())
+    throw ShapeError(absl::StrCat(name, "(): a 0-d tensor has no dim to gather or scatter along"));
+  const int64_t dim = normalize_dim(attrs.get_int("dim"), static_cast<int64_t>(in.size()), name);
+  Shape out = in;
+  if (op == Op::AllGather) {
+    out[dim] = in[dim] * world;
+    return out;
+  }
+  if (in[dim] % world != 0)
+    throw ShapeError(absl::StrCat(name, "(): size ", in[dim], " of dim ", dim, " of ",
+                                  shape_str(in), " does not divide among ", world, " processes"));
+  out[dim] = in[dim] / world;
+  return out;
+}
+
 }  // namespace
 
 std::vector<int64_t> reduction_dims(const Attrs& attrs, int64_t rank) {
@@ -172,6 +193,8 @@ Shape infer_shape(Op op, std::span<const Shape* const> inputs, const Attrs& attr
       return matmul_shape(*inputs[0], *inputs[1]);
     case OpKind::Index:
       return op == Op::Cat ? cat_shape(inputs, attrs) : index_op_shape(op, inputs, attrs);
+    case OpKind::Collective:
+      return collective_shape(op, *inputs[0], attrs);
     case OpKind::Reduction: {
       const Shape& in = *inputs[0];
       std::vector<int64_t> dims = reduction_dims(attrs, static_cast<int64_t>(in.size()));

@@ -54,6 +54,20 @@ DType reduction_accumulator(Op op, DType in) {
 }
 
 const char* op_name(Op op) { return info(op).name; }
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM:
+      return "sum";
+    case ReduceOp::AVG:
+      return "avg";
+    case ReduceOp::MAX:
+      return "max";
+    case ReduceOp::MIN:
+      return "min";
+  }
+  return "?";
+}
 OpKind op_kind(Op op) { return info(op).kind; }
 int op_arity(Op op) { return info(op).arity; }
 DTypeRule op_dtype_rule(Op op) { return info(op).rule; }

@@ -23,7 +23,16 @@ inline constexpr int kNumOps = 0
 #include "lazyfuse/ir/ops.def"
     ;
 
-enum class OpKind : uint8_t { Source, Elementwise, Reduction, Matmul, View, Transfer, Index };
+enum class OpKind : uint8_t {
+  Source,
+  Elementwise,
+  Reduction,
+  Matmul,
+  View,
+  Transfer,
+  Index,
+  Collective
+};
 
 // How an op's result dtype follows from its operands.
 enum class DTypeRule : uint8_t {
@@ -52,6 +61,12 @@ inline bool is_elementwise(Op op) { return op_kind(op) == OpKind::Elementwise; }
 inline bool is_reduction(Op op) { return op_kind(op) == OpKind::Reduction; }
 inline bool is_view(Op op) { return op_kind(op) == OpKind::View; }
 inline bool is_index(Op op) { return op_kind(op) == OpKind::Index; }
+inline bool is_collective(Op op) { return op_kind(op) == OpKind::Collective; }
+
+// How a collective combines the processes' values (its `reduce_op` attribute), as
+// c10d::ReduceOp: AVG is the sum divided by the process count (floating dtypes only).
+enum class ReduceOp : int64_t { SUM = 0, AVG = 1, MAX = 2, MIN = 3 };
+const char* reduce_op_name(ReduceOp op);  // "sum", "avg", "max", "min"
 // Generators compute each element from its index alone: fusable like elementwise ops.
 inline bool is_generator(Op op) {
   return op == Op::Const || op == Op::Arange || op == Op::Rand || op == Op::Randn;

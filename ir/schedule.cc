@@ -94,7 +94,8 @@ std::vector<Step> order_steps(const Graph& graph, std::vector<Step> steps) {
 int Schedule::num_kernels() const {
   int count = 0;
   for (const Step& step : steps)
-    count += step.kind != StepKind::View && step.kind != StepKind::Transfer;
+    count += step.kind != StepKind::View && step.kind != StepKind::Transfer &&
+             step.kind != StepKind::Collective;
   return count;
 }
 

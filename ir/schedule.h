@@ -17,6 +17,7 @@ enum class StepKind : uint8_t {
   View,         // no work: new sizes and strides over the operand's storage
   Transfer,     // a copy between devices
   Index,        // gather, scatter_add or cat: one node over stored operands (a library step)
+  Collective,   // an exchange among a job's processes (runtime/process_group.h)
   // Independent kernels (`members`) launched as one (Note [Horizontal fusion] in
   // ir/passes/horizontal_fusion.cc): an optimizer's update of every parameter in one launch.
   Group,

@@ -446,9 +446,10 @@ class CpuBackend final : public Backend {
       }
       case StepKind::View:
       case StepKind::Transfer:
+      case StepKind::Collective:
         break;
     }
-    throw VerifierError("views and transfers are the executor's, not the CPU backend's");
+    throw VerifierError("views, transfers and collectives are the executor's, not the CPU backend's");
   }
 
   void* allocate(const Device&, int64_t nbytes) override { return cpu::allocate(nbytes); }

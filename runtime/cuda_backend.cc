@@ -1163,9 +1163,10 @@ void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, S
       return;
     case StepKind::View:
     case StepKind::Transfer:
+    case StepKind::Collective:
       break;
   }
-  throw VerifierError("views and transfers are the executor's, not the CUDA backend's");
+  throw VerifierError("views, transfers and collectives are the executor's, not the CUDA backend's");
 }
 
 cuda::CUdeviceptr device_pointer(const void* data) {

@@ -1,5 +1,6 @@
 // Running a schedule across devices.
 #include "lazyfuse/runtime/executor.h"
+#include "lazyfuse/runtime/process_group.h"
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
@@ -83,6 +84,8 @@ void run_schedule(const Schedule& schedule, ValueBuffers& values,
       values[step.nodes[0]] = apply_view(node, *values[node.inputs[0]]);
     } else if (step.kind == StepKind::Transfer) {
       values[step.nodes[0]] = copy_to_device(*values[node.inputs[0]], node.device);
+    } else if (step.kind == StepKind::Collective) {
+      values[step.nodes[0]] = run_collective_step(node, *values[node.inputs[0]]);
     } else {
       backend_for(step.device)
           .run_step(graph, step, values, caches != nullptr ? &(*caches)[s] : nullptr);

@@ -371,7 +371,10 @@ std::optional<Device> single_compute_device(const Schedule& schedule) {
   std::optional<Device> device;
   for (const Step& step : schedule.steps) {
     if (step.kind == StepKind::View) continue;
-    if (step.kind == StepKind::Transfer || (device && *device != step.device)) return std::nullopt;
+    // A collective waits on other processes: never part of a replayed CUDA graph.
+    if (step.kind == StepKind::Transfer || step.kind == StepKind::Collective ||
+        (device && *device != step.device))
+      return std::nullopt;
     device = step.device;
   }
   return device;

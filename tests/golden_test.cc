@@ -87,6 +87,8 @@ const char* step_kind_name(StepKind kind) {
       return "transfer";
     case StepKind::Index:
       return "index";
+    case StepKind::Collective:
+      return "collective";
     case StepKind::Group:
       return "group";
   }

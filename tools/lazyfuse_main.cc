@@ -1,5 +1,5 @@
 // The lazyfuse command-line tool: devices (like nvidia-smi), opt (like mlir-opt), codegen,
-// compile, run, dot and bench. Each subcommand lives in tools/cmd_*.cc (bench in bench/).
+// compile, run, dot, bench, fuzz and launch. Each subcommand lives in tools/cmd_*.cc (bench in bench/).
 #include <iostream>
 #include <optional>
 
@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
       "  lazyfuse codegen examples/ir/seed.ir --target=cpu\n"
       "  lazyfuse run examples/ir/seed.ir --device=cpu --check\n"
       "  lazyfuse bench --device=cpu --sizes 20 --workloads softmax\n"
-      "  lazyfuse fuzz --device=cpu --graphs=1000\n\n"
+      "  lazyfuse fuzz --device=cpu --graphs=1000\n"
+      "  lazyfuse launch --nproc=2 build/bin/mlp_classifier --distributed\n\n"
       "Environment (the README lists all): LAZYFUSE_DUMP=ir,fusion,cuda,jit prints the IR, the\n"
       "fused kernels, the CUDA sources and the CPU JIT's loops; LAZYFUSE_FUSION=0 runs one kernel\n"
       "per op; LAZYFUSE_CACHE_DIR is the kernel disk cache; LAZYFUSE_CPU_JIT=0|1|always.");
@@ -125,6 +126,20 @@ int main(int argc, char** argv) {
   fuzz->add_flag("--no-shrink", no_shrink,
                  "Print each failing graph as generated, without shrinking it first");
 
+  CLI::App* launch = app.add_subcommand(
+      "launch", "Run PROGRAM ARGS... as N processes of one job on this machine (like torchrun)");
+  int nproc = 1, master_port = 0;
+  double grace = 10;
+  launch->add_option("--nproc", nproc, "Processes in the job")->capture_default_str();
+  launch->add_option("--master-port", master_port,
+                     "The rendezvous port (MASTER_PORT); 0 picks a free one")
+      ->capture_default_str();
+  launch->add_option("--grace", grace,
+                     "Seconds the other processes have to report a failed one before they stop")
+      ->capture_default_str();
+  // Everything after the options is the program and its own arguments.
+  launch->prefix_command();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*devices) {
@@ -150,6 +165,7 @@ int main(int argc, char** argv) {
     if (*dot) return tools::dot(file, fused, output);
     if (*bench) return lazyfuse::bench::run_bench(bench_options);
     if (*fuzz) return tools::fuzz(fuzz_seed, graphs, fuzz_device, !no_shrink);
+    if (*launch) return tools::launch(nproc, master_port, grace, launch->remaining());
   } catch (const lazyfuse::ParseError& e) {
     std::cerr << e.what() << "\n";  // already FILE:LINE:COL: error: ...
     return 1;

@@ -3,10 +3,12 @@
 #pragma once
 
 #include "lazyfuse/frontend/autograd.h"
+#include "lazyfuse/frontend/distributed.h"
 #include "lazyfuse/frontend/functional.h"
 #include "lazyfuse/frontend/interop.h"
 #include "lazyfuse/frontend/nn.h"
 #include "lazyfuse/frontend/optim.h"
+#include "lazyfuse/frontend/parallel.h"
 #include "lazyfuse/frontend/serialize.h"
 #include "lazyfuse/frontend/tensor.h"
 #include "lazyfuse/ir/device.h"

@@ -93,6 +93,8 @@ StepKind step_kind(Op op) {
       return StepKind::Transfer;
     case OpKind::Index:
       return StepKind::Index;
+    case OpKind::Collective:
+      return StepKind::Collective;
     default:
       return StepKind::Elementwise;
   }

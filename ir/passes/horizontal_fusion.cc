@@ -44,8 +44,10 @@
 namespace lazyfuse {
 namespace {
 
+// A collective is the process group's, not a kernel: never grouped.
 bool is_compute(const Step& step) {
-  return step.kind != StepKind::View && step.kind != StepKind::Transfer;
+  return step.kind != StepKind::View && step.kind != StepKind::Transfer &&
+         step.kind != StepKind::Collective;
 }
 
 // Each compute step's level (Note [Horizontal fusion]), for steps in producer-first order: as
