@@ -32,6 +32,10 @@ find_library(SLEEF_LIBRARY sleef REQUIRED)
 get_filename_component(SLEEF_REAL "${SLEEF_LIBRARY}" REALPATH)
 file(MAKE_DIRECTORY ${PROJECT_BINARY_DIR}/lib)
 file(COPY_FILE "${SLEEF_REAL}" "${PROJECT_BINARY_DIR}/lib/libsleef.so.3" ONLY_IF_DIFFERENT)
+# Gloo, the same way (Debian ships it shared): collectives among a job's processes.
+find_library(GLOO_LIBRARY gloo REQUIRED)
+get_filename_component(GLOO_REAL "${GLOO_LIBRARY}" REALPATH)
+file(COPY_FILE "${GLOO_REAL}" "${PROJECT_BINARY_DIR}/lib/libgloo.so.0" ONLY_IF_DIFFERENT)
 set(CMAKE_BUILD_RPATH "$ORIGIN/../lib")
 set(CMAKE_INSTALL_RPATH "$ORIGIN/../lib")
 

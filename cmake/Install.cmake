@@ -28,7 +28,8 @@ add_custom_command(
   VERBATIM)
 add_custom_target(lazyfuse_package_archive ALL DEPENDS ${LAZYFUSE_BUNDLE})
 install(FILES ${LAZYFUSE_BUNDLE} DESTINATION lib)
-install(FILES ${PROJECT_BINARY_DIR}/lib/libsleef.so.3 DESTINATION lib)
+install(FILES ${PROJECT_BINARY_DIR}/lib/libsleef.so.3 ${PROJECT_BINARY_DIR}/lib/libgloo.so.0
+        DESTINATION lib)
 
 install(TARGETS lazyfuse_cli walkthrough RUNTIME DESTINATION bin)
 foreach(layer ir codegen runtime frontend)

@@ -12,6 +12,6 @@ if(NOT TARGET lazyfuse::lazyfuse)
     INTERFACE_INCLUDE_DIRECTORIES "${_lazyfuse_prefix}/include"
     INTERFACE_COMPILE_FEATURES cxx_std_20
     INTERFACE_LINK_LIBRARIES
-      "OpenMP::OpenMP_CXX;Threads::Threads;${CMAKE_DL_LIBS};${_lazyfuse_prefix}/lib/libsleef.so.3")
+      "OpenMP::OpenMP_CXX;Threads::Threads;${CMAKE_DL_LIBS};${_lazyfuse_prefix}/lib/libsleef.so.3;${_lazyfuse_prefix}/lib/libgloo.so.0")
 endif()
 unset(_lazyfuse_prefix)

@@ -15,7 +15,10 @@ mkdir -p gpu-bundle/bin gpu-bundle/lib
 for binary in "${binaries[@]}"; do
   strip -o "gpu-bundle/bin/$binary" "$build/bin/$binary"
 done
-cp "$build/lib/libsleef.so.3" gpu-bundle/lib/
+cp "$build/lib/libsleef.so.3" "$build/lib/libgloo.so.0" gpu-bundle/lib/
+# Gloo's own dependencies (hiredis, ibverbs, netlink), which the GPU machine need not have.
+ldd "$build/lib/libgloo.so.0" | awk '/hiredis|ibverbs|libnl/ {print $3}' |
+  xargs -r cp -t gpu-bundle/lib/
 # The host-cost benchmark links Debian's Google Benchmark, whose soname the GPU machine's lacks.
 if [[ " ${binaries[*]} " == *" lazyfuse_host_bench "* ]]; then
   cp "$(ldd "$build/bin/lazyfuse_host_bench" | awk '/libbenchmark/ {print $3}')" gpu-bundle/lib/
