@@ -235,7 +235,8 @@ class GradientRule {
     if (op == ReduceOp::SUM) return gathered;
     if (op == ReduceOp::AVG) return gathered / distributed::world_size();
     const Tensor tie = (a == distributed::all_gather(out, dim)).to(x.dtype());
-    return tie * gathered / distributed::all_gather(distributed::reduce_scatter(tie, ReduceOp::SUM, dim), dim);
+    return tie * gathered /
+           distributed::all_gather(distributed::reduce_scatter(tie, ReduceOp::SUM, dim), dim);
   }
   // broadcast: only the root's x reaches the results, each process's.
   Tensor broadcast_grad(const Tensor& x) const {

@@ -46,8 +46,8 @@ ReduceOp checked(ReduceOp op, const Tensor& tensor, const char* what, const Loc&
     throw DTypeError(absl::StrCat(what, "(): ReduceOp::AVG needs a floating tensor, not ",
                                   dtype_torch_name(tensor.dtype()), at(where)));
   if (op != ReduceOp::SUM && op != ReduceOp::AVG && op != ReduceOp::MAX && op != ReduceOp::MIN)
-    throw DistributedError(absl::StrCat(what, "(): unknown ReduceOp ", static_cast<int64_t>(op),
-                                        at(where)));
+    throw DistributedError(
+        absl::StrCat(what, "(): unknown ReduceOp ", static_cast<int64_t>(op), at(where)));
   return op;
 }
 
@@ -56,12 +56,10 @@ ReduceOp checked(ReduceOp op, const Tensor& tensor, const char* what, const Loc&
 void init(const InitOptions& options) {
   if (default_process_group() != nullptr)
     throw DistributedError("init: the process group is already initialized");
-  if (!options.backend.empty() && options.backend != "gloo")
-    throw UnsupportedError(absl::StrCat("init: backend '", options.backend,
-                                        "' is not in this build; 'gloo' runs CPU tensors and "
-                                        "stages CUDA tensors through the host"));
   ProcessGroupOptions settings;
-  settings.rank = options.rank ? *options.rank : env_int({"RANK", "OMPI_COMM_WORLD_RANK"}).value_or(0);
+  settings.backend = options.backend;
+  settings.rank =
+      options.rank ? *options.rank : env_int({"RANK", "OMPI_COMM_WORLD_RANK"}).value_or(0);
   settings.world_size = options.world_size
                             ? *options.world_size
                             : env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"}).value_or(1);
@@ -157,8 +155,8 @@ Tensor recv(Shape shape, TensorOptions options, int src, Loc where) {
 }
 
 void recv(Tensor& tensor, int src, Loc where) {
-  Tensor received = recv(tensor.sizes(), TensorOptions(tensor.dtype()).device(tensor.device()),
-                         src, where);
+  Tensor received =
+      recv(tensor.sizes(), TensorOptions(tensor.dtype()).device(tensor.device()), src, where);
   NoGradGuard no_grad;
   tensor.copy_(received, where);
 }

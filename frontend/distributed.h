@@ -10,7 +10,7 @@
 // Processes that disagree get a DistributedError naming both sides; a process that dies or never
 // arrives gives the others a DistributedError naming it within the timeout.
 //
-// Engines: Gloo over TCP for CPU tensors; CUDA tensors are staged through the host for Gloo.
+// Engines: Gloo over TCP for CPU tensors, NCCL (loaded at run time) for CUDA tensors.
 // A job starts with `lazyfuse launch --nproc=N PROGRAM ARGS...`, `torchrun --nproc-per-node=N
 // PROGRAM ARGS...` or `mpirun -n N PROGRAM ARGS...`; init() reads what each of them sets.
 #pragma once
@@ -29,7 +29,9 @@ namespace lazyfuse::distributed {
 using lazyfuse::ReduceOp;
 
 struct InitOptions {
-  // "gloo", or empty for the default: Gloo (CUDA tensors are staged through the host).
+  // Empty (the default): NCCL for CUDA tensors where libnccl.so.2 loads, else Gloo on a copy in
+  // host memory; Gloo for CPU tensors. "gloo": Gloo for every tensor. "nccl": NCCL for CUDA
+  // tensors, an UnsupportedError if it does not load.
   std::string backend;
   // How long the rendezvous and each collective wait for the other processes.
   std::chrono::milliseconds timeout = std::chrono::minutes(5);

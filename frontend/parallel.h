@@ -27,7 +27,7 @@ class DistributedDataParallel : public Module {
   explicit DistributedDataParallel(std::shared_ptr<Module> module,
                                    DistributedDataParallelOptions options = {});
   template <typename M>
-    requires std::derived_from<M, Module>
+  requires std::derived_from<M, Module>
   explicit DistributedDataParallel(M module, DistributedDataParallelOptions options = {})
       : DistributedDataParallel(std::make_shared<M>(std::move(module)), options) {}
   ~DistributedDataParallel() override;

@@ -449,7 +449,8 @@ class CpuBackend final : public Backend {
       case StepKind::Collective:
         break;
     }
-    throw VerifierError("views, transfers and collectives are the executor's, not the CPU backend's");
+    throw VerifierError(
+        "views, transfers and collectives are the executor's, not the CPU backend's");
   }
 
   void* allocate(const Device&, int64_t nbytes) override { return cpu::allocate(nbytes); }

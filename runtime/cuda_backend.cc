@@ -1166,7 +1166,8 @@ void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, S
     case StepKind::Collective:
       break;
   }
-  throw VerifierError("views, transfers and collectives are the executor's, not the CUDA backend's");
+  throw VerifierError(
+      "views, transfers and collectives are the executor's, not the CUDA backend's");
 }
 
 cuda::CUdeviceptr device_pointer(const void* data) {

@@ -60,6 +60,7 @@ const Loaded& loaded() {
     load(a.cuMemcpyDtoD, "cuMemcpyDtoD_v2");
     load(a.cuMemcpyPeer, "cuMemcpyPeer");
     load(a.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+    load(a.cuMemcpy2DAsync, "cuMemcpy2DAsync_v2");
     load(a.cuModuleLoadData, "cuModuleLoadData");
     load(a.cuModuleUnload, "cuModuleUnload");
     load(a.cuModuleGetFunction, "cuModuleGetFunction");

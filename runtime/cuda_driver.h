@@ -30,6 +30,24 @@ inline constexpr CUresult kErrorPeerAccessAlreadyEnabled = 704;
 // serialized; the caching allocator may call cuMemAlloc).
 inline constexpr int kStreamCaptureModeRelaxed = 2;
 
+// CUDA_MEMCPY2D: a copy of `Height` rows of `WidthInBytes` between pitched buffers.
+inline constexpr unsigned kMemoryTypeDevice = 2;
+struct CudaMemcpy2D {
+  size_t srcXInBytes = 0, srcY = 0;
+  unsigned srcMemoryType = kMemoryTypeDevice;
+  const void* srcHost = nullptr;
+  CUdeviceptr srcDevice = 0;
+  void* srcArray = nullptr;
+  size_t srcPitch = 0;
+  size_t dstXInBytes = 0, dstY = 0;
+  unsigned dstMemoryType = kMemoryTypeDevice;
+  void* dstHost = nullptr;
+  CUdeviceptr dstDevice = 0;
+  void* dstArray = nullptr;
+  size_t dstPitch = 0;
+  size_t WidthInBytes = 0, Height = 0;
+};
+
 struct DriverApi {
   CUresult (*cuInit)(unsigned);
   CUresult (*cuDriverGetVersion)(int*);
@@ -53,6 +71,7 @@ struct DriverApi {
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
   CUresult (*cuMemcpyPeer)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t);
   CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemcpy2DAsync)(const CudaMemcpy2D*, CUstream);
   CUresult (*cuModuleLoadData)(CUmodule*, const void*);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);

@@ -1,5 +1,6 @@
-// The process group over Gloo (runtime/process_group.h). CPU tensors go through Gloo as they
-// are; CUDA tensors are staged through host memory, as PyTorch's Gloo backend does.
+// The process group (runtime/process_group.h): Gloo for CPU tensors, and for the processes'
+// agreement before each collective; NCCL for CUDA tensors where it loads, else Gloo on a copy in
+// host memory, as PyTorch's Gloo backend does.
 #include "lazyfuse/runtime/process_group.h"
 
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/infer.h"
 #include "lazyfuse/runtime/executor.h"
+#include "lazyfuse/runtime/nccl.h"
 #include "lazyfuse/runtime/tcp_store.h"
 
 namespace lazyfuse {
@@ -135,9 +137,8 @@ class GlooGroup final : public ProcessGroup {
       context_->setTimeout(options.timeout);
       context_->connectFullMesh(*store_, device);
     } catch (const std::exception& error) {
-      throw DistributedError(absl::StrCat("init on rank ", options.rank, " of ",
-                                          options.world_size, ": ", who_is_missing(), " (",
-                                          error.what(), ")"));
+      throw DistributedError(absl::StrCat("init on rank ", options.rank, " of ", options.world_size,
+                                          ": ", who_is_missing(), " (", error.what(), ")"));
     }
   }
 
@@ -150,12 +151,24 @@ class GlooGroup final : public ProcessGroup {
     std::lock_guard lock(mutex_);
     Intent intent = intent_of(node, collectives_);
     describe_operand(intent, input.dtype, input.shape);
-    const std::string what = absl::StrCat(describe(intent), " (collective #", collectives_,
-                                          " of rank ", rank(), ")");
+    const std::string what =
+        absl::StrCat(describe(intent), " (collective #", collectives_, " of rank ", rank(), ")");
     ensure_usable(what);
     agree(intent, what);
-    // CUDA tensors: staged through the host.
     const Device device = input.storage->device();
+    // NCCL is loaded at the first CUDA collective, not before: a CPU job never maps it.
+    if (device.is_cuda() && options_.backend != "gloo" && nccl_available()) {
+      BufferView out = allocate_buffer(device, node.dtype, node.shape);
+      try {
+        nccl_for(device.index()).run(node, input, out);
+      } catch (const DistributedError& error) {
+        broken_ = absl::StrCat(what, ": ", who_is_missing(), " [", error.what(), "]");
+        throw DistributedError(broken_);
+      }
+      ++collectives_;
+      return out;
+    }
+    // Gloo; CUDA tensors staged through the host.
     const BufferView host = copy_to_device(input, Device::cpu());
     BufferView out = allocate_buffer(Device::cpu(), node.dtype, node.shape);
     guarded(what, [&] {
@@ -243,9 +256,8 @@ class GlooGroup final : public ProcessGroup {
             wait_recv(*data, what);
           }
         }
-        throw DistributedError(absl::StrCat(what, ": rank ", src, " sent ",
-                                            describe_shape(header), ", the receiver expects ",
-                                            describe_shape(expected)));
+        throw DistributedError(absl::StrCat(what, ": rank ", src, " sent ", describe_shape(header),
+                                            ", the receiver expects ", describe_shape(expected)));
       }
       const size_t bytes = static_cast<size_t>(numel(shape) * dtype_size(dtype));
       if (bytes > 0) {
@@ -273,8 +285,8 @@ class GlooGroup final : public ProcessGroup {
   uint32_t next_tag() { return static_cast<uint32_t>(tags_++ & 0x3fffffff); }
   // Sends from `from` to `to` are numbered on both sides alike; two slots each (header, data).
   uint64_t next_slot(int from, int to) {
-    const uint64_t pair = static_cast<uint64_t>(from) * static_cast<uint64_t>(size()) +
-                          static_cast<uint64_t>(to);
+    const uint64_t pair =
+        static_cast<uint64_t>(from) * static_cast<uint64_t>(size()) + static_cast<uint64_t>(to);
     return (uint64_t{1} << 62) | (pair << 32) | (2 * (messages_[pair]++ & 0x7fffffff));
   }
 
@@ -307,11 +319,12 @@ class GlooGroup final : public ProcessGroup {
     });
     for (int r = 0; r < size(); ++r) {
       if (all[r] == all[0]) continue;
-      throw DistributedError(absl::StrCat(
-          what, ": the processes disagree: rank 0 runs ", describe(all[0]), " as its collective #",
-          all[0].sequence, ", rank ", r, " runs ", describe(all[r]), " as its collective #",
-          all[r].sequence, " (every process must evaluate the same collectives, in the same order, "
-                           "on tensors of the same dtype and shape)"));
+      throw DistributedError(
+          absl::StrCat(what, ": the processes disagree: rank 0 runs ", describe(all[0]),
+                       " as its collective #", all[0].sequence, ", rank ", r, " runs ",
+                       describe(all[r]), " as its collective #", all[r].sequence,
+                       " (every process must evaluate the same collectives, in the same order, "
+                       "on tensors of the same dtype and shape)"));
     }
   }
 
@@ -448,7 +461,27 @@ class GlooGroup final : public ProcessGroup {
     });
   }
 
+  // Device `index`'s NCCL communicator, made at this collective on every process: rank 0's
+  // unique id goes through the store under the collective's number.
+  NcclCommunicator& nccl_for(int index) {
+    std::unique_ptr<NcclCommunicator>& comm = nccl_[index];
+    if (comm == nullptr) {
+      const std::string key = absl::StrCat("nccl/cuda:", index, "/", collectives_);
+      NcclUniqueId id{};
+      if (rank() == 0) {
+        id = nccl_unique_id();
+        store_->set(key, std::vector<char>(id.begin(), id.end()));
+      } else {
+        const std::vector<char> bytes = store_->get(key);
+        std::copy_n(bytes.begin(), std::min(bytes.size(), id.size()), id.begin());
+      }
+      comm = std::make_unique<NcclCommunicator>(index, rank(), size(), id, options_.timeout);
+    }
+    return *comm;
+  }
+
   const ProcessGroupOptions options_;
+  std::map<int, std::unique_ptr<NcclCommunicator>> nccl_;
   std::shared_ptr<TcpStore> store_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::mutex mutex_;  // one collective at a time, in the order the process asks for them
@@ -467,6 +500,11 @@ std::shared_ptr<ProcessGroup>& default_group() {
 }  // namespace
 
 std::shared_ptr<ProcessGroup> ProcessGroup::create(const ProcessGroupOptions& options) {
+  if (options.backend == "nccl" && !nccl_available())
+    throw UnsupportedError(absl::StrCat("init: backend 'nccl': ", nccl_unavailable_reason()));
+  if (!options.backend.empty() && options.backend != "gloo" && options.backend != "nccl")
+    throw UnsupportedError(absl::StrCat("init: unknown backend '", options.backend,
+                                        "' ('gloo', 'nccl', or empty for both)"));
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size)
     throw DistributedError(absl::StrCat("init: rank ", options.rank, " is not one of ",
                                         options.world_size, " processes"));

@@ -1,7 +1,7 @@
 // A job's processes as the runtime sees them: the process group that runs collective steps
 // (ir/ops.def's Collective ops) and the point-to-point sends and receives. Its engines are the
 // ones the field trusts, never a layer of lazyfuse's own: Gloo over TCP for CPU tensors, NCCL
-// (loaded at run time, runtime/nccl.cc) for CUDA tensors. Process 0 serves the rendezvous
+// (loaded at run time, runtime/nccl.h) for CUDA tensors. Process 0 serves the rendezvous
 // (runtime/tcp_store.h).
 //
 // Before every collective the processes exchange what each is about to run (which collective,
@@ -27,6 +27,10 @@ struct ProcessGroupOptions {
   int local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // "gloo": every tensor through Gloo (CUDA tensors staged through the host); "nccl": CUDA
+  // tensors through NCCL (an error if it does not load); empty: NCCL for CUDA tensors where it
+  // loads, else Gloo.
+  std::string backend;
   // How long a rendezvous or a collective waits for the other processes before it throws.
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
 };

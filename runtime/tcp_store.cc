@@ -99,7 +99,8 @@ class TcpStoreServer {
  public:
   TcpStoreServer(const std::string& host, int port, int world_size) : world_size_(world_size) {
     listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (listener_ < 0) throw DistributedError(absl::StrCat("rendezvous: socket(): ", strerror(errno)));
+    if (listener_ < 0)
+      throw DistributedError(absl::StrCat("rendezvous: socket(): ", strerror(errno)));
     const int one = 1;
     ::setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     sockaddr_in address{};
@@ -268,7 +269,8 @@ std::vector<char> TcpStore::get(const std::string& key) {
 
 void TcpStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
-void TcpStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+void TcpStore::wait(const std::vector<std::string>& keys,
+                    const std::chrono::milliseconds& timeout) {
   for (const std::string& key : keys) request(kGet, {key, int_bytes(timeout.count())});
 }
 

@@ -29,7 +29,8 @@ class TcpStore final : public gloo::rendezvous::Store {
   // Waits for the key up to the timeout; DistributedError naming the key after it.
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
   // The value if set now, without waiting.
   std::optional<std::vector<char>> check(const std::string& key);
 

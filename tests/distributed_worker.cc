@@ -3,7 +3,10 @@
 // reference every process computes alone, in float64 from every process's inputs (which are a
 // function of the rank), and exits non-zero with a message on the first mismatch.
 //
-//   lazyfuse_distributed_worker collectives|gradcheck|ddp|kill|late
+//   lazyfuse_distributed_worker collectives|gradcheck|ddp|kill|late [cpu|cuda:N [gloo|nccl]]
+//
+// The device holds every tensor of the scenario (the CPU by default); the backend is
+// InitOptions::backend (by default NCCL for CUDA tensors where it loads).
 #include <signal.h>
 #include <unistd.h>
 
@@ -26,6 +29,7 @@ namespace dist = lazyfuse::distributed;
 namespace {
 
 int checks = 0;
+Device device = Device::cpu();
 
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr, "rank %d: FAIL: %s\n", dist::rank(), what.c_str());
@@ -47,7 +51,8 @@ std::vector<double> input_values(int q, int64_t n, DType dtype) {
 }
 
 Tensor input(int q, Shape shape, DType dtype) {
-  return from_vector(input_values(q, numel(shape), dtype), shape, TensorOptions(dtype));
+  return from_vector(input_values(q, numel(shape), dtype), shape,
+                     TensorOptions(dtype).device(device));
 }
 
 double tolerance(DType dtype) {
@@ -67,6 +72,7 @@ void expect_values(const Tensor& got, const Shape& shape, const std::vector<doub
   if (got.sizes() != shape)
     fail(absl::StrCat(what, ": shape ", shape_str(got.sizes()), ", expected ", shape_str(shape)));
   if (got.dtype() != dtype) fail(absl::StrCat(what, ": dtype ", dtype_torch_name(got.dtype())));
+  if (got.device() != device) fail(absl::StrCat(what, ": on ", got.device().str()));
   const std::vector<double> v = values_of(got);
   for (size_t i = 0; i < want.size(); ++i)
     if (std::abs(v[i] - want[i]) > tolerance(dtype) * (1 + std::abs(want[i])))
@@ -113,8 +119,7 @@ std::vector<double> reduced(ReduceOp op, DType dtype, int64_t n, int world) {
 
 void collectives() {
   const int r = dist::rank(), w = dist::world_size();
-  const DType dtypes[] = {kBool,     DType::Int32, kInt64, kFloat16,
-                          kBFloat16, kFloat32,     kFloat64};
+  const DType dtypes[] = {kBool, DType::Int32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
   for (DType dtype : dtypes) {
     const std::string name = dtype_torch_name(dtype);
     for (ReduceOp op : {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::MAX, ReduceOp::MIN}) {
@@ -154,13 +159,13 @@ void collectives() {
             const int64_t row = dim == 0 ? r * 2 + i : i, col = dim == 1 ? r * 3 + j : j;
             want.push_back(all[row * shape[1] + col]);
           }
-        expect_values(dist::reduce_scatter(input(r, shape, dtype), op, dim), {2, 3}, want, dtype,
-                      absl::StrCat("reduce_scatter(", reduce_op_name(op), ", dim ", dim,
-                                   ") of ", name));
+        expect_values(
+            dist::reduce_scatter(input(r, shape, dtype), op, dim), {2, 3}, want, dtype,
+            absl::StrCat("reduce_scatter(", reduce_op_name(op), ", dim ", dim, ") of ", name));
       }
     }
-    expect_values(dist::broadcast(input(r, {5}, dtype), w - 1), {5},
-                  input_values(w - 1, 5, dtype), dtype, absl::StrCat("broadcast of ", name));
+    expect_values(dist::broadcast(input(r, {5}, dtype), w - 1), {5}, input_values(w - 1, 5, dtype),
+                  dtype, absl::StrCat("broadcast of ", name));
   }
 
   // Collectives inside a fused graph, evaluated together: (all_reduce(2x) + 1) * all_gather(x)'s
@@ -175,21 +180,22 @@ void collectives() {
     expect_values(y, {4}, want, kFloat32, "collectives inside a fused graph");
   }
 
-  // Point to point around a ring: even ranks send first, odd ranks receive first.
-  {
+  // Point to point around a ring (of two processes or more): even ranks send first, odd ranks
+  // receive first.
+  if (w > 1) {
     const int next = (r + 1) % w, previous = (r + w - 1) % w;
     Tensor mine = input(r, {3, 2}, kFloat64);
     Tensor got;
     if (r % 2 == 0) {
       dist::send(mine, next);
-      got = dist::recv({3, 2}, TensorOptions(kFloat64), previous);
+      got = dist::recv({3, 2}, TensorOptions(kFloat64).device(device), previous);
     } else {
-      got = dist::recv({3, 2}, TensorOptions(kFloat64), previous);
+      got = dist::recv({3, 2}, TensorOptions(kFloat64).device(device), previous);
       dist::send(mine, next);
     }
     expect_values(got, {3, 2}, input_values(previous, 6, kFloat64), kFloat64, "send and recv");
     // LibTorch's form, into an existing tensor.
-    Tensor into = zeros({2}, TensorOptions(kInt64));
+    Tensor into = zeros({2}, TensorOptions(kInt64).device(device));
     if (r == 0) dist::send(input(0, {2}, kInt64), 1);
     if (r == 1) {
       dist::recv(into, 0);
@@ -198,22 +204,25 @@ void collectives() {
     // A receiver that expects another shape gets a typed error; the pair stays usable.
     if (r == 0) dist::send(input(0, {3}, kFloat32), 1);
     if (r == 1)
-      expect_distributed_error([&] { dist::recv({4}, TensorOptions(kFloat32), 0); },
+      expect_distributed_error([&] { dist::recv({4}, TensorOptions(kFloat32).device(device), 0); },
                                "rank 0 sent f32[3], the receiver expects f32[4]",
                                "recv of another shape");
     if (r == 0) dist::send(input(0, {4}, kFloat32), 1);
     if (r == 1)
-      expect_values(dist::recv({4}, TensorOptions(kFloat32), 0), {4},
+      expect_values(dist::recv({4}, TensorOptions(kFloat32).device(device), 0), {4},
                     input_values(0, 4, kFloat32), kFloat32, "recv after a mismatch");
   }
 
   // Processes that disagree on a collective's shape all get a typed error naming both sides, and
   // the group still runs the next collective.
-  expect_distributed_error(
-      [&] { eval(dist::all_reduce(input(r, {r + 1}, kFloat32))); },
-      absl::StrCat("rank 1 runs all_reduce(sum) of f32[2]"), "mismatched shapes");
-  expect_distributed_error([&] { eval(dist::all_reduce(input(r, {2}, r == 0 ? kFloat32 : kFloat64))); },
-                           "the processes disagree", "mismatched dtypes");
+  if (w > 1) {
+    expect_distributed_error([&] { eval(dist::all_reduce(input(r, {r + 1}, kFloat32))); },
+                             absl::StrCat("rank 1 runs all_reduce(sum) of f32[2]"),
+                             "mismatched shapes");
+    expect_distributed_error(
+        [&] { eval(dist::all_reduce(input(r, {2}, r == 0 ? kFloat32 : kFloat64))); },
+        "the processes disagree", "mismatched dtypes");
+  }
   expect_values(dist::all_reduce(input(r, {3}, kInt64)), {3}, reduced(ReduceOp::SUM, kInt64, 3, w),
                 kInt64, "all_reduce after the mismatches");
 
@@ -244,16 +253,25 @@ void gradcheck() {
   };
   std::vector<Case> cases = {
       {"all_reduce(sum)", {2, 3}, [](const Tensor& x) { return dist::all_reduce(x); }},
-      {"all_reduce(avg)", {2, 3}, [](const Tensor& x) { return dist::all_reduce(x, ReduceOp::AVG); }},
-      {"all_reduce(max)", {2, 3}, [](const Tensor& x) { return dist::all_reduce(x, ReduceOp::MAX); }},
-      {"all_reduce(min)", {2, 3}, [](const Tensor& x) { return dist::all_reduce(x, ReduceOp::MIN); }},
+      {"all_reduce(avg)",
+       {2, 3},
+       [](const Tensor& x) { return dist::all_reduce(x, ReduceOp::AVG); }},
+      {"all_reduce(max)",
+       {2, 3},
+       [](const Tensor& x) { return dist::all_reduce(x, ReduceOp::MAX); }},
+      {"all_reduce(min)",
+       {2, 3},
+       [](const Tensor& x) { return dist::all_reduce(x, ReduceOp::MIN); }},
       {"all_gather(dim 0)", {2, 3}, [](const Tensor& x) { return dist::all_gather(x, 0); }},
       {"all_gather(dim 1)", {2, 3}, [](const Tensor& x) { return dist::all_gather(x, 1); }},
-      {"reduce_scatter(sum, dim 0)", {2 * w, 3},
+      {"reduce_scatter(sum, dim 0)",
+       {2 * w, 3},
        [](const Tensor& x) { return dist::reduce_scatter(x, ReduceOp::SUM, 0); }},
-      {"reduce_scatter(avg, dim 1)", {2, 3 * w},
+      {"reduce_scatter(avg, dim 1)",
+       {2, 3 * w},
        [](const Tensor& x) { return dist::reduce_scatter(x, ReduceOp::AVG, 1); }},
-      {"reduce_scatter(max, dim 1)", {2, 3 * w},
+      {"reduce_scatter(max, dim 1)",
+       {2, 3 * w},
        [](const Tensor& x) { return dist::reduce_scatter(x, ReduceOp::MAX, 1); }},
       {"broadcast(root last)", {2, 3}, [w](const Tensor& x) { return dist::broadcast(x, w - 1); }},
   };
@@ -269,9 +287,10 @@ void gradcheck() {
       const Tensor y = c.apply(x);
       std::vector<double> weights(static_cast<size_t>(y.numel()));
       for (size_t i = 0; i < weights.size(); ++i) weights[i] = std::cos(0.7 * i + r);
-      return (y * from_vector(weights, y.sizes(), TensorOptions(kFloat64))).sum();
+      return (y * from_vector(weights, y.sizes(), TensorOptions(kFloat64).device(device))).sum();
     };
-    Tensor x = from_vector(x_values(r), c.shape, TensorOptions(kFloat64).requires_grad(true));
+    Tensor x = from_vector(x_values(r), c.shape,
+                           TensorOptions(kFloat64).device(device).requires_grad(true));
     loss_of(x).backward();
     const std::vector<double> analytic = values_of(x.grad());
     const double h = 1e-6;
@@ -282,7 +301,8 @@ void gradcheck() {
           NoGradGuard no_grad;
           std::vector<double> v = x_values(r);
           if (r == p) v[i] += side == 0 ? h : -h;
-          total[side] = dist::all_reduce(loss_of(from_vector(v, c.shape, TensorOptions(kFloat64))))
+          total[side] = dist::all_reduce(loss_of(from_vector(
+                                             v, c.shape, TensorOptions(kFloat64).device(device))))
                             .item<double>();
         }
         const double numeric = (total[0] - total[1]) / (2 * h);
@@ -321,8 +341,8 @@ void ddp() {
       by.push_back(ys[row]);
     }
     const int64_t count = static_cast<int64_t>(rows.size());
-    Tensor x = from_vector(bx, {count, features});
-    Tensor y = from_vector(by, {count, 1});
+    Tensor x = from_vector(bx, {count, features}, TensorOptions().device(device));
+    Tensor y = from_vector(by, {count, 1}, TensorOptions().device(device));
     optim::SGD optimizer(net.parameters(), optim::SGDOptions(0.2).momentum(0.9));
     nn::MSELoss loss_fn;
     for (int step = 0; step < steps; ++step) {
@@ -334,13 +354,16 @@ void ddp() {
   // One process, the whole batch, from rank 0's initial parameters.
   manual_seed(0);
   nn::Sequential single = make_net();
+  single.to(device);
   std::vector<int64_t> everything(static_cast<size_t>(samples));
   for (int64_t i = 0; i < samples; ++i) everything[i] = i;
   train(single, everything);
   // Every process, its share; each starts from its own parameters, which DDP replaces with
   // rank 0's.
   manual_seed(static_cast<uint64_t>(dist::rank()));
-  nn::parallel::DistributedDataParallel model(make_net());
+  nn::Sequential local = make_net();
+  local.to(device);
+  nn::parallel::DistributedDataParallel model(std::move(local));
   dist::DistributedSampler sampler(samples, std::nullopt, std::nullopt, /*shuffle=*/false);
   if (sampler.num_samples() * w != samples) fail("the batch does not split evenly");
   train(model, sampler.indices());
@@ -354,8 +377,8 @@ void ddp() {
     ++checks;
   }
   // The sampler: with shuffling, the processes' shares are disjoint and cover the data.
-  std::vector<int64_t> mine = dist::DistributedSampler(samples, std::nullopt, std::nullopt, true, 7)
-                                  .indices();
+  std::vector<int64_t> mine =
+      dist::DistributedSampler(samples, std::nullopt, std::nullopt, true, 7).indices();
   Tensor all = dist::all_gather(from_vector(std::vector<double>(mine.begin(), mine.end()),
                                             {static_cast<int64_t>(mine.size())}));
   std::vector<double> seen = values_of(all);
@@ -392,6 +415,8 @@ int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "";
   dist::InitOptions options;
   options.timeout = std::chrono::seconds(scenario == "late" ? 3 : 20);
+  if (argc > 2) device = Device(argv[2]);
+  if (argc > 3) options.backend = argv[3];
   if (scenario == "late" && std::getenv("RANK") != nullptr && std::atoi(std::getenv("RANK")) == 1)
     std::this_thread::sleep_for(std::chrono::seconds(6));
   try {

@@ -1,5 +1,6 @@
 // The lazyfuse command-line tool: devices (like nvidia-smi), opt (like mlir-opt), codegen,
-// compile, run, dot, bench, fuzz and launch. Each subcommand lives in tools/cmd_*.cc (bench in bench/).
+// compile, run, dot, bench, fuzz and launch. Each subcommand lives in tools/cmd_*.cc (bench in
+// bench/).
 #include <iostream>
 #include <optional>
 
@@ -131,11 +132,13 @@ int main(int argc, char** argv) {
   int nproc = 1, master_port = 0;
   double grace = 10;
   launch->add_option("--nproc", nproc, "Processes in the job")->capture_default_str();
-  launch->add_option("--master-port", master_port,
-                     "The rendezvous port (MASTER_PORT); 0 picks a free one")
+  launch
+      ->add_option("--master-port", master_port,
+                   "The rendezvous port (MASTER_PORT); 0 picks a free one")
       ->capture_default_str();
-  launch->add_option("--grace", grace,
-                     "Seconds the other processes have to report a failed one before they stop")
+  launch
+      ->add_option("--grace", grace,
+                   "Seconds the other processes have to report a failed one before they stop")
       ->capture_default_str();
   // Everything after the options is the program and its own arguments.
   launch->prefix_command();
