@@ -1,6 +1,8 @@
 // lazyfuse launch: starts a job of N processes on this machine, as `torchrun --nproc-per-node=N`
 // does: each gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT
-// (a free port unless one is given), which lazyfuse::distributed::init() reads. When a process
+// (a free port unless one is given), which lazyfuse::distributed::init() reads, and, unless it is
+// set, OMP_NUM_THREADS: the machine's cores divided among the processes, so that N processes of
+// OpenMP threads do not oversubscribe the cores (torchrun sets 1). When a process
 // fails, the others have `grace` seconds to see it and report (they raise DistributedError
 // naming it) before they are stopped; the job's status is the first failure's.
 #include <arpa/inet.h>
@@ -11,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -52,6 +55,8 @@ int launch(int nproc, int master_port, double grace_seconds,
   if (nproc < 1) throw Error(absl::StrCat("launch: --nproc must be at least 1, not ", nproc));
   if (command.empty()) throw Error("launch: no program to run");
   const int port = master_port > 0 ? master_port : free_port();
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::string threads = std::to_string(std::max(1u, cores / static_cast<unsigned>(nproc)));
   std::vector<char*> argv;
   for (const std::string& word : command) argv.push_back(const_cast<char*>(word.c_str()));
   argv.push_back(nullptr);
@@ -70,6 +75,7 @@ int launch(int nproc, int master_port, double grace_seconds,
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("OMP_NUM_THREADS", threads.c_str(), 0);
       ::execvp(argv[0], argv.data());
       std::fprintf(stderr, "lazyfuse launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
       ::_exit(127);
