@@ -21,6 +21,7 @@
 #include "gloo/broadcast.h"
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/hash_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "lazyfuse/codegen/cpu_math.h"
 #include "lazyfuse/codegen/dtype_dispatch.h"
@@ -119,8 +120,13 @@ int64_t product(const Shape& shape, size_t from, size_t to) {
 class GlooGroup final : public ProcessGroup {
  public:
   explicit GlooGroup(const ProcessGroupOptions& options) : options_(options) {
-    store_ = std::make_shared<TcpStore>(options.master_addr, options.master_port, options.rank,
-                                        options.world_size, options.timeout);
+    // A job of one process meets nobody: its store is in memory, and it needs no port.
+    std::unique_ptr<gloo::rendezvous::Store> local;
+    if (options.world_size == 1)
+      local = std::make_unique<gloo::rendezvous::HashStore>();
+    else
+      store_ = std::make_shared<TcpStore>(options.master_addr, options.master_port, options.rank,
+                                          options.world_size, options.timeout);
     gloo::transport::tcp::attr attr;
     if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface) {
       attr.iface = iface;
@@ -135,7 +141,8 @@ class GlooGroup final : public ProcessGroup {
       auto device = gloo::transport::tcp::CreateDevice(attr);
       context_ = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
       context_->setTimeout(options.timeout);
-      context_->connectFullMesh(*store_, device);
+      context_->connectFullMesh(local ? *local : static_cast<gloo::rendezvous::Store&>(*store_),
+                                device);
     } catch (const std::exception& error) {
       throw DistributedError(absl::StrCat("init on rank ", options.rank, " of ", options.world_size,
                                           ": ", who_is_missing(), " (", error.what(), ")"));
@@ -344,6 +351,7 @@ class GlooGroup final : public ProcessGroup {
 
   // Which processes have left or never came, as the rendezvous server saw their connections.
   std::string who_is_missing() {
+    if (store_ == nullptr) return "the only process failed";
     for (int attempt = 0; attempt < 10; ++attempt) {
       TcpStore::Presence presence;
       try {
@@ -470,7 +478,7 @@ class GlooGroup final : public ProcessGroup {
       NcclUniqueId id{};
       if (rank() == 0) {
         id = nccl_unique_id();
-        store_->set(key, std::vector<char>(id.begin(), id.end()));
+        if (store_ != nullptr) store_->set(key, std::vector<char>(id.begin(), id.end()));
       } else {
         const std::vector<char> bytes = store_->get(key);
         std::copy_n(bytes.begin(), std::min(bytes.size(), id.size()), id.begin());
