@@ -161,6 +161,14 @@ class GlooGroup final : public ProcessGroup {
     const std::string what =
         absl::StrCat(describe(intent), " (collective #", collectives_, " of rank ", rank(), ")");
     ensure_usable(what);
+    // A node made for a job of another size (before a new init()) would exchange other sizes.
+    if (node.attrs.has("world") && node.attrs.get_int("world") != size())
+      throw DistributedError(absl::StrCat(what, ": made at ", node.where.str(), " for a job of ",
+                                          node.attrs.get_int("world"),
+                                          " processes; this job has ", size()));
+    if (node.attrs.has("root") && node.attrs.get_int("root") >= size())
+      throw DistributedError(absl::StrCat(what, ": root ", node.attrs.get_int("root"),
+                                          " is not a rank of the ", size(), " processes"));
     agree(intent, what);
     const Device device = input.storage->device();
     // NCCL is loaded at the first CUDA collective, not before: a CPU job never maps it.
