@@ -72,8 +72,17 @@ void init(const InitOptions& options) {
   } else if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr) {
     settings.master_addr = addr;
   }
-  settings.master_port =
-      options.master_port ? *options.master_port : env_int({"MASTER_PORT"}).value_or(29500);
+  if (options.master_port) {
+    settings.master_port = *options.master_port;
+  } else if (std::optional<int> port = env_int({"LAZYFUSE_STORE_PORT"})) {
+    settings.master_port = *port;
+  } else {
+    settings.master_port = env_int({"MASTER_PORT"}).value_or(29500);
+    // torchrun's agent serves PyTorch's own store on MASTER_PORT: lazyfuse's takes the next.
+    if (const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+        agent != nullptr && std::string(agent) == "True")
+      settings.master_port += 1;
+  }
   settings.timeout = options.timeout;
   set_default_process_group(ProcessGroup::create(settings));
 }

@@ -38,7 +38,9 @@ struct InitOptions {
   // Unset: from the environment. torchrun's and `lazyfuse launch`'s RANK, WORLD_SIZE, LOCAL_RANK,
   // MASTER_ADDR and MASTER_PORT; else Open MPI's OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE and
   // OMPI_COMM_WORLD_LOCAL_RANK (with MASTER_ADDR and MASTER_PORT, default 127.0.0.1:29500);
-  // else a job of one process.
+  // else a job of one process. Rank 0 serves the rendezvous on MASTER_PORT, or on
+  // LAZYFUSE_STORE_PORT where set; under torchrun, whose agent serves its own store on
+  // MASTER_PORT, on MASTER_PORT + 1.
   std::optional<int> rank, world_size, local_rank;
   std::optional<std::string> master_addr;
   std::optional<int> master_port;
