@@ -111,6 +111,17 @@ gloo::AllreduceOptions::Func combiner(ReduceOp op) {
   };
 }
 
+// AVG's last step: the sum divided by the process count, in S's compute type.
+template <typename S>
+void divide_by_count(void* data, int64_t n, int count) {
+  if constexpr (!std::is_same_v<S, bool>) {
+    using C = ComputeOf<S>;
+    S* values = static_cast<S*>(data);
+    for (int64_t i = 0; i < n; ++i)
+      values[i] = convert_value<S>(convert_value<C>(values[i]) / static_cast<C>(count));
+  }
+}
+
 int64_t product(const Shape& shape, size_t from, size_t to) {
   int64_t n = 1;
   for (size_t d = from; d < to; ++d) n *= shape[d];
@@ -164,8 +175,8 @@ class GlooGroup final : public ProcessGroup {
     // A node made for a job of another size (before a new init()) would exchange other sizes.
     if (node.attrs.has("world") && node.attrs.get_int("world") != size())
       throw DistributedError(absl::StrCat(what, ": made at ", node.where.str(), " for a job of ",
-                                          node.attrs.get_int("world"),
-                                          " processes; this job has ", size()));
+                                          node.attrs.get_int("world"), " processes; this job has ",
+                                          size()));
     if (node.attrs.has("root") && node.attrs.get_int("root") >= size())
       throw DistributedError(absl::StrCat(what, ": root ", node.attrs.get_int("root"),
                                           " is not a rank of the ", size(), " processes"));
@@ -394,14 +405,7 @@ class GlooGroup final : public ProcessGroup {
       opts.setTag(tag);
       opts.setTimeout(options_.timeout);
       gloo::allreduce(opts);
-      if constexpr (!std::is_same_v<S, bool>) {
-        if (op == ReduceOp::AVG) {
-          S* values = static_cast<S*>(out.data());
-          using C = ComputeOf<S>;
-          for (int64_t i = 0; i < n; ++i)
-            values[i] = convert_value<S>(convert_value<C>(values[i]) / static_cast<C>(size()));
-        }
-      }
+      if (op == ReduceOp::AVG) divide_by_count<S>(out.data(), n, size());
     });
   }
 
@@ -466,14 +470,7 @@ class GlooGroup final : public ProcessGroup {
       const auto combine = combiner<S>(op == ReduceOp::AVG ? ReduceOp::SUM : op);
       for (int r = 1; r < size(); ++r)
         combine(out.data(), out.data(), received.data() + r * chunk, static_cast<size_t>(count));
-      if constexpr (!std::is_same_v<S, bool>) {
-        if (op == ReduceOp::AVG) {
-          S* values = static_cast<S*>(out.data());
-          using C = ComputeOf<S>;
-          for (int64_t i = 0; i < count; ++i)
-            values[i] = convert_value<S>(convert_value<C>(values[i]) / static_cast<C>(size()));
-        }
-      }
+      if (op == ReduceOp::AVG) divide_by_count<S>(out.data(), count, size());
     });
   }
 

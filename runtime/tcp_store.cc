@@ -31,10 +31,11 @@ namespace {
 enum StoreOp : uint32_t { kHello = 1, kSet, kGet, kCheck, kPresence };
 enum StoreStatus : uint32_t { kOk = 0, kMissing, kTimedOut };
 
-bool write_all(int fd, const void* data, size_t size) {
-  const char* p = static_cast<const char*>(data);
+// All of `size` bytes sent or received, across short transfers and interrupts; false when the
+// connection closed or failed.
+bool transfer_all(int fd, char* p, size_t size, bool sending) {
   while (size > 0) {
-    const ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL);
+    const ssize_t n = sending ? ::send(fd, p, size, MSG_NOSIGNAL) : ::recv(fd, p, size, 0);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
       return false;
@@ -44,19 +45,11 @@ bool write_all(int fd, const void* data, size_t size) {
   }
   return true;
 }
-
+bool write_all(int fd, const void* data, size_t size) {
+  return transfer_all(fd, static_cast<char*>(const_cast<void*>(data)), size, true);
+}
 bool read_all(int fd, void* data, size_t size) {
-  char* p = static_cast<char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::recv(fd, p, size, 0);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      return false;
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
+  return transfer_all(fd, static_cast<char*>(data), size, false);
 }
 
 bool write_message(int fd, uint32_t head, const std::vector<std::string>& parts) {
