@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(share));
   // With several processes, the gradients are averaged across them after each backward().
   std::optional<nn::parallel::DistributedDataParallel> ddp;
-  if (world > 1) ddp.emplace(net);
+  if (distributed) ddp.emplace(net);
   optim::Adam optimizer(net->parameters(), optim::AdamOptions(0.01));
   nn::CrossEntropyLoss loss_fn;
 

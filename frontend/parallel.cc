@@ -16,7 +16,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
     : module_(std::move(module)), options_(options) {
   children_.emplace_back("module", module_);
   training_ = module_->is_training();
-  if (options_.broadcast_parameters && distributed::world_size() > 1) {
+  // A job of one process takes the same path (one process's collectives), as PyTorch's does.
+  if (options_.broadcast_parameters && distributed::is_initialized()) {
     std::vector<Tensor> parameters = module_->parameters();
     {
       NoGradGuard no_grad;
@@ -34,7 +35,7 @@ std::string DistributedDataParallel::repr() const {
 }
 
 void DistributedDataParallel::average_gradients() {
-  if (distributed::world_size() == 1) return;
+  if (!distributed::is_initialized()) return;
   // Last parameters first, as backward() produces their gradients; a bucket per dtype and
   // device, closed when it holds bucket_cap_mb.
   std::vector<Tensor> parameters = module_->parameters();

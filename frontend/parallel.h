@@ -39,7 +39,8 @@ class DistributedDataParallel : public Module {
   Module& module() { return *module_; }
 
   // Replaces each parameter's gradient with its average over the processes (what backward()
-  // calls at its end). Every process must have gradients for the same parameters.
+  // calls at its end). Every process must have gradients for the same parameters. Without
+  // distributed::init(), nothing.
   void average_gradients();
 
  private:

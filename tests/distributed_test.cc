@@ -122,6 +122,16 @@ TEST(Distributed, AJobOfOneProcess) {
   // d/dx of sum(3 * all_gather(all_reduce(x))) is 3.
   (dist::all_gather(dist::all_reduce(x)) * 3).sum().backward();
   EXPECT_EQ(x.grad().to_vector<double>(), std::vector<double>(4, 3.0));
+  // DistributedDataParallel over one process: the gradient of one process's loss, unchanged, and
+  // averaged through the same all_reduce as with many.
+  manual_seed(3);
+  auto linear = std::make_shared<nn::Linear>(2, 1);
+  nn::parallel::DistributedDataParallel ddp(linear);
+  Tensor input = from_vector({1.0, 2.0, -1.0, 0.5}, {2, 2});
+  ddp.forward(input).sum().backward();
+  EXPECT_EQ(linear->weight().grad().to_vector<double>(), std::vector<double>({0.0, 2.5}));
+  EXPECT_EQ(linear->bias().grad().to_vector<double>(), std::vector<double>({2.0}));
+  EXPECT_EQ(ddp.parameters().size(), 2u);
   dist::barrier();
   dist::destroy_process_group();
   EXPECT_FALSE(dist::is_initialized());
