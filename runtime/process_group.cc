@@ -44,6 +44,7 @@ struct Intent {
   int64_t rank = 0;  // of the shape
   int64_t root = -1;
   int64_t dim = -1;
+  int64_t on_cuda = 0;   // which engine runs it: Gloo for host memory, NCCL for a GPU's
   int64_t dims[9] = {};  // the sizes; a longer shape's later sizes are folded into dims[8]
 
   bool operator==(const Intent& other) const {
@@ -76,7 +77,8 @@ std::string describe(const Intent& intent) {
   if (intent.dim >= 0) absl::StrAppend(&text, "(dim ", intent.dim, ")");
   std::vector<int64_t> sizes(intent.dims, intent.dims + std::min<int64_t>(intent.rank, 9));
   absl::StrAppend(&text, " of ", dtype_ir_name(static_cast<DType>(intent.dtype)), "[",
-                  absl::StrJoin(sizes, ","), intent.rank > 9 ? ",..." : "", "]");
+                  absl::StrJoin(sizes, ","), intent.rank > 9 ? ",..." : "", "]",
+                  intent.on_cuda ? " on a GPU" : "");
   return text;
 }
 
@@ -169,6 +171,7 @@ class GlooGroup final : public ProcessGroup {
     std::lock_guard lock(mutex_);
     Intent intent = intent_of(node, collectives_);
     describe_operand(intent, input.dtype, input.shape);
+    intent.on_cuda = input.storage->device().is_cuda() ? 1 : 0;
     const std::string what =
         absl::StrCat(describe(intent), " (collective #", collectives_, " of rank ", rank(), ")");
     ensure_usable(what);
