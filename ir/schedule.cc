@@ -4,6 +4,7 @@
 #include "lazyfuse/ir/schedule.h"
 
 #include <queue>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -73,16 +74,21 @@ std::vector<Step> order_steps(const Graph& graph, std::vector<Step> steps) {
       ++indegree[s];
     }
   }
-  using Entry = std::pair<ValueId, int>;
+  // Ready steps by their last node; a collective before any other, so that it starts as soon as
+  // its operand is computed and the steps that do not read it run while it is in flight.
+  using Entry = std::tuple<bool, ValueId, int>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> ready;
+  auto entry = [&](int s) {
+    return Entry{steps[s].kind != StepKind::Collective, steps[s].nodes.back(), s};
+  };
   for (size_t s = 0; s < steps.size(); ++s)
-    if (indegree[s] == 0) ready.push({steps[s].nodes.back(), static_cast<int>(s)});
+    if (indegree[s] == 0) ready.push(entry(static_cast<int>(s)));
   std::vector<Step> ordered;
   while (!ready.empty()) {
-    int s = ready.top().second;
+    const int s = std::get<2>(ready.top());
     ready.pop();
     for (int c : consumers[s])
-      if (--indegree[c] == 0) ready.push({steps[c].nodes.back(), c});
+      if (--indegree[c] == 0) ready.push(entry(c));
     ordered.push_back(std::move(steps[s]));
   }
   // A cycle between steps would leave some out of the order, and their values uncomputed.

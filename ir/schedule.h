@@ -55,7 +55,8 @@ uint64_t step_kernel_key(const Graph& graph, const Step& step);
 
 // `steps` in an order where every step comes after the steps computing its inputs (Kahn's
 // algorithm, the step with the smallest last member first, so the order follows the user's
-// program). Throws VerifierError when the steps depend on each other in a cycle.
+// program; a collective before the rest as soon as it is ready, so that it overlaps the steps
+// that do not read it). Throws VerifierError when the steps depend on each other in a cycle.
 std::vector<Step> order_steps(const Graph& graph, std::vector<Step> steps);
 
 // Note [Half precision in fused kernels]

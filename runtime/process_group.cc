@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -160,6 +163,40 @@ class GlooGroup final : public ProcessGroup {
       throw DistributedError(absl::StrCat("init on rank ", options.rank, " of ", options.world_size,
                                           ": ", who_is_missing(), " (", error.what(), ")"));
     }
+  }
+
+  ~GlooGroup() override {
+    {
+      std::lock_guard lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queued_.notify_all();
+    if (worker_.joinable()) worker_.join();
+  }
+
+  std::future<BufferView> start_collective(Node node, BufferView input,
+                                           bool in_background) override {
+    if (!in_background || !input.storage->device().is_cpu()) {
+      // After the ones in flight, so that every process runs them in the same order.
+      {
+        std::unique_lock lock(queue_mutex_);
+        idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+      }
+      std::promise<BufferView> done;
+      done.set_value(run_collective(node, input));
+      return done.get_future();
+    }
+    std::packaged_task<BufferView()> task([this, node = std::move(node), input = std::move(input)] {
+      return run_collective(node, input);
+    });
+    std::future<BufferView> result = task.get_future();
+    {
+      std::lock_guard lock(queue_mutex_);
+      if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
+      queue_.push_back(std::move(task));
+    }
+    queued_.notify_one();
+    return result;
   }
 
   int rank() const override { return options_.rank; }
@@ -496,7 +533,34 @@ class GlooGroup final : public ProcessGroup {
     return *comm;
   }
 
+  // The communication thread: runs started collectives one at a time, in the order started.
+  void work() {
+    while (true) {
+      std::packaged_task<BufferView()> task;
+      {
+        std::unique_lock lock(queue_mutex_);
+        queued_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+        busy_ = true;
+      }
+      task();
+      {
+        std::lock_guard lock(queue_mutex_);
+        busy_ = false;
+      }
+      idle_.notify_all();
+    }
+  }
+
   const ProcessGroupOptions options_;
+  std::mutex queue_mutex_;
+  std::condition_variable queued_, idle_;
+  bool busy_ = false;  // the thread runs a collective
+  std::deque<std::packaged_task<BufferView()>> queue_;
+  bool stopping_ = false;
+  std::thread worker_;
   std::map<int, std::unique_ptr<NcclCommunicator>> nccl_;
   std::shared_ptr<TcpStore> store_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
@@ -537,13 +601,14 @@ void set_default_process_group(std::shared_ptr<ProcessGroup> group) {
   default_group() = std::move(group);
 }
 
-BufferView run_collective_step(const Node& node, const BufferView& input) {
+std::future<BufferView> start_collective_step(const Node& node, const BufferView& input,
+                                              bool in_background) {
   std::shared_ptr<ProcessGroup> group = default_process_group();
   if (group == nullptr)
     throw DistributedError(absl::StrCat(op_name(node.op), " made at ", node.where.str(),
                                         " runs with no process group: call "
                                         "lazyfuse::distributed::init() first"));
-  return group->run_collective(node, contiguous(input));
+  return group->start_collective(node, contiguous(input), in_background);
 }
 
 }  // namespace lazyfuse

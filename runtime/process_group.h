@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -50,6 +51,12 @@ class ProcessGroup {
   // Runs collective `node` (ir/ops.def) on `input`, dense on the node's device; returns the
   // node's value, a new buffer on that device.
   virtual BufferView run_collective(const Node& node, const BufferView& input) = 0;
+  // The same, after every collective started before it: on the group's communication thread
+  // when `in_background` and the tensor is on the CPU, so that the caller's work goes on
+  // meanwhile (Note [Overlapped collectives] in runtime/executor.cc); else on the calling thread
+  // once those are done (the future is then ready). A CUDA collective runs on the caller's stream.
+  virtual std::future<BufferView> start_collective(Node node, BufferView input,
+                                                   bool in_background) = 0;
   virtual void barrier() = 0;
   // Point to point: `input` (dense) to process `dst`; a buffer of `dtype` and `shape` on `device`
   // from `src`. A sender's dtype or shape that differs from the receiver's is a DistributedError
@@ -62,8 +69,9 @@ class ProcessGroup {
 std::shared_ptr<ProcessGroup> default_process_group();
 void set_default_process_group(std::shared_ptr<ProcessGroup> group);
 
-// The executor's entry for a Collective step: the default group runs it (DistributedError if
+// The executor's entry for a Collective step: the default group starts it (DistributedError if
 // there is none).
-BufferView run_collective_step(const Node& node, const BufferView& input);
+std::future<BufferView> start_collective_step(const Node& node, const BufferView& input,
+                                              bool in_background);
 
 }  // namespace lazyfuse
