@@ -12,6 +12,9 @@
 # PEERS=0 leaves the peers out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# Gloo (in every binary) finds its own dependencies, which the bundle carries, only through the
+# loader's path.
+export LD_LIBRARY_PATH=$PWD/gpu-bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 out=${OUT:-bench-results}
 mkdir -p "$out/peers" "$out/ours"
 peer_sizes=${1:-12,20,26,28}

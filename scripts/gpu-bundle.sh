@@ -16,7 +16,8 @@ for binary in "${binaries[@]}"; do
   strip -o "gpu-bundle/bin/$binary" "$build/bin/$binary"
 done
 cp "$build/lib/libsleef.so.3" "$build/lib/libgloo.so.0" gpu-bundle/lib/
-# Gloo's own dependencies (hiredis, ibverbs, netlink), which the GPU machine need not have.
+# Gloo's own dependencies (hiredis, ibverbs, netlink), which the GPU machine need not have; a
+# script running the bundle puts its lib/ on LD_LIBRARY_PATH, since libgloo looks for them there.
 ldd "$build/lib/libgloo.so.0" | awk '/hiredis|ibverbs|libnl/ {print $3}' |
   xargs -r cp -t gpu-bundle/lib/
 # The host-cost benchmark links Debian's Google Benchmark, whose soname the GPU machine's lacks.

@@ -9,6 +9,9 @@
 # modes, so that nothing else is running when they do.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# Gloo (in every binary) finds its own dependencies, which the bundle carries, only through the
+# loader's path.
+export LD_LIBRARY_PATH=$PWD/gpu-bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 out=${OUT:-gpu-logs}
 mkdir -p "$out"
 bin=gpu-bundle/bin

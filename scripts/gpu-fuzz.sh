@@ -6,6 +6,9 @@
 # policy says: LAZYFUSE_HALF_ROUNDING=each_op for the other one (give each run its own OUT).
 # Usage: scripts/gpu-fuzz.sh LAZYFUSE_BINARY [GRAPHS [PROCESSES [SECONDS [FIRST_SEED]]]]
 set -uo pipefail
+# Gloo (in every binary) finds its own dependencies, which the bundle carries, only through the
+# loader's path.
+export LD_LIBRARY_PATH=$PWD/gpu-bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 lazyfuse=$1
 graphs=${2:-10010}
 processes=${3:-14}
