@@ -55,6 +55,7 @@ void DistributedDataParallel::average_gradients() {
     for (Tensor& p : bucket) {
       const int64_t n = p.numel();
       p.mutable_grad() = averaged.narrow(0, offset, n).reshape(p.sizes());
+      averaged_[p.impl().get()] = p.grad().impl();
       offset += n;
     }
     bucket.clear();
@@ -62,6 +63,11 @@ void DistributedDataParallel::average_gradients() {
   };
   for (auto it = parameters.rbegin(); it != parameters.rend(); ++it) {
     if (!it->grad().defined()) continue;
+    // A gradient this backward() did not touch (another model's backward ran) is the average
+    // already.
+    if (auto found = averaged_.find(it->impl().get());
+        found != averaged_.end() && found->second.lock() == it->grad().impl())
+      continue;
     const Key key{it->grad().dtype(), it->grad().device().str()};
     open[key].push_back(*it);
     open_bytes[key] += it->numel() * dtype_size(it->grad().dtype());

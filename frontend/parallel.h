@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -38,15 +39,18 @@ class DistributedDataParallel : public Module {
   std::string repr() const override;
   Module& module() { return *module_; }
 
-  // Replaces each parameter's gradient with its average over the processes (what backward()
-  // calls at its end). Every process must have gradients for the same parameters. Without
-  // distributed::init(), nothing.
+  // Replaces each parameter's gradient that changed since the last call with its average over
+  // the processes (what backward() calls at its end, for every backward() of the process).
+  // Every process must have new gradients for the same parameters. Without distributed::init(),
+  // nothing.
   void average_gradients();
 
  private:
   std::shared_ptr<Module> module_;
   DistributedDataParallelOptions options_;
   int64_t callback_ = -1;
+  // Per parameter, the gradient average_gradients() last gave it.
+  std::map<const TensorImpl*, std::weak_ptr<TensorImpl>> averaged_;
 };
 
 }  // namespace lazyfuse::nn::parallel

@@ -99,8 +99,10 @@ class TcpStoreServer {
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_port = htons(static_cast<uint16_t>(port));
-    address.sin_addr.s_addr = htonl(INADDR_ANY);
-    (void)host;  // every interface: MASTER_ADDR names this machine to the others
+    // A job on the loopback listens there alone; else every interface, since MASTER_ADDR names
+    // this machine to the others.
+    const bool loopback = host == "127.0.0.1" || host == "localhost";
+    address.sin_addr.s_addr = htonl(loopback ? INADDR_LOOPBACK : INADDR_ANY);
     if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
         ::listen(listener_, 128) != 0) {
       const std::string why = strerror(errno);

@@ -132,6 +132,11 @@ TEST(Distributed, AJobOfOneProcess) {
   EXPECT_EQ(linear->weight().grad().to_vector<double>(), std::vector<double>({0.0, 2.5}));
   EXPECT_EQ(linear->bias().grad().to_vector<double>(), std::vector<double>({2.0}));
   EXPECT_EQ(ddp.parameters().size(), 2u);
+  // Another backward() that does not reach the module leaves its averaged gradients alone.
+  const std::shared_ptr<TensorImpl> averaged = linear->weight().grad().impl();
+  Tensor other = ones({2}, TensorOptions(kFloat64).requires_grad(true));
+  (other * 2).sum().backward();
+  EXPECT_EQ(linear->weight().grad().impl(), averaged);
   dist::barrier();
   dist::destroy_process_group();
   EXPECT_FALSE(dist::is_initialized());
