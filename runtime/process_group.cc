@@ -3,6 +3,7 @@
 // host memory, as PyTorch's Gloo backend does.
 #include "lazyfuse/runtime/process_group.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -588,6 +589,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const ProcessGroupOptions& op
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size)
     throw DistributedError(absl::StrCat("init: rank ", options.rank, " is not one of ",
                                         options.world_size, " processes"));
+  // Gloo writes to its peers' sockets without MSG_NOSIGNAL: a peer that died would end this
+  // process with SIGPIPE rather than raise the error that names it. A program that left SIGPIPE
+  // at its default has it ignored from here on, as Python (and so PyTorch) does at startup.
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL)
+    ::signal(SIGPIPE, SIG_IGN);
   return std::make_shared<GlooGroup>(options);
 }
 

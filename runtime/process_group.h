@@ -9,7 +9,8 @@
 // DistributedError naming both sides rather than exchanging the wrong bytes. A collective that
 // fails (a process left, or the timeout passed) throws DistributedError naming the collective
 // and the processes at fault; the group is then broken, and every later collective throws at
-// once until the job makes a new one. Tensors are untouched by a failure.
+// once until the job makes a new one. Tensors are untouched by a failure. Making a group ignores
+// SIGPIPE where the program left it at its default (Gloo's writes to a dead peer would raise it).
 #pragma once
 
 #include <chrono>
