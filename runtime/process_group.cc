@@ -412,7 +412,7 @@ class GlooGroup final : public ProcessGroup {
   // Which processes have left or never came, as the rendezvous server saw their connections.
   std::string who_is_missing() {
     if (store_ == nullptr) return "the only process failed";
-    for (int attempt = 0; attempt < 10; ++attempt) {
+    for (int attempt = 0; attempt < 30; ++attempt) {
       TcpStore::Presence presence;
       try {
         presence = store_->presence();
@@ -423,11 +423,11 @@ class GlooGroup final : public ProcessGroup {
         return absl::StrCat(presence.gone.size() == 1 ? "rank " : "ranks ",
                             absl::StrJoin(presence.gone, ", "),
                             presence.gone.size() == 1 ? " has" : " have", " left the job");
-      if (!presence.never_arrived.empty() && attempt == 9)
+      if (!presence.never_arrived.empty() && attempt == 29)
         return absl::StrCat(presence.never_arrived.size() == 1 ? "rank " : "ranks ",
                             absl::StrJoin(presence.never_arrived, ", "), " never arrived within ",
                             options_.timeout.count() / 1000.0, " s");
-      // A process that just died may not have been noticed by the server yet.
+      // A process that just died may not have been noticed by the server yet: up to 3 s.
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     return absl::StrCat("no process has left the job, but the others did not take part within ",
