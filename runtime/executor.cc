@@ -127,9 +127,8 @@ void run_schedule(const Schedule& schedule, ValueBuffers& values,
       values[step.nodes[0]] = copy_to_device(*values[node.inputs[0]], node.device);
     } else if (step.kind == StepKind::Collective) {
       // In the background only when the next step has other work: handing a collective to the
-      // communication thread and back costs more than it overlaps otherwise (on the 2-core
-      // machine, an all_reduce of 1000 floats between two processes took 400-570 us on the
-      // caller's thread and 540-840 us through the other).
+      // communication thread and back costs more than it overlaps otherwise (docs/design.md,
+      // "Distributed jobs").
       const bool next_reads_it =
           s + 1 == schedule.steps.size() ||
           std::find(schedule.steps[s + 1].inputs.begin(), schedule.steps[s + 1].inputs.end(),
