@@ -73,16 +73,20 @@ void describe_operand(Intent& intent, DType dtype, const Shape& shape) {
     intent.dims[std::min<size_t>(d, 8)] = d < 8 ? shape[d] : intent.dims[8] * 31 + shape[d];
 }
 
+// "f32[2,3]": the operand's dtype and sizes (a shape past 9 dims ends in ",...").
+std::string operand_text(const Intent& intent) {
+  std::vector<int64_t> sizes(intent.dims, intent.dims + std::min<int64_t>(intent.rank, 9));
+  return absl::StrCat(dtype_ir_name(static_cast<DType>(intent.dtype)), "[",
+                      absl::StrJoin(sizes, ","), intent.rank > 9 ? ",..." : "", "]");
+}
+
 std::string describe(const Intent& intent) {
   std::string text = op_name(static_cast<Op>(intent.op));
   if (intent.reduce_op >= 0)
     absl::StrAppend(&text, "(", reduce_op_name(static_cast<ReduceOp>(intent.reduce_op)), ")");
   if (intent.root >= 0) absl::StrAppend(&text, "(root ", intent.root, ")");
   if (intent.dim >= 0) absl::StrAppend(&text, "(dim ", intent.dim, ")");
-  std::vector<int64_t> sizes(intent.dims, intent.dims + std::min<int64_t>(intent.rank, 9));
-  absl::StrAppend(&text, " of ", dtype_ir_name(static_cast<DType>(intent.dtype)), "[",
-                  absl::StrJoin(sizes, ","), intent.rank > 9 ? ",..." : "", "]",
-                  intent.on_cuda ? " on a GPU" : "");
+  absl::StrAppend(&text, " of ", operand_text(intent), intent.on_cuda ? " on a GPU" : "");
   return text;
 }
 
@@ -323,8 +327,8 @@ class GlooGroup final : public ProcessGroup {
             wait_recv(*data, what);
           }
         }
-        throw DistributedError(absl::StrCat(what, ": rank ", src, " sent ", describe_shape(header),
-                                            ", the receiver expects ", describe_shape(expected)));
+        throw DistributedError(absl::StrCat(what, ": rank ", src, " sent ", operand_text(header),
+                                            ", the receiver expects ", operand_text(expected)));
       }
       const size_t bytes = static_cast<size_t>(numel(shape) * dtype_size(dtype));
       if (bytes > 0) {
@@ -337,12 +341,6 @@ class GlooGroup final : public ProcessGroup {
   }
 
  private:
-  static std::string describe_shape(const Intent& intent) {
-    std::vector<int64_t> sizes(intent.dims, intent.dims + std::min<int64_t>(intent.rank, 9));
-    return absl::StrCat(dtype_ir_name(static_cast<DType>(intent.dtype)), "[",
-                        absl::StrJoin(sizes, ","), "]");
-  }
-
   void check_peer(int peer, const char* what) const {
     if (peer < 0 || peer >= size() || peer == rank())
       throw DistributedError(absl::StrCat(what, " on rank ", rank(), ": peer ", peer,
