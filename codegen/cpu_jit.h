@@ -12,10 +12,13 @@
 namespace lazyfuse {
 
 // When CPU programs are compiled (LAZYFUSE_CPU_JIT): Off, never; Hot (the default), a program
-// of at least kCpuJitMinElements elements on its second evaluation, so that a graph evaluated
-// once never waits for LLVM; Always, every program it can compile, on its first run (tests).
+// of at least kCpuJitMinElements elements once it has computed both one evaluation's elements
+// and kCpuJitWorkElements in all, so that a graph evaluated once never waits for LLVM and a
+// small one repeated is compiled once the interpreter has spent about what a compile costs;
+// Always, every program it can compile, on its first run (tests).
 enum class CpuJitMode { Off, Hot, Always };
-inline constexpr int64_t kCpuJitMinElements = int64_t{1} << 15;
+inline constexpr int64_t kCpuJitMinElements = int64_t{1} << 10;
+inline constexpr int64_t kCpuJitWorkElements = int64_t{1} << 22;
 CpuJitMode cpu_jit_mode();
 void set_cpu_jit_mode(CpuJitMode mode);
 

@@ -228,13 +228,16 @@ TEST(CpuJit, FusedChainsMatchTheFloat64Reference) {
   }
 }
 
-// By default a program is compiled on its second evaluation, and only when it is large enough
-// for compiling to pay; each layout once.
-TEST(CpuJit, HotModeCompilesLargeProgramsOnTheirSecondEvaluation) {
+// By default a program is compiled once it has computed one evaluation's elements and
+// kCpuJitWorkElements in all: a large one on its second evaluation, a small one after as many
+// evaluations as make that work; one under kCpuJitMinElements never. Each layout once.
+TEST(CpuJit, HotModeCompilesProgramsOnceTheyHaveDoneACompilesWorth) {
   require_jit();
   JitModeGuard hot(CpuJitMode::Hot);
-  const Tensor big = rand({kCpuJitMinElements}), small = rand({1000});
-  eval({big, small});
+  constexpr int64_t kSmall = 4096;
+  const Tensor big = rand({kCpuJitWorkElements}), small = rand({kSmall}),
+               tiny = rand({kCpuJitMinElements - 24});
+  eval({big, small, tiny});
   // A structure of its own (a constant no other test uses), so its schedule and program are new.
   auto run = [](const Tensor& t) { eval((t * 1.8125f + 0.4375f).tanh()); };
   reset_cpu_jit_stats();
@@ -246,8 +249,23 @@ TEST(CpuJit, HotModeCompilesLargeProgramsOnTheirSecondEvaluation) {
   EXPECT_GT(cpu_jit_stats().runs, 0);
   run(big);
   EXPECT_EQ(cpu_jit_stats().compiled, 1);
+
+  // Another program (its own shape): compiled on the evaluation whose elements pass the work.
   reset_cpu_jit_stats();
-  for (int i = 0; i < 3; ++i) run(small);
+  const int64_t interpreted = kCpuJitWorkElements / kSmall;
+  for (int64_t i = 0; i < interpreted; ++i) run(small);
+  EXPECT_EQ(cpu_jit_stats().compiled, 0) << "compiled before the interpreter did a compile's work";
+  EXPECT_EQ(cpu_jit_stats().runs, 0);
+  run(small);
+  EXPECT_EQ(cpu_jit_stats().compiled, 1);
+  EXPECT_GT(cpu_jit_stats().runs, 0);
+  const std::vector<float> got = (small * 1.8125f + 0.4375f).tanh().to_vector<float>();
+  const std::vector<float> inputs = small.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], std::tanh(1.8125 * inputs[i] + 0.4375), 2e-7) << "at " << i;
+
+  reset_cpu_jit_stats();
+  for (int64_t i = 0; i <= kCpuJitWorkElements / (kCpuJitMinElements - 24); ++i) run(tiny);
   EXPECT_EQ(cpu_jit_stats().compiled, 0);
   EXPECT_EQ(cpu_jit_stats().runs, 0);
 }
