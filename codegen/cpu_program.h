@@ -100,6 +100,13 @@ class CpuProgram {
   static int64_t run_bound(const Bound& bound, std::span<const CpuResult> results, int64_t begin,
                            int64_t end, int64_t result_base);
 
+  // Where the program reads operands from memory rather than the caches, which of its compiled
+  // loop and the interpreter runs it faster depends on the machine (Note [Compiled or interpreted
+  // from memory] in cpu_program.cc), so it is measured: whether the compiled loop is to run
+  // next, and each such run's time per element, from the path that ran.
+  bool compiled_from_memory_next() const;
+  void record_from_memory(bool compiled, double seconds_per_element) const;
+
  private:
   struct JitState;
   static constexpr size_t kRegisterBytes = kCpuBlock * 8;

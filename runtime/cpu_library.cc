@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -203,15 +204,16 @@ BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuf
   BufferView out = into ? *into : allocate_buffer(node.device, node.dtype, node.shape);
   dispatch_storage(dtype, [&]<typename S>() {
     // The compiled loop, bound once for every row: a call of run() would find it again each
-    // time, which cost more than a row's work. Only where the operand's elements are in the
-    // caches (worth_streaming's bound; a row step's block of rows always is): read from memory,
-    // the interpreter's blocks measured faster. Sum of squares on the 2-core machine
-    // (2026-12-05), interpreter against compiled: 2^20 108 / 76 us, 2^22 410 / 314 us, 2^23
-    // 928 / 1220 us, 2^24 1950 / 2700 us.
+    // time, which cost more than a row's work. Where the operand's elements are read from
+    // memory rather than the caches (worth_streaming's bound; a row step's block of rows never
+    // is), the program measures which path is faster on this machine (Note [Compiled or
+    // interpreted from memory] in codegen/cpu_program.cc).
     const int64_t rows_read = rows.end >= 0 ? rows.end - rows.begin : outer;
+    const bool from_memory = worth_streaming(rows_read * inner * static_cast<int64_t>(sizeof(S)));
+    const auto started = std::chrono::steady_clock::now();
     CpuProgram::Bound bound;
     if (program.jit_compilable() && inner >= kCpuVectorPad &&
-        !worth_streaming(rows_read * inner * static_cast<int64_t>(sizeof(S)))) {
+        (!from_memory || program.compiled_from_memory_next())) {
       thread_local AlignedBytes placeholder;  // a result for bind() to look at; never written
       const CpuResult result{placeholder.at_least(64), dtype};
       bound = program.bind(operands, std::span(&result, 1), rows_read * inner);
@@ -252,6 +254,11 @@ BufferView cpu_fused_reduce(const Graph& graph, const Step& step, const ValueBuf
       }
     };
     reduce_rows<S>(node, outer, inner, out, visit, rows);
+    if (from_memory && program.jit_compilable())
+      program.record_from_memory(
+          compiled,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() /
+              static_cast<double>(rows_read * inner));
   });
   return out;
 }

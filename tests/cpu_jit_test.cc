@@ -13,6 +13,7 @@
 
 #include "lazyfuse/codegen/cpu_jit.h"
 #include "lazyfuse/codegen/cpu_kernels.h"
+#include "lazyfuse/codegen/cpu_program.h"
 #include "lazyfuse/lazyfuse.h"
 #include "tests/reference/reference.h"
 
@@ -268,6 +269,34 @@ TEST(CpuJit, HotModeCompilesProgramsOnceTheyHaveDoneACompilesWorth) {
   for (int64_t i = 0; i <= kCpuJitWorkElements / (kCpuJitMinElements - 24); ++i) run(tiny);
   EXPECT_EQ(cpu_jit_stats().compiled, 0);
   EXPECT_EQ(cpu_jit_stats().runs, 0);
+}
+
+// A fused reduction of an operand read from memory measures which of the compiled loop and the
+// interpreter runs it faster (Note [Compiled or interpreted from memory]): its first evaluations
+// take both paths, and every evaluation gives the same bits, the float64 sum's within float32
+// rounding.
+TEST(CpuJit, AReductionFromMemoryTriesBothPathsWithTheSameBits) {
+  require_jit();
+  JitModeGuard hot(CpuJitMode::Hot);
+  const int64_t n = int64_t{1} << 22;  // 16 MiB of float32: read from memory
+  ASSERT_TRUE(worth_streaming(n * 4));
+  const Tensor x = rand({n}) - 0.25f;
+  eval(x);
+  const std::vector<float> inputs = x.to_vector<float>();
+  double want = 0;
+  for (float v : inputs) want += (1.0625 * v) * (1.0625 * v);
+  reset_cpu_jit_stats();
+  std::vector<uint32_t> bits;
+  for (int i = 0; i < 8; ++i) {
+    // A constant of its own, so that the program is new to this test.
+    const float sum = ((x * 1.0625f) * (x * 1.0625f)).sum().item<float>();
+    uint32_t b;
+    std::memcpy(&b, &sum, 4);
+    bits.push_back(b);
+    EXPECT_NEAR(sum, want, 1e-6 * want) << "evaluation " << i;
+  }
+  EXPECT_GT(cpu_jit_stats().runs, 0) << "the compiled loop never ran";
+  for (int i = 1; i < 8; ++i) EXPECT_EQ(bits[i], bits[0]) << "evaluation " << i;
 }
 
 // A compiled loop's code lives as long as its program: once the schedule cache drops the
