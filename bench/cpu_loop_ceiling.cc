@@ -8,8 +8,10 @@
 // Then the row workloads (softmax and LayerNorm over rows of 1024) as one pass per row, each row
 // read from memory once and kept in the L1 cache for its later loops: with lazyfuse's numerics
 // (sums in float64, in 16 lanes; SLEEF's 1-ULP exp), with PyTorch's (sums in float32), and a
-// softmax without its exp. What they take is what any kernel with those numerics takes here,
-// against the roof of the same bytes (memcpy above).
+// softmax without its exp; and with lazyfuse's numerics once more, each row's first loop asking
+// for the next rows' cache lines and the output stored as lazyfuse stores it (non-temporal from
+// 16 MiB). What they take is what a kernel with those numerics can take here, against the roof
+// of the same bytes (memcpy above).
 //
 //   build/bin/lazyfuse_cpu_loop_ceiling [log2 sizes...]   (default 20 24; needs AVX-512)
 #include <immintrin.h>
@@ -64,20 +66,35 @@ inline __m512 max_of(__m512 a, __m512 b) {
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), _mm512_max_ps(a, b), a);
 }
 
-// A row's softmax, its max in four sets of lanes; `wide` sums in float64, else float32.
-void softmax_row(const float* x, float* y, int64_t length, bool wide, bool with_exp) {
+// Asks for the cache line `ahead` bytes past p (none where ahead is 0).
+inline void prefetch(const float* p, int64_t ahead) {
+  if (ahead != 0) _mm_prefetch(reinterpret_cast<const char*>(p) + ahead, _MM_HINT_T0);
+}
+
+// A row's softmax, its max in four sets of lanes; `wide` sums in float64, else float32. Its
+// first loop asks for the lines `ahead` bytes on (the next rows); `stream` stores the output
+// with non-temporal stores.
+void softmax_row(const float* x, float* y, int64_t length, bool wide, bool with_exp,
+                 int64_t ahead = 0, bool stream = false) {
   __m512 sets[4];
   for (__m512& set : sets) set = _mm512_set1_ps(-INFINITY);
-  for (int64_t i = 0; i < length; i += 64)
+  for (int64_t i = 0; i < length; i += 64) {
+    for (int k = 0; k < 4; ++k) prefetch(x + i + 16 * k, ahead);
     for (int k = 0; k < 4; ++k) sets[k] = max_of(sets[k], _mm512_loadu_ps(x + i + 16 * k));
+  }
   const __m512 max = _mm512_set1_ps(
       _mm512_reduce_max_ps(max_of(max_of(sets[0], sets[1]), max_of(sets[2], sets[3]))));
   __m512d low = _mm512_setzero_pd(), high = _mm512_setzero_pd();
   __m512 narrow = _mm512_setzero_ps();
+  // The exponentials in the output row, or, where the output is streamed, in a row of this
+  // thread's (a non-temporal store to a line in the cache would evict it).
+  thread_local std::vector<float> row;
+  if (stream && static_cast<int64_t>(row.size()) < length) row.resize(length);
+  float* exps = stream ? row.data() : y;
   for (int64_t i = 0; i < length; i += 16) {
     __m512 e = _mm512_sub_ps(_mm512_loadu_ps(x + i), max);
     if (with_exp) e = Sleef_expf16_u10avx512f(e);
-    _mm512_storeu_ps(y + i, e);
+    _mm512_storeu_ps(exps + i, e);
     if (wide)
       add_wide(low, high, e);
     else
@@ -86,13 +103,18 @@ void softmax_row(const float* x, float* y, int64_t length, bool wide, bool with_
   const float sum = wide ? static_cast<float>(_mm512_reduce_add_pd(_mm512_add_pd(low, high)))
                          : _mm512_reduce_add_ps(narrow);
   const __m512 divisor = _mm512_set1_ps(sum);
-  for (int64_t i = 0; i < length; i += 16)
-    _mm512_storeu_ps(y + i, _mm512_div_ps(_mm512_loadu_ps(y + i), divisor));
+  for (int64_t i = 0; i < length; i += 16) {
+    const __m512 v = _mm512_div_ps(_mm512_loadu_ps(exps + i), divisor);
+    if (stream)
+      _mm512_stream_ps(y + i, v);
+    else
+      _mm512_storeu_ps(y + i, v);
+  }
 }
 
 // A row's LayerNorm (eps 1e-5), weight w and bias b: mean, then variance, then the output.
 void layer_norm_row(const float* x, const float* w, const float* b, float* y, int64_t length,
-                    bool wide) {
+                    bool wide, int64_t ahead = 0, bool stream = false) {
   auto sum = [&](auto&& value) {
     __m512d low = _mm512_setzero_pd(), high = _mm512_setzero_pd();
     __m512 narrow = _mm512_setzero_ps();
@@ -105,7 +127,10 @@ void layer_norm_row(const float* x, const float* w, const float* b, float* y, in
     return wide ? static_cast<float>(_mm512_reduce_add_pd(_mm512_add_pd(low, high)) / length)
                 : _mm512_reduce_add_ps(narrow) / length;
   };
-  const __m512 mean = _mm512_set1_ps(sum([&](int64_t i) { return _mm512_loadu_ps(x + i); }));
+  const __m512 mean = _mm512_set1_ps(sum([&](int64_t i) {
+    prefetch(x + i, ahead);
+    return _mm512_loadu_ps(x + i);
+  }));
   const float variance = sum([&](int64_t i) {
     const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), mean);
     return _mm512_mul_ps(d, d);
@@ -113,8 +138,12 @@ void layer_norm_row(const float* x, const float* w, const float* b, float* y, in
   const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt(variance + 1e-5f));
   for (int64_t i = 0; i < length; i += 16) {
     const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), mean), scale);
-    _mm512_storeu_ps(
-        y + i, _mm512_add_ps(_mm512_mul_ps(d, _mm512_loadu_ps(w + i)), _mm512_loadu_ps(b + i)));
+    const __m512 v =
+        _mm512_add_ps(_mm512_mul_ps(d, _mm512_loadu_ps(w + i)), _mm512_loadu_ps(b + i));
+    if (stream)
+      _mm512_stream_ps(y + i, v);
+    else
+      _mm512_storeu_ps(y + i, v);
   }
 }
 
@@ -220,6 +249,32 @@ int main(int argc, char** argv) {
                      }),
              8.0 * n);
     }
+    // The rows again with lazyfuse's numerics, each row's first loop asking for the lines of
+    // the rows after it (8 KiB on where the operand may sit in the caches, 16 KiB where it is
+    // 16 MiB or more, the distances that measured fastest), the output stored as lazyfuse
+    // stores it (non-temporal from 16 MiB).
+    const bool from_memory = n * 4 >= (int64_t{16} << 20);
+    const int64_t ahead = from_memory ? 16 << 10 : 8 << 10;
+    report("softmax rows, float64 sums, prefetch",
+           time_ms(sets, per_batch,
+                   [&](int s) {
+                     const Arrays& a = data[s];
+#pragma omp parallel for schedule(static)
+                     for (int64_t r = 0; r < rows; ++r)
+                       softmax_row(a.x + r * columns, a.out + r * columns, columns, true, true,
+                                   ahead, from_memory);
+                   }),
+           8.0 * n);
+    report("layernorm rows, float64 sums, prefetch",
+           time_ms(sets, per_batch,
+                   [&](int s) {
+                     const Arrays& a = data[s];
+#pragma omp parallel for schedule(static)
+                     for (int64_t r = 0; r < rows; ++r)
+                       layer_norm_row(a.x + r * columns, bias, bias, a.out + r * columns, columns,
+                                      true, ahead, from_memory);
+                   }),
+           8.0 * n);
     // The benchmark's roof: memcpy of the same bytes, a part per thread.
     report("memcpy, a part per thread",
            time_ms(sets, per_batch,
