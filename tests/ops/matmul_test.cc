@@ -6,6 +6,7 @@
 // in tests/reference/, which never calls lazyfuse to compute them.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -60,6 +61,79 @@ TEST(OpsMatmul, MatchesNaiveLoops) {
       Host want = host_matmul(a, b, &magnitude);
       expect_matches(matmul(ta, tb), want, dtype, tol_for(dtype), what, magnitude);
       expect_matches(ta.matmul(tb), want, dtype, tol_for(dtype), what + " (method)", magnitude);
+    }
+  }
+}
+
+// Float operands that are views: gemm reads a row-major matrix with a leading dimension past
+// its columns, a column-major one (a transpose) as transposed, batches through their strides
+// (0 where broadcast), and copies only a matrix that is neither. Each against the float64 loops
+// over the same views taken on the host.
+TEST(OpsMatmul, ReadsEveryOperandLayout) {
+  struct View {
+    std::string name;
+    std::function<Tensor(const Tensor&)> on_tensor;
+    std::function<Host(const Host&)> on_host;
+  };
+  auto narrow_cols = [](int64_t length) {
+    return View{"narrowed columns", [=](const Tensor& t) { return t.narrow(-1, 1, length); },
+                [=](const Host& h) {
+                  return host_narrow(h, static_cast<int64_t>(h.shape.size()) - 1, 1, length);
+                }};
+  };
+  auto transposed = [](View inner) {
+    return View{inner.name + ", transposed",
+                [=](const Tensor& t) { return inner.on_tensor(t).transpose(-1, -2); },
+                [=](const Host& h) {
+                  const Host v = inner.on_host(h);
+                  const int64_t r = static_cast<int64_t>(v.shape.size());
+                  return host_transpose(v, r - 2, r - 1);
+                }};
+  };
+  const View dense{"dense", [](const Tensor& t) { return t; }, [](const Host& h) { return h; }};
+  struct Case {
+    Shape a_base, b_base;
+    View a, b;
+  };
+  // A [.., n, k] from a_base through a, B [.., k, m] from b_base through b.
+  const std::vector<Case> cases = {
+      {{6, 9}, {7, 5}, narrow_cols(7), dense},                       // lda 9 for 7 columns
+      {{6, 9}, {5, 8}, narrow_cols(7), transposed(narrow_cols(7))},  // B^T with ld 8
+      {{7, 6}, {5, 7}, transposed(dense), transposed(dense)},        // both column-major
+      {{3, 7, 6}, {7, 5}, transposed(dense), dense},                 // batched transposes
+      {{1, 6}, {4, 5, 6}, dense, transposed(dense)},                 // n = 1; batched B^T
+      {{6, 5},
+       {3, 5, 4},
+       View{"expanded over a batch",
+            [](const Tensor& t) {
+              return t.unsqueeze(0).expand({3, 6, 5});
+            },
+            [](const Host& h) {
+              return host_expand(host_reshape(h, {1, 6, 5}), {3, 6, 5});
+            }},
+       dense},
+      {{5, 4, 2},
+       {4, 3},
+       View{"every other element (neither layout: copied)",
+            [](const Tensor& t) {
+              return t.narrow(2, 0, 1).reshape({5, 4});
+            },
+            [](const Host& h) {
+              return host_reshape(host_narrow(h, 2, 0, 1), {5, 4});
+            }},
+       dense},
+  };
+  std::mt19937 rng(5);
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (const Case& c : cases) {
+      const Host a_base = random_host(rng, c.a_base, dtype, {-1, 1, -20, 20});
+      const Host b_base = random_host(rng, c.b_base, dtype, {-1, 1, -20, 20});
+      const Tensor a = c.a.on_tensor(to_tensor(a_base, dtype));
+      const Tensor b = c.b.on_tensor(to_tensor(b_base, dtype));
+      std::vector<double> magnitude;
+      const Host want = host_matmul(c.a.on_host(a_base), c.b.on_host(b_base), &magnitude);
+      expect_matches(matmul(a, b), want, dtype, tol_for(dtype),
+                     "matmul " + name_of(dtype) + " of " + c.a.name + " by " + c.b.name, magnitude);
     }
   }
 }
