@@ -8,7 +8,7 @@ packages=(
   libabsl-dev          # containers, hashing, string formatting (linked statically)
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libsleef-dev         # vectorized transcendentals for the CPU kernels
-  libopenblas-dev      # CPU matmul (static archive)
+  libopenblas-openmp-dev  # CPU matmul (static archive), on OpenMP's threads
   libcli11-dev         # the lazyfuse command-line tool
   nlohmann-json3-dev   # the safetensors header's JSON (frontend/serialize.cc)
   libdlpack-dev        # DLPack's header: tensors handed to and from other libraries
