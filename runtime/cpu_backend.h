@@ -29,6 +29,16 @@ struct MatmulShapes {
   Strides a_strides, b_strides;
 };
 MatmulShapes matmul_shapes(const BufferView& a, const BufferView& b);
+// How a gemm reads the [rows, cols] matrix with these strides where it lies: row-major with
+// leading dimension `ld`, or, `transposed`, column-major (stored as its transpose, row-major with
+// leading dimension `ld`: a transposed view, as a Linear layer's weight.t() is read). Empty where
+// it is neither. A dim of one element has no stride to speak of; ld is at least 1.
+struct MatrixLayout {
+  bool transposed = false;
+  int64_t ld = 1;
+};
+std::optional<MatrixLayout> matrix_layout(int64_t rows, int64_t cols, int64_t row_stride,
+                                          int64_t col_stride);
 
 // A 64-byte aligned buffer that only grows, zeroed when it does (so no lane of a program's
 // registers ever reads uninitialised memory): scratch kept by a thread between uses.

@@ -323,17 +323,14 @@ GemmOperand gemm_operand(const BufferView& v, const Shape& full, const Strides& 
   GemmOperand operand;
   const size_t rank = full.size();
   const int64_t rows = full[rank - 2], cols = full[rank - 1];
-  const int64_t row_stride = strides[rank - 2], col_stride = strides[rank - 1];
-  const int64_t batches = numel(full) / std::max<int64_t>(1, rows * cols);
-  // A dim of one element has no stride to speak of: any leading dimension serves.
-  const bool row_major =
-      (cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= std::max<int64_t>(cols, 1));
-  const bool column_major =
-      (rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= std::max<int64_t>(rows, 1));
-  if (v.dtype == work && rows > 0 && cols > 0 && (row_major || column_major)) {
+  int64_t batches = 1;  // the product of the batch dims (rows * cols may be 0)
+  for (size_t d = 0; d + 2 < rank; ++d) batches *= full[d];
+  const std::optional<MatrixLayout> layout =
+      matrix_layout(rows, cols, strides[rank - 2], strides[rank - 1]);
+  if (v.dtype == work && layout) {
     operand.data = static_cast<const std::byte*>(v.data());
-    operand.transposed = !row_major;
-    operand.ld = row_major ? (rows == 1 ? cols : row_stride) : (cols == 1 ? rows : col_stride);
+    operand.transposed = layout->transposed;
+    operand.ld = layout->ld;
     // Each batch's offset: its index through the batch dims' strides (0 where broadcast).
     operand.offsets.assign(static_cast<size_t>(batches), 0);
     for (int64_t i = 0; i < batches; ++i) {
@@ -357,6 +354,21 @@ GemmOperand gemm_operand(const BufferView& v, const Shape& full, const Strides& 
 }
 
 }  // namespace
+
+std::optional<MatrixLayout> matrix_layout(int64_t rows, int64_t cols, int64_t row_stride,
+                                          int64_t col_stride) {
+  MatrixLayout layout;
+  if ((cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= cols)) {
+    layout.ld = rows == 1 ? cols : row_stride;
+  } else if ((rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= rows)) {
+    layout.transposed = true;
+    layout.ld = cols == 1 ? rows : col_stride;
+  } else {
+    return std::nullopt;
+  }
+  layout.ld = std::max<int64_t>(layout.ld, 1);  // BLAS asks for at least 1, even when empty
+  return layout;
+}
 
 BufferView cpu_matmul(const Node& node, const BufferView& a, const BufferView& b) {
   const MatmulShapes shapes = matmul_shapes(a, b);

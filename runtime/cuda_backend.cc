@@ -811,20 +811,13 @@ std::optional<cuda::GemmOperand> gemm_operand(const BufferView& view) {
   const Shape& shape = view.shape;
   const Strides& strides = view.strides;
   const size_t rank = shape.size();
-  const int64_t rows = shape[rank - 2], cols = shape[rank - 1];
-  const int64_t row_stride = strides[rank - 2], col_stride = strides[rank - 1];
+  const std::optional<MatrixLayout> layout =
+      matrix_layout(shape[rank - 2], shape[rank - 1], strides[rank - 2], strides[rank - 1]);
+  if (!layout || layout->ld > std::numeric_limits<int>::max()) return std::nullopt;
   cuda::GemmOperand operand;
   operand.data = view.data();
-  if ((cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= cols)) {
-    operand.ld = rows == 1 ? std::max<int64_t>(cols, 1) : row_stride;
-  } else if ((rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= rows)) {
-    operand.transposed = true;
-    operand.ld = cols == 1 ? std::max<int64_t>(rows, 1) : col_stride;
-  } else {
-    return std::nullopt;
-  }
-  operand.ld = std::max<int64_t>(operand.ld, 1);  // cuBLAS asks for at least 1, even when empty
-  if (operand.ld > std::numeric_limits<int>::max()) return std::nullopt;
+  operand.transposed = layout->transposed;
+  operand.ld = layout->ld;
   bool first = true;
   int64_t expected = 0;
   for (size_t d = rank - 2; d-- > 0;) {  // the innermost batch dim first

@@ -33,10 +33,15 @@
 // shape (one-hot's classes against [rows, 1] labels) becomes an arange of the op's shape that
 // counts modulo its own length: a generator of the op's shape fuses into its kernel.
 //
+// A transpose of a matrix product whose one use it is becomes the product of the transposed
+// operands, swapped ((x @ y)^T == y^T @ x^T): gemm reads a transposed operand in place, where
+// the transpose of a stored product is read across its rows.
+//
 // Before: a placed graph. After: no view reads a constant or an op of constants alone; no
 // permute, narrow or expand reads an elementwise node that has no other use and is not returned,
 // except an expand of a row value; no elementwise op reads an expand that its own broadcasting
-// makes unneeded; no arange is read broadcast over trailing dims by its one reader; values are
+// makes unneeded; no arange is read broadcast over trailing dims by its one reader; no transpose
+// reads a product of matrices that has no other use and is not returned; values are
 // unchanged (and, as after cse and dce, no two nodes are equal and none is dead).
 #include <algorithm>
 
@@ -229,6 +234,78 @@ bool sink_once(Graph& graph) {
   return true;
 }
 
+// Whether `dims` swaps the last two dims and keeps the others: a matrix transpose.
+bool swaps_last_two(const std::vector<int64_t>& dims) {
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  if (rank < 2) return false;
+  for (int64_t d = 0; d < rank - 2; ++d)
+    if (dims[d] != d) return false;
+  return dims[rank - 2] == rank - 1 && dims[rank - 1] == rank - 2;
+}
+
+// A transpose of a product becomes the product of the transposes, swapped: (x @ y)^T is
+// y^T @ x^T, and a library's gemm reads a transposed operand where it lies. Otherwise the
+// transpose of a stored product is read element by element across its rows: the weight
+// gradient of a Linear layer (the gradient of weight.t()) was an optimizer's strided read of
+// every weight. Only a product of matrices (no 1-d operand) whose one use is the transpose and
+// that is not returned; the same products are summed, by gemm in its own order.
+bool transpose_products(Graph& graph) {
+  const std::vector<std::vector<ValueId>> users = users_of(graph);
+  std::vector<bool> is_output(graph.nodes.size(), false);
+  for (ValueId v : graph.outputs) is_output[v] = true;
+  std::vector<bool> moves(graph.nodes.size(), false);
+  bool any = false;
+  for (const Node& node : graph.nodes) {
+    if (node.op != Op::Permute || !swaps_last_two(node.attrs.get_ints("dims"))) continue;
+    const ValueId product = node.inputs[0];
+    const Node& matmul = graph.nodes[product];
+    if (matmul.op != Op::Matmul || users[product].size() != 1 || is_output[product]) continue;
+    if (graph.nodes[matmul.inputs[0]].shape.size() < 2 ||
+        graph.nodes[matmul.inputs[1]].shape.size() < 2)
+      continue;
+    moves[product] = true;
+    any = true;
+  }
+  if (!any) return false;
+  Graph swapped;
+  swapped.name = graph.name;
+  std::vector<ValueId> remap(graph.nodes.size(), -1);
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& node = graph.nodes[i];
+    if (moves[i]) continue;  // rebuilt at its transpose
+    if (node.op != Op::Permute || !moves[node.inputs[0]]) {
+      Node copy = node;
+      for (ValueId& in : copy.inputs) in = remap[in];
+      remap[i] = swapped.add(std::move(copy));
+      continue;
+    }
+    const Node& matmul = graph.nodes[node.inputs[0]];
+    auto transposed = [&](ValueId operand) {
+      Node view = graph.nodes[operand];
+      const int64_t rank = static_cast<int64_t>(view.shape.size());
+      std::vector<int64_t> dims(static_cast<size_t>(rank));
+      for (int64_t d = 0; d < rank; ++d) dims[d] = d;
+      std::swap(dims[rank - 2], dims[rank - 1]);
+      std::swap(view.shape[rank - 2], view.shape[rank - 1]);
+      view.op = Op::Permute;
+      view.inputs = {remap[operand]};
+      view.attrs = Attrs();
+      view.attrs.set("dims", dims);
+      view.where = node.where;
+      return swapped.add(std::move(view));
+    };
+    const ValueId y_t = transposed(matmul.inputs[1]), x_t = transposed(matmul.inputs[0]);
+    Node product = matmul;
+    product.shape = node.shape;
+    product.inputs = {y_t, x_t};
+    product.where = node.where;
+    remap[i] = swapped.add(std::move(product));
+  }
+  for (ValueId output : graph.outputs) swapped.outputs.push_back(remap[output]);
+  graph = std::move(swapped);
+  return true;
+}
+
 }  // namespace
 
 void run_sink_views(Graph& graph) {
@@ -239,9 +316,10 @@ void run_sink_views(Graph& graph) {
     const bool folded = fold_views_of_constants(graph);
     const bool dropped = drop_broadcast_expands(graph);
     const bool widened = widen_broadcast_aranges(graph);
+    const bool products = transpose_products(graph);
     run_cse(graph);
     run_dce(graph);
-    if (!sink_once(graph) && !folded && !dropped && !widened) break;
+    if (!sink_once(graph) && !folded && !dropped && !widened && !products) break;
   }
 }
 

@@ -97,6 +97,7 @@ TEST(OpsMatmul, ReadsEveryOperandLayout) {
   };
   // A [.., n, k] from a_base through a, B [.., k, m] from b_base through b.
   const std::vector<Case> cases = {
+      {{3, 0}, {0, 4}, dense, dense},                                // k = 0: zeros
       {{6, 9}, {7, 5}, narrow_cols(7), dense},                       // lda 9 for 7 columns
       {{6, 9}, {5, 8}, narrow_cols(7), transposed(narrow_cols(7))},  // B^T with ld 8
       {{7, 6}, {5, 7}, transposed(dense), transposed(dense)},        // both column-major
