@@ -2,13 +2,15 @@
 """The training step of lazyfuse_train_bench in the peers: PyTorch eager, torch.compile,
 torch.compile(mode="reduce-overhead") and JAX jit (jax.value_and_grad and a hand-written Adam),
 timed as lazyfuse_train_bench times it: the wall time of each step, the loss read back on the
-host every step, the median after warm-up. For PyTorch eager it also counts the GPU kernels a
-step launches (torch.profiler). Prints one JSON line per peer, in lazyfuse_train_bench's keys.
-Runs on the GPU machine only; none of these packages is a dependency of lazyfuse.
+host every step, the median after warm-up. For PyTorch eager on the GPU it also counts the
+kernels a step launches (torch.profiler). Prints one JSON line per peer, in
+lazyfuse_train_bench's keys. Runs on the GPU machine, or with --device cpu on the CPU (PyTorch
+from the CPU peers' virtual environment, scripts/cpu-train-bench.sh); none of these packages is
+a dependency of lazyfuse.
 
-usage: bench/train_peers.py [--batch 32] [--width 1024] [--layers 4] [--classes 10]
-                            [--dtype float32|bfloat16] [--steps 100] [--warmup 20]
-                            [--peers eager,compile,reduce-overhead,jax]
+usage: bench/train_peers.py [--device cuda|cpu] [--batch 32] [--width 1024] [--layers 4]
+                            [--classes 10] [--dtype float32|bfloat16] [--steps 100]
+                            [--warmup 20] [--peers eager,compile,reduce-overhead,jax]
 """
 import argparse
 import json
@@ -34,10 +36,10 @@ def torch_peer(args, mode):
     for _ in range(args.layers):
         layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
     model = torch.nn.Sequential(*layers, torch.nn.Linear(args.width, args.classes))
-    model = model.to("cuda", dtype)
+    model = model.to(args.device, dtype)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    xs = torch.randn(8, args.batch, args.width, device="cuda", dtype=dtype)
-    ys = torch.randint(0, args.classes, (8, args.batch), device="cuda")
+    xs = torch.randn(8, args.batch, args.width, device=args.device, dtype=dtype)
+    ys = torch.randint(0, args.classes, (8, args.batch), device=args.device)
 
     def train(x, y):
         optimizer.zero_grad(set_to_none=True)
@@ -57,7 +59,7 @@ def torch_peer(args, mode):
     median, mean = timed(step, args.steps, args.warmup)
     result = {"peer": "pytorch " + mode, "us_per_step_median": round(median, 1),
               "us_per_step_mean": round(mean, 1)}
-    if mode == "eager":
+    if mode == "eager" and args.device == "cuda":
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for s in range(10):
@@ -122,6 +124,7 @@ def jax_peer(args):
 
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=4)
@@ -136,7 +139,8 @@ def main():
             result = jax_peer(args) if peer == "jax" else torch_peer(args, peer)
         except Exception as error:  # a peer that cannot run here is reported, not fatal
             result = {"peer": peer, "error": f"{type(error).__name__}: {error}"[:300]}
-        result.update(dtype=args.dtype, batch=args.batch, width=args.width, layers=args.layers)
+        result.update(device=args.device, dtype=args.dtype, batch=args.batch, width=args.width,
+                      layers=args.layers)
         print(json.dumps(result), flush=True)
 
 
