@@ -255,26 +255,24 @@ int main(int argc, char** argv) {
     // stores it (non-temporal from 16 MiB).
     const bool from_memory = n * 4 >= (int64_t{16} << 20);
     const int64_t ahead = from_memory ? 16 << 10 : 8 << 10;
-    report("softmax rows, float64 sums, prefetch",
-           time_ms(sets, per_batch,
-                   [&](int s) {
-                     const Arrays& a = data[s];
+    // Times row(x, out) over every row of each input set.
+    auto report_rows = [&](const char* name, auto&& row) {
+      report(name,
+             time_ms(sets, per_batch,
+                     [&](int s) {
+                       const Arrays& a = data[s];
 #pragma omp parallel for schedule(static)
-                     for (int64_t r = 0; r < rows; ++r)
-                       softmax_row(a.x + r * columns, a.out + r * columns, columns, true, true,
-                                   ahead, from_memory);
-                   }),
-           8.0 * n);
-    report("layernorm rows, float64 sums, prefetch",
-           time_ms(sets, per_batch,
-                   [&](int s) {
-                     const Arrays& a = data[s];
-#pragma omp parallel for schedule(static)
-                     for (int64_t r = 0; r < rows; ++r)
-                       layer_norm_row(a.x + r * columns, bias, bias, a.out + r * columns, columns,
-                                      true, ahead, from_memory);
-                   }),
-           8.0 * n);
+                       for (int64_t r = 0; r < rows; ++r)
+                         row(a.x + r * columns, a.out + r * columns);
+                     }),
+             8.0 * n);
+    };
+    report_rows("softmax rows, float64 sums, prefetch", [&](const float* x, float* out) {
+      softmax_row(x, out, columns, true, true, ahead, from_memory);
+    });
+    report_rows("layernorm rows, float64 sums, prefetch", [&](const float* x, float* out) {
+      layer_norm_row(x, bias, bias, out, columns, true, ahead, from_memory);
+    });
     // The benchmark's roof: memcpy of the same bytes, a part per thread.
     report("memcpy, a part per thread",
            time_ms(sets, per_batch,

@@ -160,6 +160,29 @@ bool widen_broadcast_aranges(Graph& graph) {
   return any;
 }
 
+// Rebuilds `graph` in order without the nodes `moves` marks, each of which has one use, a view:
+// in the marked node's and its view's place, what rebuild(view, remap, rebuilt) adds to
+// `rebuilt` (remap: old value -> new, for everything before the view); every other node copied.
+template <typename Rebuild>
+void rebuild_at_views(Graph& graph, const std::vector<bool>& moves, Rebuild&& rebuild) {
+  Graph rebuilt;
+  rebuilt.name = graph.name;
+  std::vector<ValueId> remap(graph.nodes.size(), -1);
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& node = graph.nodes[i];
+    if (moves[i]) continue;  // rebuilt at its view
+    if (!is_view(node.op) || !moves[node.inputs[0]]) {
+      Node copy = node;
+      for (ValueId& in : copy.inputs) in = remap[in];
+      remap[i] = rebuilt.add(std::move(copy));
+      continue;
+    }
+    remap[i] = rebuild(node, remap, rebuilt);
+  }
+  for (ValueId output : graph.outputs) rebuilt.outputs.push_back(remap[output]);
+  graph = std::move(rebuilt);
+}
+
 // One sweep; returns whether anything moved.
 bool sink_once(Graph& graph) {
   std::vector<std::vector<ValueId>> users = users_of(graph);
@@ -188,49 +211,36 @@ bool sink_once(Graph& graph) {
     }
   }
   if (!any) return false;
-
-  Graph sunk;
-  sunk.name = graph.name;
-  std::vector<ValueId> remap(graph.nodes.size(), -1);
-  for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    const Node& node = graph.nodes[i];
-    if (moves[i]) continue;  // rebuilt under its view
-    if (!is_view(node.op) || !moves[node.inputs[0]]) {
-      Node copy = node;
-      for (ValueId& in : copy.inputs) in = remap[in];
-      remap[i] = sunk.add(std::move(copy));
-      continue;
-    }
-    // view(op(x, y)) becomes op(view(expand(x)), view(expand(y))).
-    const Node& inner = graph.nodes[node.inputs[0]];
-    Node moved = inner;
-    moved.shape = node.shape;
-    moved.where = node.where;
-    for (ValueId& in : moved.inputs) {
-      const Node& operand = graph.nodes[in];
-      ValueId value = remap[in];
-      if (is_scalar_constant(operand)) {
-        in = value;
-        continue;
-      }
-      if (operand.shape != inner.shape) {
-        Node expand = operand;
-        expand.op = Op::Expand;
-        expand.shape = inner.shape;
-        expand.inputs = {value};
-        expand.attrs = Attrs();
-        expand.where = node.where;
-        value = sunk.add(std::move(expand));
-      }
-      Node view = node;
-      view.dtype = operand.dtype;
-      view.inputs = {value};
-      in = sunk.add(std::move(view));
-    }
-    remap[i] = sunk.add(std::move(moved));
-  }
-  for (ValueId output : graph.outputs) sunk.outputs.push_back(remap[output]);
-  graph = std::move(sunk);
+  // view(op(x, y)) becomes op(view(expand(x)), view(expand(y))).
+  rebuild_at_views(graph, moves,
+                   [&](const Node& node, const std::vector<ValueId>& remap, Graph& sunk) {
+                     const Node& inner = graph.nodes[node.inputs[0]];
+                     Node moved = inner;
+                     moved.shape = node.shape;
+                     moved.where = node.where;
+                     for (ValueId& in : moved.inputs) {
+                       const Node& operand = graph.nodes[in];
+                       ValueId value = remap[in];
+                       if (is_scalar_constant(operand)) {
+                         in = value;
+                         continue;
+                       }
+                       if (operand.shape != inner.shape) {
+                         Node expand = operand;
+                         expand.op = Op::Expand;
+                         expand.shape = inner.shape;
+                         expand.inputs = {value};
+                         expand.attrs = Attrs();
+                         expand.where = node.where;
+                         value = sunk.add(std::move(expand));
+                       }
+                       Node view = node;
+                       view.dtype = operand.dtype;
+                       view.inputs = {value};
+                       in = sunk.add(std::move(view));
+                     }
+                     return sunk.add(std::move(moved));
+                   });
   return true;
 }
 
@@ -267,42 +277,30 @@ bool transpose_products(Graph& graph) {
     any = true;
   }
   if (!any) return false;
-  Graph swapped;
-  swapped.name = graph.name;
-  std::vector<ValueId> remap(graph.nodes.size(), -1);
-  for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    const Node& node = graph.nodes[i];
-    if (moves[i]) continue;  // rebuilt at its transpose
-    if (node.op != Op::Permute || !moves[node.inputs[0]]) {
-      Node copy = node;
-      for (ValueId& in : copy.inputs) in = remap[in];
-      remap[i] = swapped.add(std::move(copy));
-      continue;
-    }
-    const Node& matmul = graph.nodes[node.inputs[0]];
-    auto transposed = [&](ValueId operand) {
-      Node view = graph.nodes[operand];
-      const int64_t rank = static_cast<int64_t>(view.shape.size());
-      std::vector<int64_t> dims(static_cast<size_t>(rank));
-      for (int64_t d = 0; d < rank; ++d) dims[d] = d;
-      std::swap(dims[rank - 2], dims[rank - 1]);
-      std::swap(view.shape[rank - 2], view.shape[rank - 1]);
-      view.op = Op::Permute;
-      view.inputs = {remap[operand]};
-      view.attrs = Attrs();
-      view.attrs.set("dims", dims);
-      view.where = node.where;
-      return swapped.add(std::move(view));
-    };
-    const ValueId y_t = transposed(matmul.inputs[1]), x_t = transposed(matmul.inputs[0]);
-    Node product = matmul;
-    product.shape = node.shape;
-    product.inputs = {y_t, x_t};
-    product.where = node.where;
-    remap[i] = swapped.add(std::move(product));
-  }
-  for (ValueId output : graph.outputs) swapped.outputs.push_back(remap[output]);
-  graph = std::move(swapped);
+  rebuild_at_views(
+      graph, moves, [&](const Node& node, const std::vector<ValueId>& remap, Graph& swapped) {
+        const Node& matmul = graph.nodes[node.inputs[0]];
+        auto transposed = [&](ValueId operand) {
+          Node view = graph.nodes[operand];
+          const int64_t rank = static_cast<int64_t>(view.shape.size());
+          std::vector<int64_t> dims(static_cast<size_t>(rank));
+          for (int64_t d = 0; d < rank; ++d) dims[d] = d;
+          std::swap(dims[rank - 2], dims[rank - 1]);
+          std::swap(view.shape[rank - 2], view.shape[rank - 1]);
+          view.op = Op::Permute;
+          view.inputs = {remap[operand]};
+          view.attrs = Attrs();
+          view.attrs.set("dims", dims);
+          view.where = node.where;
+          return swapped.add(std::move(view));
+        };
+        const ValueId y_t = transposed(matmul.inputs[1]), x_t = transposed(matmul.inputs[0]);
+        Node product = matmul;
+        product.shape = node.shape;
+        product.inputs = {y_t, x_t};
+        product.where = node.where;
+        return swapped.add(std::move(product));
+      });
   return true;
 }
 
