@@ -274,6 +274,265 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
   return "";
 }
 
+// Writes the kernel function `name` for the row program `program` (LfJitProgram::phases): for
+// each row of the range, every phase in turn, a loop over the row's vectors or a line run once.
+// A reducing phase's loop takes 16 * sets elements an iteration, so that each vector's lanes go
+// to accumulators known when compiling (the optimizer keeps them in registers).
+std::string emit_row_kernel(const LfJitProgram& program, const std::string& name,
+                            llvm::Module& module) {
+  llvm::LLVMContext& context = module.getContext();
+  const bool dp = program.double_precision != 0;
+  const int32_t lanes = lanes_of(program.isa, program.double_precision);
+  const int64_t length = program.row_length;
+  llvm::Type* element = dp ? llvm::Type::getDoubleTy(context) : llvm::Type::getFloatTy(context);
+  llvm::Type* vector = llvm::FixedVectorType::get(element, static_cast<unsigned>(lanes));
+  llvm::Type* element_ptr = element->getPointerTo();
+  llvm::Type* vector_ptr = vector->getPointerTo();
+  llvm::Type* i64 = llvm::Type::getInt64Ty(context);
+  llvm::Type* bytes_ptr_ptr = llvm::Type::getInt8PtrTy(context)->getPointerTo();
+  auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(context),
+                                       {bytes_ptr_ptr, bytes_ptr_ptr, i64, i64}, false);
+  llvm::Function* kernel =
+      llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module);
+  const char* suffix = dp ? "_f64" : "_f32";
+  llvm::Function* sample = module.getFunction(std::string("lf_jit_Add") + suffix);
+  if (sample == nullptr) return "the op functions' bitcode has no lf_jit_Add";
+  for (const char* attribute : {"target-cpu", "target-features", "min-legal-vector-width"})
+    if (sample->hasFnAttribute(attribute)) kernel->addFnAttr(sample->getFnAttribute(attribute));
+  kernel->addFnAttr(llvm::Attribute::NoUnwind);
+  llvm::Value* operands = kernel->getArg(0);
+  llvm::Value* results = kernel->getArg(1);
+  llvm::Value* begin = kernel->getArg(2);
+  llvm::Value* end = kernel->getArg(3);
+  if (length <= 0 || length % 16 != 0) return "a row program's rows are a multiple of 16 long";
+
+  auto* entry = llvm::BasicBlock::Create(context, "entry", kernel);
+  auto* rows = llvm::BasicBlock::Create(context, "rows", kernel);
+  llvm::IRBuilder<> b(entry);
+  const llvm::Align element_align(dp ? 8 : 4);
+  auto base = [&](llvm::Value* array, int32_t slot) {
+    llvm::Value* at = b.CreateConstGEP1_64(b.getInt8PtrTy(), array, static_cast<uint64_t>(slot));
+    return b.CreateBitCast(b.CreateLoad(b.getInt8PtrTy(), at), element_ptr);
+  };
+  auto is_store = [](int32_t kind) {
+    return kind == kLfJitStore || kind == kLfJitStoreStream || kind == kLfJitStoreRowRun;
+  };
+  // Per phase: each instruction's base address and result slot, and the accumulators.
+  struct PhaseState {
+    std::vector<llvm::Value*> bases, slots;
+    // A reduction's accumulators: a vector of them for each of the loop's vectors an iteration,
+    // and all of them in one array for the finish (kept apart, so that the optimizer keeps the
+    // loop's in vector registers).
+    std::vector<llvm::Value*> accumulators;
+    llvm::Value* finishing = nullptr;
+    llvm::Value* finished = nullptr;  // the row's value in every lane
+  };
+  std::vector<PhaseState> states(static_cast<size_t>(program.num_phases));
+  for (int32_t p = 0; p < program.num_phases; ++p) {
+    const LfJitPhase& phase = program.phases[p];
+    PhaseState& state = states[p];
+    state.bases.assign(static_cast<size_t>(phase.num_instrs), nullptr);
+    state.slots.assign(static_cast<size_t>(phase.num_instrs), nullptr);
+    for (int32_t k = 0; k < phase.num_instrs; ++k) {
+      const LfJitInstr& instr = phase.instrs[k];
+      state.slots[k] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
+      if (instr.kind == kLfJitConst || instr.kind == kLfJitApply) continue;
+      state.bases[k] = base(is_store(instr.kind) ? results : operands, instr.slot);
+    }
+    if (phase.reduce_src >= 0) {
+      if (phase.reduce_sets < 1 || length % (16 * phase.reduce_sets) != 0)
+        return "a row program's reduction has sets its rows do not fill";
+      llvm::Type* accumulator =
+          phase.reduce_accumulator_bytes == 8 ? b.getDoubleTy() : b.getFloatTy();
+      llvm::Type* accumulators =
+          llvm::FixedVectorType::get(accumulator, static_cast<unsigned>(lanes));
+      for (int64_t u = 0; u < 16 * phase.reduce_sets / lanes; ++u)
+        state.accumulators.push_back(b.CreateAlloca(accumulators, nullptr));
+      state.finishing =
+          b.CreateAlloca(llvm::ArrayType::get(accumulators, state.accumulators.size()), nullptr);
+      state.finished = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
+      state.bases.push_back(base(results, phase.reduce_result));
+    }
+  }
+  auto* done = llvm::BasicBlock::Create(context, "done", kernel);
+  b.CreateCondBr(b.CreateICmpSLT(begin, end), rows, done);
+
+  // rows: the row from `row_start`, every phase in turn.
+  b.SetInsertPoint(rows);
+  llvm::PHINode* row_start = b.CreatePHI(i64, 2, "row_start");
+  row_start->addIncoming(begin, entry);
+  llvm::Value* row = b.CreateUDiv(row_start, b.getInt64(length), "row");
+  llvm::Value* row_end = b.CreateAdd(row_start, b.getInt64(length));
+  auto vector_at = [&](llvm::IRBuilder<>& at, llvm::Value* pointer) {
+    return at.CreateAlignedLoad(vector, at.CreateBitCast(pointer, vector_ptr), element_align);
+  };
+  for (int32_t p = 0; p < program.num_phases; ++p) {
+    const LfJitPhase& phase = program.phases[p];
+    PhaseState& state = states[p];
+    std::vector<llvm::Value*> view(static_cast<size_t>(phase.num_registers), nullptr);
+    auto splat = [&](llvm::IRBuilder<>& at, llvm::Value* scalar, int32_t k) {
+      at.CreateAlignedStore(at.CreateVectorSplat(static_cast<unsigned>(lanes), scalar),
+                            at.CreateBitCast(state.slots[k], vector_ptr), element_align);
+      view[phase.instrs[k].dst] = state.slots[k];
+    };
+    auto apply = [&](llvm::IRBuilder<>& at, const LfJitInstr& instr, int32_t k) -> std::string {
+      llvm::Function* op = module.getFunction(instr.function);
+      if (op == nullptr) return std::string("no op function ") + instr.function;
+      llvm::Value* a = view[instr.src[0]];
+      llvm::Value* second = instr.src[1] >= 0 ? view[instr.src[1]] : a;
+      llvm::Value* third = instr.src[2] >= 0 ? view[instr.src[2]] : a;
+      at.CreateCall(op, {a, second, third, state.slots[k]});
+      view[instr.dst] = state.slots[k];
+      return "";
+    };
+    if (phase.once_a_row) {
+      // A part over one value a row, on vectors of that value.
+      for (int32_t k = 0; k < phase.num_instrs; ++k) {
+        const LfJitInstr& instr = phase.instrs[k];
+        switch (instr.kind) {
+          case kLfJitLoadDense:
+            splat(b,
+                  b.CreateAlignedLoad(element, b.CreateGEP(element, state.bases[k], row),
+                                      element_align),
+                  k);
+            break;
+          case kLfJitLoadScalar:
+            splat(b, b.CreateAlignedLoad(element, state.bases[k], element_align), k);
+            break;
+          case kLfJitConst:
+            splat(b, llvm::ConstantFP::get(element, instr.value), k);
+            break;
+          case kLfJitApply:
+            if (std::string error = apply(b, instr, k); !error.empty()) return error;
+            break;
+          case kLfJitStore:
+          case kLfJitStoreStream:
+            b.CreateAlignedStore(
+                b.CreateExtractElement(vector_at(b, view[instr.src[0]]), static_cast<uint64_t>(0)),
+                b.CreateGEP(element, state.bases[k], row), element_align);
+            break;
+          default:
+            return "a row program's once-a-row part has a load or store of whole rows";
+        }
+      }
+      continue;
+    }
+    // A loop over the row's vectors, `per_iteration` of them an iteration.
+    const bool reduces = phase.reduce_src >= 0;
+    const int64_t per_iteration = reduces ? 16 * phase.reduce_sets / lanes : 1;
+    llvm::Function* init = reduces ? module.getFunction(phase.reduce_init) : nullptr;
+    llvm::Function* combine = reduces ? module.getFunction(phase.reduce_combine) : nullptr;
+    llvm::Function* finish = reduces ? module.getFunction(phase.reduce_finish) : nullptr;
+    if (reduces && (init == nullptr || combine == nullptr || finish == nullptr))
+      return std::string("no reduction functions ") + phase.reduce_combine;
+    for (llvm::Value* accumulators : state.accumulators)
+      b.CreateCall(init, {b.CreateBitCast(accumulators, b.getInt8PtrTy())});
+    // What is the same for the whole row, before the loop: loads of one value, or of the
+    // row's value, and constants.
+    for (int32_t k = 0; k < phase.num_instrs; ++k) {
+      const LfJitInstr& instr = phase.instrs[k];
+      if (instr.kind == kLfJitLoadScalar) {
+        splat(b, b.CreateAlignedLoad(element, state.bases[k], element_align), k);
+      } else if (instr.kind == kLfJitLoadRowValue) {
+        llvm::Value* offset = b.CreateMul(row, b.getInt64(instr.row_stride));
+        splat(b,
+              b.CreateAlignedLoad(element, b.CreateGEP(element, state.bases[k], offset),
+                                  element_align),
+              k);
+      } else if (instr.kind == kLfJitConst) {
+        splat(b, llvm::ConstantFP::get(element, instr.value), k);
+      }
+    }
+    llvm::BasicBlock* before = b.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(context, "phase" + std::to_string(p), kernel);
+    auto* after = llvm::BasicBlock::Create(context, "after" + std::to_string(p), kernel);
+    b.CreateBr(loop);
+    b.SetInsertPoint(loop);
+    llvm::PHINode* i = b.CreatePHI(i64, 2, "i");
+    i->addIncoming(row_start, before);
+    for (int64_t u = 0; u < per_iteration; ++u) {
+      llvm::Value* at = u == 0 ? static_cast<llvm::Value*>(i)
+                               : b.CreateAdd(i, b.getInt64(u * lanes), "", true, true);
+      llvm::Value* column = b.CreateSub(at, row_start);
+      for (int32_t k = 0; k < phase.num_instrs; ++k) {
+        const LfJitInstr& instr = phase.instrs[k];
+        switch (instr.kind) {
+          case kLfJitLoadDense:
+            view[instr.dst] = b.CreateGEP(element, state.bases[k], at);
+            if (p == 0 && program.prefetch_bytes > 0) {
+              llvm::Value* ahead =
+                  b.CreateGEP(b.getInt8Ty(), b.CreateBitCast(view[instr.dst], b.getInt8PtrTy()),
+                              b.getInt64(program.prefetch_bytes));
+              b.CreateIntrinsic(llvm::Intrinsic::prefetch, {b.getInt8PtrTy()},
+                                {ahead, b.getInt32(0), b.getInt32(3), b.getInt32(1)});
+            }
+            break;
+          case kLfJitLoadRowRun:
+            view[instr.dst] = b.CreateGEP(element, state.bases[k], column);
+            break;
+          case kLfJitLoadScalar:
+          case kLfJitLoadRowValue:
+          case kLfJitConst:
+            // Computed before the loop; the register holds it again from here (a register is
+            // reused once its value is dead, and each vector of the iteration reads anew).
+            view[instr.dst] = state.slots[k];
+            break;
+          case kLfJitApply:
+            if (std::string error = apply(b, instr, k); !error.empty()) return error;
+            break;
+          case kLfJitStore:
+          case kLfJitStoreRowRun:
+          case kLfJitStoreStream: {
+            llvm::Value* to =
+                b.CreateGEP(element, state.bases[k], instr.kind == kLfJitStoreRowRun ? column : at);
+            if (instr.kind == kLfJitStoreStream) {
+              llvm::Function* stream = module.getFunction(std::string("lf_jit_stream") + suffix);
+              if (stream == nullptr) return "the op functions' bitcode has no stream function";
+              b.CreateCall(stream, {to, view[instr.src[0]]});
+            } else {
+              b.CreateAlignedStore(vector_at(b, view[instr.src[0]]),
+                                   b.CreateBitCast(to, vector_ptr), element_align);
+            }
+            break;
+          }
+          default:
+            return "unknown JIT instruction kind " + std::to_string(instr.kind);
+        }
+      }
+      if (reduces)
+        b.CreateCall(combine, {b.CreateBitCast(state.accumulators[u], b.getInt8PtrTy()),
+                               view[phase.reduce_src]});
+    }
+    llvm::Value* next =
+        b.CreateAdd(i, b.getInt64(per_iteration * lanes), "next", /*HasNUW=*/true, true);
+    i->addIncoming(next, b.GetInsertBlock());
+    b.CreateCondBr(b.CreateICmpSLT(next, row_end), loop, after);
+    b.SetInsertPoint(after);
+    if (reduces) {
+      llvm::Type* accumulators = state.accumulators[0]->getType()->getPointerElementType();
+      for (size_t u = 0; u < state.accumulators.size(); ++u)
+        b.CreateStore(b.CreateLoad(accumulators, state.accumulators[u]),
+                      b.CreateConstGEP2_32(state.finishing->getType()->getPointerElementType(),
+                                           state.finishing, 0, static_cast<unsigned>(u)));
+      b.CreateCall(
+          finish,
+          {b.CreateBitCast(state.finishing, b.getInt8PtrTy()), b.getInt32(phase.reduce_sets),
+           llvm::ConstantFP::get(b.getDoubleTy(), static_cast<double>(length)), state.finished});
+      b.CreateAlignedStore(b.CreateAlignedLoad(element, state.finished, element_align),
+                           b.CreateGEP(element, state.bases.back(), row), element_align);
+    }
+  }
+  row_start->addIncoming(row_end, b.GetInsertBlock());
+  b.CreateCondBr(b.CreateICmpSLT(row_end, end), rows, done);
+  b.SetInsertPoint(done);
+  b.CreateRetVoid();
+
+  std::string problems;
+  llvm::raw_string_ostream out(problems);
+  if (llvm::verifyFunction(*kernel, &out)) return "generated an invalid kernel: " + out.str();
+  return "";
+}
+
 thread_local std::string last_error;
 
 }  // namespace
@@ -300,7 +559,8 @@ __attribute__((visibility("default"))) const char* lazyfuse_cpu_jit_compile(
   module->setDataLayout(j.lljit->getDataLayout());
   module->setTargetTriple(j.machine->getTargetTriple().str());
   const std::string name = "lf_jit_kernel_" + std::to_string(j.kernels++);
-  last_error = emit_kernel(*program, name, *module);
+  last_error = program->num_phases > 0 ? emit_row_kernel(*program, name, *module)
+                                       : emit_kernel(*program, name, *module);
   if (!last_error.empty()) return last_error.c_str();
   // Only the kernel is visible; the op functions are inlined into it and then dropped.
   for (llvm::Function& f : *module) {

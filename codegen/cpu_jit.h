@@ -46,10 +46,11 @@ CpuJitKernel cpu_jit_compile(const LfJitProgram& program);
 void cpu_jit_release(const CpuJitKernel& kernel);
 
 struct CpuJitStats {
-  int64_t compiled = 0;  // programs compiled
-  int64_t released = 0;  // compiled programs whose code was freed
-  int64_t failures = 0;  // compiles that failed
-  int64_t runs = 0;      // ranges of elements computed by compiled code
+  int64_t compiled = 0;      // programs compiled
+  int64_t row_programs = 0;  // of them, row steps' (codegen/cpu_row_program.h)
+  int64_t released = 0;      // compiled programs whose code was freed
+  int64_t failures = 0;      // compiles that failed
+  int64_t runs = 0;          // ranges of elements computed by compiled code
   std::string last_failure;
 };
 CpuJitStats cpu_jit_stats();

@@ -19,6 +19,7 @@ enum LfJitKind : int32_t {
   kLfJitApply,          // dst = function(src[0], src[1], src[2]), an op of cpu_jit_ops.cc
   kLfJitStore,          // result[slot][i ...] = src[0]
   kLfJitStoreStream,    // the same past the caches (result[slot] 64-byte aligned)
+  kLfJitStoreRowRun,    // result[slot][i % row ...] = src[0]: a row's values kept for the row
 };
 
 struct LfJitInstr {
@@ -32,16 +33,45 @@ struct LfJitInstr {
   const char* function;  // Apply: lf_jit_<Op>_<f32|f64>
 };
 
+// One part of a row program (LfJitProgram::phases): its instructions, over registers of its
+// own, either once a row on vectors whose lanes all hold the row's value (a part over one value
+// a row: a LoadDense reads, and a Store writes, index `row` of its operand, a Store from lane 0)
+// or for each vector of the row; the latter may reduce a register's vectors over the row into
+// one value a row, stored at index `row` of result `reduce_result`.
+struct LfJitPhase {
+  int32_t once_a_row;
+  int32_t num_registers;
+  int32_t num_instrs;
+  const LfJitInstr* instrs;
+  int32_t reduce_src;     // the register reduced; -1 where the part is no reduction
+  int32_t reduce_result;  // the result slot of the row's value
+  // lf_jit_<init|combine|finish>_<Op>_<f32|f64> (codegen/cpu_jit_ops.cc): a vector of
+  // accumulators, one a lane, set to the identity; a vector of values combined into one; the
+  // row's value from sets of 16 accumulators.
+  const char* reduce_init;
+  const char* reduce_combine;
+  const char* reduce_finish;
+  int32_t reduce_sets;               // sets of 16 accumulators the row's vectors go to in turn
+  int32_t reduce_accumulator_bytes;  // 8 (float64 accumulators) or 4
+};
+
 struct LfJitProgram {
   int32_t double_precision;  // every register f64 (else f32)
   const char* isa;           // "avx512" or "avx2": whose op functions, and its vector lanes
   int32_t num_registers;
   int32_t num_instrs;
   const LfJitInstr* instrs;
+  // A row program (num_phases > 0, instrs unused): rows of `row_length` elements (a multiple of
+  // 16 times each phase's reduce_sets), each row running every phase in turn. The first phase
+  // asks, for each vector it loads densely, for the line `prefetch_bytes` on (0: none).
+  int64_t row_length;
+  int32_t num_phases;
+  const LfJitPhase* phases;
+  int64_t prefetch_bytes;
 };
 
 // Computes the whole vectors of elements [begin, end): end - begin a multiple of the lanes, and
-// begin too where the program reads a row operand.
+// begin too where the program reads a row operand; a row program's, whole rows.
 typedef void (*LfJitKernel)(const void* const* operands, void* const* results, int64_t begin,
                             int64_t end);
 

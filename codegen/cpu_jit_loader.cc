@@ -152,6 +152,7 @@ CpuJitKernel cpu_jit_compile(const LfJitProgram& program) {
     return {};
   }
   ++stats.compiled;
+  if (program.num_phases > 0) ++stats.row_programs;
   return compiled;
 }
 

@@ -31,6 +31,75 @@ inline __attribute__((always_inline)) void apply_vector(const T* a, const T* b, 
   }
 }
 
+// A row program's reductions (LfJitPhase), as the interpreter's (reduce_run in
+// cpu_kernels_impl.inc, reduce_part and finish_row in runtime/cpu_library.cc) compute them: 16
+// accumulators a set, element p of the row into lane p % 16 of set (p / 16) % sets; the sets
+// merged in order into the first; the lanes combined in a fixed tree; the result combined onto
+// the identity and finished.
+template <Op op>
+struct Combine;
+#define LF_REDUCTION(Name, mnemonic, dtype_rule, accumulator_kind, identity_kind, combine,       \
+                     finish_kind)                                                                \
+  template <>                                                                                    \
+  struct Combine<Op::Name> {                                                                     \
+    static constexpr bool wide =                                                                 \
+        ReductionAccumulator::accumulator_kind == ReductionAccumulator::Wide;                    \
+    static constexpr ReductionIdentity identity = ReductionIdentity::identity_kind;              \
+    static constexpr bool mean = ReductionFinish::finish_kind == ReductionFinish::DivideByCount; \
+    template <typename T>                                                                        \
+    static T eval(T x, T y) {                                                                    \
+      return static_cast<T>(combine);                                                            \
+    }                                                                                            \
+  };
+#define LF_OP(Name, mnemonic, kind, arity, dtype_rule)
+#include "lazyfuse/ir/ops.def"
+
+template <Op op, typename T>
+using Accumulator = std::conditional_t<Combine<op>::wide, double, T>;
+constexpr int kLanesPerSet = 16;  // kCpuReduceLanes
+
+// A vector of accumulators, one per lane of a vector of T, set to the identity.
+template <Op op, typename T>
+inline __attribute__((always_inline)) void init_vector(Accumulator<op, T>* __restrict acc) {
+  using A = Accumulator<op, T>;
+  A identity = A(0);
+  if constexpr (Combine<op>::identity == ReductionIdentity::Lowest) identity = -__builtin_inf();
+  if constexpr (Combine<op>::identity == ReductionIdentity::Highest) identity = __builtin_inf();
+  for (int j = 0; j < VectorOf<T>::lanes; ++j) acc[j] = identity;
+}
+
+// A vector of values combined into a vector of accumulators, lane by lane. Neither pointer
+// aliases the other, so that the loop is one vector operation.
+template <Op op, typename T>
+inline __attribute__((always_inline)) void combine_vector(Accumulator<op, T>* __restrict acc,
+                                                          const T* __restrict v) {
+  using A = Accumulator<op, T>;
+  for (int j = 0; j < VectorOf<T>::lanes; ++j)
+    acc[j] = Combine<op>::eval(acc[j], static_cast<A>(v[j]));
+}
+
+// The row's value from `sets` sets of 16 accumulators, in every lane of `out`.
+template <Op op, typename T>
+inline __attribute__((always_inline)) void finish_row(const Accumulator<op, T>* accumulators,
+                                                      int sets, double count, T* out) {
+  using A = Accumulator<op, T>;
+  A acc[4 * kLanesPerSet];
+  for (int l = 0; l < sets * kLanesPerSet; ++l) acc[l] = accumulators[l];
+  for (int k = 1; k < sets; ++k)
+    for (int l = 0; l < kLanesPerSet; ++l)
+      acc[l] = Combine<op>::eval(acc[l], acc[k * kLanesPerSet + l]);
+  for (int width = kLanesPerSet / 2; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) acc[l] = Combine<op>::eval(acc[l], acc[l + width]);
+  A identity = A(0);
+  if constexpr (Combine<op>::identity == ReductionIdentity::Lowest) identity = -__builtin_inf();
+  if constexpr (Combine<op>::identity == ReductionIdentity::Highest) identity = __builtin_inf();
+  A value = Combine<op>::eval(identity, acc[0]);
+  if constexpr (Combine<op>::mean)
+    value = count == 0 ? __builtin_nan("") : value / static_cast<A>(count);
+  const T rounded = static_cast<T>(value);
+  for (int j = 0; j < VectorOf<T>::lanes; ++j) out[j] = rounded;
+}
+
 }  // namespace
 }  // namespace lazyfuse::cpu_jit_ops
 
@@ -44,6 +113,30 @@ extern "C" {
     lazyfuse::cpu_jit_ops::apply_vector<lazyfuse::Op::Name, double>(a, b, c, out);           \
   }
 #include "lazyfuse/ir/ops.def"
+
+// lf_jit_<init|combine|finish>_<Op>_<f32|f64>: a row program's reductions (LfJitPhase).
+#define LF_REDUCTION_FUNCTIONS(Name, T, suffix)                                            \
+  void lf_jit_init_##Name##_##suffix(void* acc) {                                          \
+    using namespace lazyfuse;                                                              \
+    cpu_jit_ops::init_vector<Op::Name, T>(                                                 \
+        static_cast<cpu_jit_ops::Accumulator<Op::Name, T>*>(acc));                         \
+  }                                                                                        \
+  void lf_jit_combine_##Name##_##suffix(void* acc, const T* v) {                           \
+    using namespace lazyfuse;                                                              \
+    cpu_jit_ops::combine_vector<Op::Name, T>(                                              \
+        static_cast<cpu_jit_ops::Accumulator<Op::Name, T>*>(acc), v);                      \
+  }                                                                                        \
+  void lf_jit_finish_##Name##_##suffix(const void* acc, int sets, double count, T* out) {  \
+    using namespace lazyfuse;                                                              \
+    cpu_jit_ops::finish_row<Op::Name, T>(                                                  \
+        static_cast<const cpu_jit_ops::Accumulator<Op::Name, T>*>(acc), sets, count, out); \
+  }
+#define LF_REDUCTION(Name, mnemonic, dtype_rule, accumulator, identity, combine, finish) \
+  LF_REDUCTION_FUNCTIONS(Name, float, f32)                                               \
+  LF_REDUCTION_FUNCTIONS(Name, double, f64)
+#define LF_OP(Name, mnemonic, kind, arity, dtype_rule)
+#include "lazyfuse/ir/ops.def"
+#undef LF_REDUCTION_FUNCTIONS
 
 // A vector written past the caches (a result larger than they are: CpuResult::stream), to a
 // 64-byte aligned address.

@@ -26,6 +26,10 @@ inline constexpr int kCpuVectorPad = 16;
 // its position, so any split of the values into runs gives the same bits too.
 using CpuReduceRunFn = void (*)(const void* values, int64_t n, void* lanes, int first_lane);
 inline constexpr int kCpuReduceLanes = 16;
+// Elements of a row reduced into one set of lanes, whose results are then combined in order. The
+// split depends only on sizes, never on the number of threads, so a reduction gives the same bits
+// however many cores run it.
+inline constexpr int64_t kCpuReduceBlock = int64_t{1} << 15;
 
 struct CpuKernelTable {
   const char* isa;

@@ -377,15 +377,93 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
   return program;
 }
 
+int64_t CpuProgram::jit_lanes() const {
+  if (jit_ == nullptr) return 0;
+  int64_t lanes = jit_->lanes.load(std::memory_order_relaxed);
+  if (lanes < 0) {
+    lanes = cpu_jit_lanes(jit_->double_precision);  // every thread finds the same
+    jit_->lanes.store(static_cast<int32_t>(lanes), std::memory_order_relaxed);
+  }
+  return std::max<int64_t>(lanes, 0);
+}
+
+bool CpuProgram::double_precision() const { return jit_ != nullptr && jit_->double_precision; }
+
+bool CpuProgram::jit_layouts(std::span<const CpuOperand> operands,
+                             std::span<const CpuResult> results, int64_t lanes,
+                             std::vector<JitLayout>* layouts) const {
+  if (jit_ == nullptr || lanes <= 0) return false;
+  for (const Instr& instr : code_) {
+    if (instr.kind == Kind::Load) {
+      const CpuOperand& operand = operands[instr.slot];
+      if (operand.dtype != instr.from) return false;
+      const size_t rank = operand.shape.size();
+      const bool scalar = std::all_of(operand.strides.begin(), operand.strides.end(),
+                                      [](int64_t s) { return s == 0; });
+      if (scalar) {
+        layouts->push_back({kLfJitLoadScalar});
+      } else if (rank == 1 && operand.strides[0] == 1) {
+        layouts->push_back({kLfJitLoadDense});
+      } else if (rank == 2 && operand.shape[1] % lanes == 0 &&
+                 (operand.strides[1] == 0 ||
+                  (operand.strides[0] == 0 && operand.strides[1] == 1))) {
+        const bool value = operand.strides[1] == 0;
+        layouts->push_back({value ? kLfJitLoadRowValue : kLfJitLoadRowRun, operand.shape[1],
+                            value ? operand.strides[0] : 0});
+      } else {
+        return false;
+      }
+    } else if (instr.kind == Kind::Store) {
+      // Streamed where the result is 64-byte aligned; run_bound checks each range's start.
+      const CpuResult& result = results[instr.slot];
+      const bool stream = result.stream && reinterpret_cast<uintptr_t>(result.data) % 64 == 0;
+      layouts->push_back({stream ? kLfJitStoreStream : kLfJitStore});
+    }
+  }
+  return true;
+}
+
+std::vector<LfJitInstr> CpuProgram::jit_instrs(std::span<const JitLayout> layouts,
+                                               int32_t operand_base, int32_t result_base) const {
+  std::vector<LfJitInstr> instrs;
+  size_t at = 0;  // in layouts
+  for (const Instr& instr : code_) {
+    LfJitInstr out{};
+    out.dst = instr.dst;
+    std::copy(std::begin(instr.src), std::end(instr.src), std::begin(out.src));
+    out.slot = instr.slot;
+    switch (instr.kind) {
+      case Kind::Load:
+      case Kind::Store: {
+        const JitLayout& layout = layouts[at++];
+        out.kind = layout.kind;
+        out.row = layout.row;
+        out.row_stride = layout.row_stride;
+        out.slot += instr.kind == Kind::Load ? operand_base : result_base;
+        break;
+      }
+      case Kind::Const:
+        out.kind = kLfJitConst;
+        out.value = jit_->double_precision ? instr.value
+                                           : static_cast<double>(convert_value<float>(instr.value));
+        break;
+      default:  // Apply
+        out.kind = kLfJitApply;
+        out.function = cpu_jit_function(instr.op, jit_->double_precision);
+    }
+    instrs.push_back(out);
+  }
+  return instrs;
+}
+
 CpuProgram::Bound CpuProgram::bind(std::span<const CpuOperand> operands,
                                    std::span<const CpuResult> results, int64_t elements) const {
-  Bound none;
-  if (jit_ == nullptr) return none;
+  if (jit_ == nullptr) return {};
   const CpuJitMode mode = cpu_jit_mode();
-  if (mode == CpuJitMode::Off) return none;
+  if (mode == CpuJitMode::Off) return {};
   JitState& state = *jit_;
   if (mode == CpuJitMode::Hot) {
-    if (numel_ < kCpuJitMinElements) return none;
+    if (numel_ < kCpuJitMinElements) return {};
     // Compiled once the interpreter has computed one evaluation's elements and a compile's
     // worth (a compile takes 4-10 ms on the 2-core machine, which interprets 4M elements of the
     // benchmark's programs in about as long): a large program from its second evaluation, one
@@ -396,49 +474,23 @@ CpuProgram::Bound CpuProgram::bind(std::span<const CpuOperand> operands,
     if (!state.hot.load(std::memory_order_relaxed)) {
       if (state.processed.fetch_add(elements, std::memory_order_relaxed) <
           std::max(numel_, kCpuJitWorkElements))
-        return none;
+        return {};
       state.hot.store(true, std::memory_order_relaxed);
     }
   }
-  int64_t lanes = state.lanes.load(std::memory_order_relaxed);
-  if (lanes < 0) {
-    lanes = cpu_jit_lanes(state.double_precision);  // every thread finds the same
-    state.lanes.store(static_cast<int32_t>(lanes), std::memory_order_relaxed);
-  }
-  if (lanes <= 0) return none;
+  const int64_t lanes = jit_lanes();
+  if (lanes <= 0) return {};
   for (const CpuResult& result : results)
-    if (result.data == nullptr) return none;  // kept for a fused reduction: the interpreter's
+    if (result.data == nullptr) return {};  // kept for a fused reduction: the interpreter's
   // The key: each load's layout and each store's streaming.
+  std::vector<JitLayout> layouts;
+  if (!jit_layouts(operands, results, lanes, &layouts)) return {};
   absl::InlinedVector<int64_t, 24> key;
   bool reads_rows = false, streams = false;
-  for (const Instr& instr : code_) {
-    if (instr.kind == Kind::Load) {
-      const CpuOperand& operand = operands[instr.slot];
-      if (operand.dtype != instr.from) return none;
-      const size_t rank = operand.shape.size();
-      const bool scalar = std::all_of(operand.strides.begin(), operand.strides.end(),
-                                      [](int64_t s) { return s == 0; });
-      if (scalar) {
-        key.insert(key.end(), {kLfJitLoadScalar, 0, 0});
-      } else if (rank == 1 && operand.strides[0] == 1) {
-        key.insert(key.end(), {kLfJitLoadDense, 0, 0});
-      } else if (rank == 2 && operand.shape[1] % lanes == 0 &&
-                 (operand.strides[1] == 0 ||
-                  (operand.strides[0] == 0 && operand.strides[1] == 1))) {
-        const bool value = operand.strides[1] == 0;
-        key.insert(key.end(), {value ? kLfJitLoadRowValue : kLfJitLoadRowRun, operand.shape[1],
-                               value ? operand.strides[0] : 0});
-        reads_rows = true;
-      } else {
-        return none;
-      }
-    } else if (instr.kind == Kind::Store) {
-      // Streamed where the result is 64-byte aligned; run_bound checks each range's start.
-      const CpuResult& result = results[instr.slot];
-      const bool stream = result.stream && reinterpret_cast<uintptr_t>(result.data) % 64 == 0;
-      key.push_back(stream ? kLfJitStoreStream : kLfJitStore);
-      streams |= stream;
-    }
+  for (const JitLayout& layout : layouts) {
+    key.insert(key.end(), {layout.kind, layout.row, layout.row_stride});
+    reads_rows |= layout.kind == kLfJitLoadRowRun || layout.kind == kLfJitLoadRowValue;
+    streams |= layout.kind == kLfJitStoreStream;
   }
   LfJitKernel kernel = nullptr;
   {
@@ -456,37 +508,13 @@ CpuProgram::Bound CpuProgram::bind(std::span<const CpuOperand> operands,
       kernel = found->compiled.kernel;
       if (found != last) state.last.store(found, std::memory_order_release);
     } else {
-      std::vector<LfJitInstr> instrs;
-      size_t at = 0;  // in the key
-      for (const Instr& instr : code_) {
-        LfJitInstr out{};
-        out.dst = instr.dst;
-        std::copy(std::begin(instr.src), std::end(instr.src), std::begin(out.src));
-        out.slot = instr.slot;
-        switch (instr.kind) {
-          case Kind::Load:
-            out.kind = static_cast<int32_t>(key[at]);
-            out.row = key[at + 1];
-            out.row_stride = key[at + 2];
-            at += 3;
-            break;
-          case Kind::Store:
-            out.kind = static_cast<int32_t>(key[at++]);
-            break;
-          case Kind::Const:
-            out.kind = kLfJitConst;
-            out.value = state.double_precision
-                            ? instr.value
-                            : static_cast<double>(convert_value<float>(instr.value));
-            break;
-          default:  // Apply
-            out.kind = kLfJitApply;
-            out.function = cpu_jit_function(instr.op, state.double_precision);
-        }
-        instrs.push_back(out);
-      }
-      const LfJitProgram program{state.double_precision ? 1 : 0, cpu_jit_isa(), num_registers_,
-                                 static_cast<int32_t>(instrs.size()), instrs.data()};
+      const std::vector<LfJitInstr> instrs = jit_instrs(layouts, 0, 0);
+      LfJitProgram program{};
+      program.double_precision = state.double_precision ? 1 : 0;
+      program.isa = cpu_jit_isa();
+      program.num_registers = num_registers_;
+      program.num_instrs = static_cast<int32_t>(instrs.size());
+      program.instrs = instrs.data();
       const CpuJitKernel compiled = cpu_jit_compile(program);
       kernel = compiled.kernel;
       state.kernels.push_back(std::make_unique<const JitState::Entry>(
@@ -494,8 +522,8 @@ CpuProgram::Bound CpuProgram::bind(std::span<const CpuOperand> operands,
       state.last.store(state.kernels.back().get(), std::memory_order_release);
     }
   }
+  if (kernel == nullptr) return {};
   Bound bound;
-  if (kernel == nullptr) return bound;
   bound.kernel = kernel;
   bound.lanes = lanes;
   bound.reads_rows = reads_rows;

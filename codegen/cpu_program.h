@@ -100,6 +100,25 @@ class CpuProgram {
   static int64_t run_bound(const Bound& bound, std::span<const CpuResult> results, int64_t begin,
                            int64_t end, int64_t result_base);
 
+  // How the compiled loop reads each of the program's loads and writes each of its stores, in
+  // instruction order (a kLfJit* load or store kind, and a row's length and stride for a row's
+  // operand), for `operands` and `results` with vectors of `lanes`; false where the JIT cannot
+  // compile the program or read an operand as it lies.
+  struct JitLayout {
+    int32_t kind = 0;
+    int64_t row = 0, row_stride = 0;
+  };
+  bool jit_layouts(std::span<const CpuOperand> operands, std::span<const CpuResult> results,
+                   int64_t lanes, std::vector<JitLayout>* layouts) const;
+  // The program as the JIT's instructions with these layouts, its operand and result slots
+  // offset by the bases (a row program's parts share one array of each).
+  std::vector<LfJitInstr> jit_instrs(std::span<const JitLayout> layouts, int32_t operand_base,
+                                     int32_t result_base) const;
+  int num_registers() const { return num_registers_; }
+  // The JIT's vector lanes for the program's dtype (0 where it has none), and that dtype.
+  int64_t jit_lanes() const;
+  bool double_precision() const;
+
   // Where the program reads operands from memory rather than the caches, which of its compiled
   // loop and the interpreter runs it faster depends on the machine (Note [Compiled or interpreted
   // from memory] in cpu_program.cc), so it is measured: whether the compiled loop is to run

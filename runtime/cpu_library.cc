@@ -23,23 +23,61 @@
 namespace lazyfuse {
 namespace {
 
-// Reduced elements per partial result. The split depends only on sizes, never on the number of
-// threads, so a reduction gives the same bits however many cores run it.
-constexpr int64_t kReduceBlock = 1 << 15;
+// Reduces one part of a row (at most kCpuReduceBlock elements), handed by `visit(consume)` to
+// consume(values, count, stride) in runs, in order: each value goes into lane (position in the
+// part) % kCpuReduceLanes of kCpuReduceLanes accumulators (CpuReduceRunFn, vector code for a
+// contiguous run), which are then combined in a fixed tree. The bits depend on the part's values
+// alone, not on how they came in runs, so a strided operand, a contiguous one and a fused
+// prologue's chunks all give the same.
+template <Op kOp, typename S, typename Visit>
+CpuAccumulator<kOp, S> reduce_part(CpuReduceRunFn reduce_run, Visit&& visit) {
+  using Meaning = CpuReduction<kOp>;
+  using Acc = CpuAccumulator<kOp, S>;
+  Acc lanes[kCpuReduceLanes];
+  std::fill_n(lanes, kCpuReduceLanes, reduction_identity_value<Acc>(Meaning::identity));
+  int64_t position = 0;  // in the part
+  visit([&](const S* values, int64_t count, int64_t stride) {
+    const int first_lane = static_cast<int>(position % kCpuReduceLanes);
+    if (stride == 1) {
+      reduce_run(values, count, lanes, first_lane);
+    } else {
+      for (int64_t i = 0, l = first_lane; i < count; ++i, l = (l + 1) % kCpuReduceLanes)
+        lanes[l] = Meaning::combine(lanes[l], convert_value<Acc>(values[i * stride]));
+    }
+    position += count;
+  });
+  for (int width = kCpuReduceLanes / 2; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) lanes[l] = Meaning::combine(lanes[l], lanes[l + width]);
+  return lanes[0];
+}
+
+// A row's result from its parts' partial results, combined in order onto the identity, then
+// finished (a mean divides by the row's `inner` elements).
+template <Op kOp, typename S, typename Partial>
+CpuAccumulator<kOp, S> finish_row(int64_t parts, int64_t inner, Partial&& partial) {
+  using Meaning = CpuReduction<kOp>;
+  using Acc = CpuAccumulator<kOp, S>;
+  Acc acc = reduction_identity_value<Acc>(Meaning::identity);
+  for (int64_t b = 0; b < parts; ++b) acc = Meaning::combine(acc, partial(b));
+  if constexpr (Meaning::finish == ReductionFinish::DivideByCount) {
+    if constexpr (std::is_floating_point_v<Acc>)
+      acc = inner == 0 ? std::numeric_limits<Acc>::quiet_NaN() : acc / static_cast<Acc>(inner);
+    else
+      acc = inner == 0 ? Acc(0) : acc / static_cast<Acc>(inner);
+  }
+  return acc;
+}
 
 // Reduces `outer` rows of `inner` elements each. `visit(row, begin, end, consume)` hands
 // elements [begin, end) of a row to consume(values, count, stride) in runs, in order, as values
-// of storage type S: read from a buffer, or computed by a fused prologue. A part's elements
-// go into kCpuReduceLanes interleaved accumulators by their position in the part
-// (CpuReduceRunFn, vector code for a contiguous run), which are then combined in a fixed tree:
-// the bits depend on the part's values alone, not on how they came in runs, so a strided
-// operand, a contiguous one and a fused prologue's blocks all give the same.
+// of storage type S: read from a buffer, or computed by a fused prologue. A row is reduced in
+// parts of kCpuReduceBlock elements (reduce_part), whose results are then combined (finish_row).
 // Only rows [rows.begin, rows.end) on the calling thread when rows.end >= 0; otherwise every
 // row, across the threads. A row's bits are the same either way.
 template <typename S, typename Visit>
 void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferView& out,
                  Visit&& visit, const RowRange& rows) {
-  const int64_t blocks = std::max<int64_t>(1, (inner + kReduceBlock - 1) / kReduceBlock);
+  const int64_t blocks = std::max<int64_t>(1, (inner + kCpuReduceBlock - 1) / kCpuReduceBlock);
   const bool all_rows = rows.end < 0;
   const int64_t first_row = all_rows ? 0 : rows.begin, end_row = all_rows ? outer : rows.end;
   // Rows shorter than a block go to the threads a block's worth at a time: one parallel item a
@@ -47,41 +85,23 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
   // Each row is reduced as alone, so the grouping changes no bit.
   const int64_t parts = (end_row - first_row) * blocks;
   const int64_t parts_per_item =
-      blocks == 1 ? std::max<int64_t>(1, kReduceBlock / std::max<int64_t>(inner, 1)) : 1;
+      blocks == 1 ? std::max<int64_t>(1, kCpuReduceBlock / std::max<int64_t>(inner, 1)) : 1;
   const int64_t items = (parts + parts_per_item - 1) / parts_per_item;
   dispatch_reduction(node.op, [&]<Op kOp>() {
-    using Meaning = CpuReduction<kOp>;
     using Acc = CpuAccumulator<kOp, S>;
-    const Acc identity = reduction_identity_value<Acc>(Meaning::identity);
     std::vector<Acc> partials(parts);
     ParallelFailure failure;  // a fused prologue's scratch can fail to allocate
     // Part p: block p % blocks of row first_row + p / blocks.
     const CpuReduceRunFn reduce_run =
         cpu_kernel_table().reduce_run[static_cast<int>(kOp)][storage_slot_of<S>()];
-    auto reduce_part = [&](int64_t part) {
-      const int64_t row = first_row + part / blocks, begin = part % blocks * kReduceBlock;
-      Acc lanes[kCpuReduceLanes];
-      std::fill_n(lanes, kCpuReduceLanes, identity);
-      int64_t position = 0;  // in the part
-      visit(row, begin, std::min(inner, begin + kReduceBlock),
-            [&](const S* values, int64_t count, int64_t stride) {
-              const int first_lane = static_cast<int>(position % kCpuReduceLanes);
-              if (stride == 1) {
-                reduce_run(values, count, lanes, first_lane);
-              } else {
-                for (int64_t i = 0, l = first_lane; i < count; ++i, l = (l + 1) % kCpuReduceLanes)
-                  lanes[l] = Meaning::combine(lanes[l], convert_value<Acc>(values[i * stride]));
-              }
-              position += count;
-            });
-      for (int width = kCpuReduceLanes / 2; width >= 1; width /= 2)
-        for (int l = 0; l < width; ++l) lanes[l] = Meaning::combine(lanes[l], lanes[l + width]);
-      return lanes[0];
-    };
     auto reduce_item = [&](int64_t item) {
       for (int64_t part = item * parts_per_item;
-           part < std::min(parts, (item + 1) * parts_per_item); ++part)
-        partials[part] = reduce_part(part);
+           part < std::min(parts, (item + 1) * parts_per_item); ++part) {
+        const int64_t row = first_row + part / blocks, begin = part % blocks * kCpuReduceBlock;
+        partials[part] = reduce_part<kOp, S>(reduce_run, [&](auto&& consume) {
+          visit(row, begin, std::min(inner, begin + kCpuReduceBlock), consume);
+        });
+      }
     };
     if (all_rows && outer * inner > 32768) {
 #pragma omp parallel for schedule(dynamic, 1)
@@ -102,19 +122,9 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
     }
     dispatch_storage(node.dtype, [&]<typename R>() {
       R* dst = static_cast<R*>(out.data());
-      for (int64_t o = first_row; o < end_row; ++o) {
-        Acc acc = identity;
-        for (int64_t b = 0; b < blocks; ++b)
-          acc = Meaning::combine(acc, partials[(o - first_row) * blocks + b]);
-        if constexpr (Meaning::finish == ReductionFinish::DivideByCount) {
-          if constexpr (std::is_floating_point_v<Acc>)
-            acc =
-                inner == 0 ? std::numeric_limits<Acc>::quiet_NaN() : acc / static_cast<Acc>(inner);
-          else
-            acc = inner == 0 ? Acc(0) : acc / static_cast<Acc>(inner);
-        }
-        dst[o] = convert_value<R>(acc);
-      }
+      for (int64_t o = first_row; o < end_row; ++o)
+        dst[o] = convert_value<R>(finish_row<kOp, S>(
+            blocks, inner, [&](int64_t b) { return partials[(o - first_row) * blocks + b]; }));
     });
   });
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "lazyfuse/codegen/cpu_jit.h"
 #include "lazyfuse/codegen/cpu_kernels.h"
 #include "lazyfuse/codegen/cpu_program.h"
@@ -297,6 +298,47 @@ TEST(CpuJit, AReductionFromMemoryTriesBothPathsWithTheSameBits) {
   }
   EXPECT_GT(cpu_jit_stats().runs, 0) << "the compiled loop never ran";
   for (int i = 1; i < 8; ++i) EXPECT_EQ(bits[i], bits[0]) << "evaluation " << i;
+}
+
+// A row step's parts compiled into one loop over rows (Note [Row programs] in
+// codegen/cpu_row_program.cc) give the bits of the parts run one at a time in the interpreter:
+// softmax, log-softmax, LayerNorm and RMSNorm, a max and a min over rows, in both float types,
+// over values with NaN, infinities and signed zeros, at row lengths the row program takes (a
+// multiple of 16, of 64 for a max or a min) and one it leaves to the parts (48 for a softmax,
+// whose max keeps four sets of 16 accumulators).
+// The steps have rows enough for blocks of rows (Note [Row blocks] in runtime/cpu_backend.cc).
+TEST(CpuJit, RowProgramsGiveTheInterpretersBits) {
+  require_jit();
+  namespace F = nn::functional;
+  std::mt19937 rng(23);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (int64_t length : {48, 64, 1024}) {
+      const int64_t rows = std::max<int64_t>(40, 65536 / length);
+      const std::string name = absl::StrCat(dtype_torch_name(dtype), " rows of ", length);
+      const Tensor x = from_vector(edgy_values(rng, rows * length), {rows, length}, dtype);
+      // Finite values, so that a norm's statistics are not all NaN.
+      const Tensor finite = x.clamp(-50, 50);
+      const Tensor weight = from_vector(edgy_values(rng, length), {length}, dtype).clamp(-3, 3);
+      const Tensor bias = from_vector(edgy_values(rng, length), {length}, dtype).clamp(-3, 3);
+      eval({x, finite, weight, bias});
+      const bool max_fits = length % 64 == 0;
+      reset_cpu_jit_stats();
+      expect_jit_matches_interpreter([&] { return F::softmax(x, 1); }, "softmax " + name);
+      expect_jit_matches_interpreter([&] { return F::log_softmax(finite, 1); },
+                                     "log_softmax " + name);
+      EXPECT_EQ(cpu_jit_stats().row_programs > 0, max_fits) << name;
+      reset_cpu_jit_stats();
+      expect_jit_matches_interpreter(
+          [&] { return F::layer_norm(finite, {length}, weight, bias, 1e-5); },
+          "layer_norm " + name);
+      expect_jit_matches_interpreter([&] { return F::rms_norm(x, {length}, weight, 1e-6); },
+                                     "rms_norm " + name);
+      // float64's rsqrt has no vector form: its norms run a part at a time.
+      EXPECT_EQ(cpu_jit_stats().row_programs > 0, dtype == kFloat32) << name;
+      expect_jit_matches_interpreter(
+          [&] { return (x - x.amax({1}, true)) * (x.amin({1}, true) + 1); }, "max and min " + name);
+    }
+  }
 }
 
 // A compiled loop's code lives as long as its program: once the schedule cache drops the

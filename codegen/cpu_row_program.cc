@@ -1,0 +1,218 @@
+// A row step's parts compiled into one loop over its rows.
+#include "lazyfuse/codegen/cpu_row_program.h"
+
+#include <algorithm>
+#include <array>
+
+#include "lazyfuse/codegen/cpu_kernels.h"
+
+namespace lazyfuse {
+
+// Note [Row programs]
+// A row step (a softmax, a LayerNorm: Note [Row blocks] in runtime/cpu_backend.cc) runs as parts:
+// reductions over each row, parts over one value a row (a norm's rsqrt), parts over the step's
+// space that read them. Run a part at a time, even over a block of rows in the caches, each part
+// pays its setup and reads its operands back from the cache, and the memory is idle while the
+// later parts compute. The JIT compiles the parts into one loop over rows instead
+// (emit_row_kernel in cpu_jit.cc): for each row, each part in turn, as a loop over the row's
+// vectors or, for a part over row values, once. A reduction's accumulators are in registers and
+// its value goes straight to the parts after it; a value handed between parts over the whole
+// space lies in a buffer of one row, in the L1 cache; and the first part asks for the lines a
+// little ahead of those it reads, so that the next rows come from memory while this one is
+// computed.
+//
+// The bits are the interpreter's: each elementwise op is the same op function, and a reduction
+// puts element p of its row into lane p % 16 of set (p / 16) % sets and combines the sets, the
+// lanes and the identity in the order reduce_run, reduce_part and finish_row do (runtime/
+// cpu_library.cc). Rows are whole multiples of 16 elements (64 for a max or a min, which keep
+// four sets) no longer than one part of a reduction (kCpuReduceBlock); other steps run a part at
+// a time.
+
+namespace {
+
+// The reduction functions of the JIT's op functions, by op and precision.
+struct ReductionFunctions {
+  const char* init;
+  const char* combine;
+  const char* finish;
+};
+const ReductionFunctions* reduction_functions(Op op, bool double_precision) {
+  static const auto table = [] {
+    std::array<std::array<ReductionFunctions, 2>, kNumOps> names{};
+#define LF_REDUCTION(Name, mnemonic, dtype_rule, accumulator, identity, combine, finish) \
+  names[static_cast<int>(Op::Name)] = {                                                  \
+      {{"lf_jit_init_" #Name "_f32", "lf_jit_combine_" #Name "_f32",                     \
+        "lf_jit_finish_" #Name "_f32"},                                                  \
+       {"lf_jit_init_" #Name "_f64", "lf_jit_combine_" #Name "_f64",                     \
+        "lf_jit_finish_" #Name "_f64"}}};
+#define LF_OP(Name, mnemonic, kind, arity, dtype_rule)
+#include "lazyfuse/ir/ops.def"
+    return names;
+  }();
+  const ReductionFunctions& functions = table[static_cast<int>(op)][double_precision ? 1 : 0];
+  return functions.init == nullptr ? nullptr : &functions;
+}
+
+// Sets of 16 accumulators a reduction keeps (reduce_run in cpu_kernels_impl.inc).
+int sets_of(Op op) { return op == Op::Max || op == Op::Min ? 4 : 1; }
+
+}  // namespace
+
+bool CpuRowProgram::fits(std::span<const Part> parts, int64_t length, bool double_precision) {
+  if (length <= 0 || length % 16 != 0 || length > kCpuReduceBlock) return false;
+  bool reduces = false;
+  for (const Part& part : parts) {
+    if (part.program != nullptr &&
+        (!part.program->jit_compilable() || part.program->double_precision() != double_precision))
+      return false;
+    if (!part.reduction) {
+      if (part.program == nullptr) return false;
+      continue;
+    }
+    reduces = true;
+    if (reduction_functions(part.op, double_precision) == nullptr ||
+        length % (16 * sets_of(part.op)) != 0)
+      return false;
+  }
+  return reduces;
+}
+
+CpuRowProgram::CpuRowProgram(std::vector<Part> parts, int64_t length, int64_t numel,
+                             bool double_precision)
+    : parts_(std::move(parts)),
+      length_(length),
+      numel_(numel),
+      double_precision_(double_precision) {}
+
+CpuRowProgram::~CpuRowProgram() {
+  for (const Entry& entry : kernels_) cpu_jit_release(entry.compiled);
+}
+
+CpuRowProgram::Bound CpuRowProgram::bind(std::span<const PartData> data, int64_t elements) {
+  Bound none;
+  const CpuJitMode mode = cpu_jit_mode();
+  if (mode == CpuJitMode::Off) return none;
+  // When the parts' own programs would be compiled (CpuProgram::bind).
+  if (mode == CpuJitMode::Hot &&
+      (numel_ < kCpuJitMinElements || processed_.fetch_add(elements, std::memory_order_relaxed) <
+                                          std::max(numel_, kCpuJitWorkElements)))
+    return none;
+  const int64_t lanes = cpu_jit_lanes(double_precision_);
+  if (lanes <= 0) return none;
+  const DType dtype = double_precision_ ? DType::Float64 : DType::Float32;
+
+  Bound bound;
+  std::vector<std::vector<LfJitInstr>> instrs(parts_.size());
+  std::vector<LfJitPhase> phases(parts_.size());
+  std::vector<int64_t> key;
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    const Part& part = parts_[p];
+    const PartData& part_data = data[p];
+    const int32_t operand_base = static_cast<int32_t>(bound.operands.size());
+    const int32_t result_base = static_cast<int32_t>(bound.results.size());
+    for (size_t j = 0; j < part_data.operands.size(); ++j) {
+      if (part_data.operand_kept[j] >= 0)
+        bound.kept_operands.push_back({bound.operands.size(), part_data.operand_kept[j]});
+      bound.operands.push_back(part_data.operands[j].data);
+    }
+    for (size_t j = 0; j < part_data.results.size(); ++j) {
+      if (part_data.result_kept[j] >= 0)
+        bound.kept_results.push_back({bound.results.size(), part_data.result_kept[j]});
+      bound.results.push_back(part_data.results[j].data);
+    }
+    std::vector<LfJitInstr>& code = instrs[p];
+    int32_t registers = 1;
+    if (part.program != nullptr) {
+      // A reduction's prologue stores its one result nowhere: a placeholder for the layouts.
+      const CpuResult placeholder{&bound, dtype};
+      std::vector<CpuProgram::JitLayout> layouts;
+      if (!part.program->jit_layouts(
+              part_data.operands, part.reduction ? std::span(&placeholder, 1) : part_data.results,
+              lanes, &layouts))
+        return none;
+      code = part.program->jit_instrs(layouts, operand_base, result_base);
+      registers = part.program->num_registers();
+    } else {
+      // The reduction of a stored value: its one load.
+      const CpuOperand& operand = part_data.operands[0];
+      if (operand.dtype != dtype || operand.shape.size() != 1 || operand.strides[0] != 1)
+        return none;
+      LfJitInstr load{};
+      load.kind = kLfJitLoadDense;
+      load.dst = 0;
+      load.src[0] = load.src[1] = load.src[2] = -1;
+      load.slot = operand_base;
+      code.push_back(load);
+    }
+    LfJitPhase& phase = phases[p];
+    phase.once_a_row = part.once_a_row ? 1 : 0;
+    phase.num_registers = registers;
+    phase.reduce_src = -1;
+    for (size_t k = 0; k < code.size(); ++k) {
+      LfJitInstr& instr = code[k];
+      const bool load = instr.kind == kLfJitLoadDense || instr.kind == kLfJitLoadScalar ||
+                        instr.kind == kLfJitLoadRowRun || instr.kind == kLfJitLoadRowValue;
+      const bool store = instr.kind == kLfJitStore || instr.kind == kLfJitStoreStream;
+      if (load) {
+        if (part_data.operand_kept[instr.slot - operand_base] >= 0) {
+          instr.kind = kLfJitLoadRowRun;
+          instr.row = length_;
+        }
+        if ((instr.kind == kLfJitLoadRowRun || instr.kind == kLfJitLoadRowValue) &&
+            instr.row != length_)
+          return none;
+        if (part.once_a_row && instr.kind != kLfJitLoadDense && instr.kind != kLfJitLoadScalar)
+          return none;
+      } else if (store && part.reduction) {
+        // The prologue's result is what the reduction reduces: its last instruction.
+        if (k + 1 != code.size()) return none;
+        phase.reduce_src = instr.src[0];
+      } else if (store) {
+        if (part_data.result_kept[instr.slot - result_base] >= 0) instr.kind = kLfJitStoreRowRun;
+        if (part.once_a_row) instr.kind = kLfJitStore;
+        bound.streams |= instr.kind == kLfJitStoreStream;
+      }
+    }
+    if (part.reduction) {
+      if (part.program != nullptr) {
+        if (phase.reduce_src < 0) return none;
+        code.pop_back();
+      } else {
+        phase.reduce_src = 0;
+      }
+      const ReductionFunctions* functions = reduction_functions(part.op, double_precision_);
+      phase.reduce_result = static_cast<int32_t>(bound.results.size());
+      bound.results.push_back(part_data.row_values);
+      phase.reduce_init = functions->init;
+      phase.reduce_combine = functions->combine;
+      phase.reduce_finish = functions->finish;
+      phase.reduce_sets = sets_of(part.op);
+      phase.reduce_accumulator_bytes =
+          dtype_size(reduction_accumulator(part.op, dtype)) == 8 ? 8 : 4;
+    }
+    phase.num_instrs = static_cast<int32_t>(code.size());
+    phase.instrs = code.data();
+    key.push_back(-1);  // a part's start
+    for (const LfJitInstr& instr : code)
+      key.insert(key.end(), {instr.kind, instr.row, instr.row_stride});
+  }
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const Entry& entry : kernels_)
+    if (entry.key == key) {
+      bound.kernel = entry.compiled.kernel;
+      return bound.kernel != nullptr ? bound : none;
+    }
+  LfJitProgram program{};
+  program.double_precision = double_precision_ ? 1 : 0;
+  program.isa = cpu_jit_isa();
+  program.row_length = length_;
+  program.num_phases = static_cast<int32_t>(phases.size());
+  program.phases = phases.data();
+  program.prefetch_bytes = kRowPrefetchBytes;
+  kernels_.push_back({key, cpu_jit_compile(program)});
+  bound.kernel = kernels_.back().compiled.kernel;
+  return bound.kernel != nullptr ? bound : none;
+}
+
+}  // namespace lazyfuse

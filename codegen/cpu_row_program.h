@@ -1,0 +1,77 @@
+// A row step's parts compiled into one loop over its rows (Note [Row programs] in
+// cpu_row_program.cc): every part of a row runs before the next row, its values in registers.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "lazyfuse/codegen/cpu_jit.h"
+#include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/ir/op.h"
+
+namespace lazyfuse {
+
+// How far ahead of each line a row program's first part reads it asks for the line: 8 KiB,
+// two rows of 1024 float32 on, as the hand-written rows of bench/cpu_loop_ceiling.cc do.
+inline constexpr int64_t kRowPrefetchBytes = 8 * 1024;
+
+class CpuRowProgram {
+ public:
+  // A part of the step, in the order the step runs them.
+  struct Part {
+    // An elementwise part's program, or a fused reduction's prologue (the program computing its
+    // operand); null for the reduction of a stored value.
+    std::shared_ptr<const CpuProgram> program;
+    bool reduction = false;
+    Op op = Op::Sum;          // the reduction's
+    bool once_a_row = false;  // an elementwise part over one value a row
+  };
+  // Whether a step of these parts, rows `length` long, in float64 or float32 throughout, is one
+  // the JIT can compile as a row program, as far as it can tell before seeing the operands.
+  static bool fits(std::span<const Part> parts, int64_t length, bool double_precision);
+  CpuRowProgram(std::vector<Part> parts, int64_t length, int64_t numel, bool double_precision);
+  CpuRowProgram(const CpuRowProgram&) = delete;
+  CpuRowProgram& operator=(const CpuRowProgram&) = delete;
+  ~CpuRowProgram();
+
+  // What a part reads and writes. A value `kept` a row at a time (a softmax's exponentials,
+  // handed from one part to a later one and not stored by the step) lies in a row-long buffer,
+  // row r's element j at index j, whatever r.
+  struct PartData {
+    std::span<const CpuOperand> operands;        // a plain reduction's: its one operand
+    std::span<const CpuResult> results;          // an elementwise part's
+    std::vector<int> operand_kept, result_kept;  // -1, or which kept value (the caller's number)
+    void* row_values = nullptr;                  // a reduction's result, one value a row
+  };
+  // The compiled loop and the pointers it takes, each part's operands and then its results in
+  // part order; the kept values' entries are for each thread to point at its own row buffers.
+  struct Bound {
+    LfJitKernel kernel = nullptr;  // null: the parts run one at a time
+    std::vector<const void*> operands;
+    std::vector<void*> results;
+    // The entries of kept values: an index into the arrays above, and which kept value.
+    std::vector<std::pair<size_t, int>> kept_operands, kept_results;
+    bool streams = false;
+  };
+  // Binds the program to the parts' data for `elements` elements in all, which count towards
+  // CpuJitMode::Hot's threshold; compiles the loop for these layouts if it is new.
+  Bound bind(std::span<const PartData> data, int64_t elements);
+
+ private:
+  std::vector<Part> parts_;
+  int64_t length_ = 0, numel_ = 0;
+  bool double_precision_ = false;
+  std::atomic<int64_t> processed_{0};
+  std::mutex mutex_;
+  struct Entry {
+    std::vector<int64_t> key;
+    CpuJitKernel compiled;
+  };
+  std::vector<Entry> kernels_;
+};
+
+}  // namespace lazyfuse
