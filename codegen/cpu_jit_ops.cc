@@ -78,18 +78,26 @@ inline __attribute__((always_inline)) void combine_vector(Accumulator<op, T>* __
     acc[j] = Combine<op>::eval(acc[j], static_cast<A>(v[j]));
 }
 
-// The row's value from `sets` sets of 16 accumulators, in every lane of `out`.
+// Lanes combined pairwise, into[l] with from[l]: apart, so that the loop is vector operations.
+template <Op op, typename A, int kLanes>
+inline __attribute__((always_inline)) void combine_lanes(A* __restrict into,
+                                                         const A* __restrict from) {
+  for (int l = 0; l < kLanes; ++l) into[l] = Combine<op>::eval(into[l], from[l]);
+}
+
+// The row's value from `sets` sets of 16 accumulators, in every lane of `out`: the sets merged
+// in order into the first, then its lanes in the tree of reduce_part (width 8, 4, 2, 1).
 template <Op op, typename T>
 inline __attribute__((always_inline)) void finish_row(const Accumulator<op, T>* accumulators,
                                                       int sets, double count, T* out) {
   using A = Accumulator<op, T>;
   A acc[4 * kLanesPerSet];
   for (int l = 0; l < sets * kLanesPerSet; ++l) acc[l] = accumulators[l];
-  for (int k = 1; k < sets; ++k)
-    for (int l = 0; l < kLanesPerSet; ++l)
-      acc[l] = Combine<op>::eval(acc[l], acc[k * kLanesPerSet + l]);
-  for (int width = kLanesPerSet / 2; width >= 1; width /= 2)
-    for (int l = 0; l < width; ++l) acc[l] = Combine<op>::eval(acc[l], acc[l + width]);
+  for (int k = 1; k < sets; ++k) combine_lanes<op, A, kLanesPerSet>(acc, acc + k * kLanesPerSet);
+  combine_lanes<op, A, 8>(acc, acc + 8);
+  combine_lanes<op, A, 4>(acc, acc + 4);
+  combine_lanes<op, A, 2>(acc, acc + 2);
+  combine_lanes<op, A, 1>(acc, acc + 1);
   A identity = A(0);
   if constexpr (Combine<op>::identity == ReductionIdentity::Lowest) identity = -__builtin_inf();
   if constexpr (Combine<op>::identity == ReductionIdentity::Highest) identity = __builtin_inf();
