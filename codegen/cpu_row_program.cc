@@ -88,55 +88,89 @@ CpuRowProgram::~CpuRowProgram() {
   for (const Entry& entry : kernels_) cpu_jit_release(entry.compiled);
 }
 
-CpuRowProgram::Bound CpuRowProgram::bind(std::span<const PartData> data, int64_t elements) {
-  Bound none;
+bool CpuRowProgram::ready(int64_t elements) {
   const CpuJitMode mode = cpu_jit_mode();
-  if (mode == CpuJitMode::Off) return none;
+  if (mode == CpuJitMode::Off || cpu_jit_lanes(double_precision_) <= 0) return false;
   // When the parts' own programs would be compiled (CpuProgram::bind).
-  if (mode == CpuJitMode::Hot &&
-      (numel_ < kCpuJitMinElements || processed_.fetch_add(elements, std::memory_order_relaxed) <
-                                          std::max(numel_, kCpuJitWorkElements)))
-    return none;
-  const int64_t lanes = cpu_jit_lanes(double_precision_);
-  if (lanes <= 0) return none;
-  const DType dtype = double_precision_ ? DType::Float64 : DType::Float32;
+  return mode == CpuJitMode::Always ||
+         (numel_ >= kCpuJitMinElements &&
+          processed_.fetch_add(elements, std::memory_order_relaxed) >=
+              std::max(numel_, kCpuJitWorkElements));
+}
 
+CpuRowProgram::Bound CpuRowProgram::bind(std::span<const PartData> data) {
+  const int64_t lanes = cpu_jit_lanes(double_precision_);
+  const DType dtype = double_precision_ ? DType::Float64 : DType::Float32;
+  // The pointers, and each part's layouts, which with the kept values' places make the key of
+  // the compiled loop: found again on every run after the first, rather than built anew.
   Bound bound;
-  std::vector<std::vector<LfJitInstr>> instrs(parts_.size());
-  std::vector<LfJitPhase> phases(parts_.size());
+  std::vector<std::vector<CpuProgram::JitLayout>> layouts(parts_.size());
   std::vector<int64_t> key;
   for (size_t p = 0; p < parts_.size(); ++p) {
     const Part& part = parts_[p];
     const PartData& part_data = data[p];
-    const int32_t operand_base = static_cast<int32_t>(bound.operands.size());
-    const int32_t result_base = static_cast<int32_t>(bound.results.size());
+    key.push_back(-1);  // a part's start
     for (size_t j = 0; j < part_data.operands.size(); ++j) {
+      key.push_back(part_data.operand_kept[j] >= 0);
       if (part_data.operand_kept[j] >= 0)
         bound.kept_operands.push_back({bound.operands.size(), part_data.operand_kept[j]});
       bound.operands.push_back(part_data.operands[j].data);
     }
     for (size_t j = 0; j < part_data.results.size(); ++j) {
+      key.push_back(part_data.result_kept[j] >= 0);
       if (part_data.result_kept[j] >= 0)
         bound.kept_results.push_back({bound.results.size(), part_data.result_kept[j]});
       bound.results.push_back(part_data.results[j].data);
     }
-    std::vector<LfJitInstr>& code = instrs[p];
-    int32_t registers = 1;
+    if (part.reduction) bound.results.push_back(part_data.row_values);
     if (part.program != nullptr) {
       // A reduction's prologue stores its one result nowhere: a placeholder for the layouts.
       const CpuResult placeholder{&bound, dtype};
-      std::vector<CpuProgram::JitLayout> layouts;
       if (!part.program->jit_layouts(
               part_data.operands, part.reduction ? std::span(&placeholder, 1) : part_data.results,
-              lanes, &layouts))
-        return none;
-      code = part.program->jit_instrs(layouts, operand_base, result_base);
+              lanes, &layouts[p]))
+        return {};
+      for (const CpuProgram::JitLayout& layout : layouts[p])
+        key.insert(key.end(), {layout.kind, layout.row, layout.row_stride});
+    } else {
+      // The reduction of a stored value reads it densely.
+      const CpuOperand& operand = part_data.operands[0];
+      if (operand.dtype != dtype || operand.shape.size() != 1 || operand.strides[0] != 1)
+        return {};
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Entry* found = nullptr;
+  for (const Entry& entry : kernels_)
+    if (entry.key == key) found = &entry;
+  if (found == nullptr) {
+    const Compiled compiled = compile(data, layouts, lanes);
+    kernels_.push_back({key, compiled.compiled, compiled.streams});
+    found = &kernels_.back();
+  }
+  if (found->compiled.kernel == nullptr) return {};
+  bound.kernel = found->compiled.kernel;
+  bound.streams = found->streams;
+  return bound;
+}
+
+CpuRowProgram::Compiled CpuRowProgram::compile(
+    std::span<const PartData> data, const std::vector<std::vector<CpuProgram::JitLayout>>& layouts,
+    int64_t lanes) const {
+  std::vector<std::vector<LfJitInstr>> instrs(parts_.size());
+  std::vector<LfJitPhase> phases(parts_.size());
+  bool streams = false;
+  int32_t operand_base = 0, result_base = 0;
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    const Part& part = parts_[p];
+    const PartData& part_data = data[p];
+    std::vector<LfJitInstr>& code = instrs[p];
+    int32_t registers = 1;
+    if (part.program != nullptr) {
+      code = part.program->jit_instrs(layouts[p], operand_base, result_base);
       registers = part.program->num_registers();
     } else {
       // The reduction of a stored value: its one load.
-      const CpuOperand& operand = part_data.operands[0];
-      if (operand.dtype != dtype || operand.shape.size() != 1 || operand.strides[0] != 1)
-        return none;
       LfJitInstr load{};
       load.kind = kLfJitLoadDense;
       load.dst = 0;
@@ -160,49 +194,43 @@ CpuRowProgram::Bound CpuRowProgram::bind(std::span<const PartData> data, int64_t
         }
         if ((instr.kind == kLfJitLoadRowRun || instr.kind == kLfJitLoadRowValue) &&
             instr.row != length_)
-          return none;
+          return {};
         if (part.once_a_row && instr.kind != kLfJitLoadDense && instr.kind != kLfJitLoadScalar)
-          return none;
+          return {};
       } else if (store && part.reduction) {
         // The prologue's result is what the reduction reduces: its last instruction.
-        if (k + 1 != code.size()) return none;
+        if (k + 1 != code.size()) return {};
         phase.reduce_src = instr.src[0];
       } else if (store) {
         if (part_data.result_kept[instr.slot - result_base] >= 0) instr.kind = kLfJitStoreRowRun;
         if (part.once_a_row) instr.kind = kLfJitStore;
-        bound.streams |= instr.kind == kLfJitStoreStream;
+        streams |= instr.kind == kLfJitStoreStream;
       }
     }
+    operand_base += static_cast<int32_t>(part_data.operands.size());
+    result_base += static_cast<int32_t>(part_data.results.size());
     if (part.reduction) {
       if (part.program != nullptr) {
-        if (phase.reduce_src < 0) return none;
+        if (phase.reduce_src < 0) return {};
         code.pop_back();
       } else {
         phase.reduce_src = 0;
       }
       const ReductionFunctions* functions = reduction_functions(part.op, double_precision_);
-      phase.reduce_result = static_cast<int32_t>(bound.results.size());
-      bound.results.push_back(part_data.row_values);
+      phase.reduce_result = result_base++;
       phase.reduce_init = functions->init;
       phase.reduce_combine = functions->combine;
       phase.reduce_finish = functions->finish;
       phase.reduce_sets = sets_of(part.op);
       phase.reduce_accumulator_bytes =
-          dtype_size(reduction_accumulator(part.op, dtype)) == 8 ? 8 : 4;
+          dtype_size(reduction_accumulator(
+              part.op, double_precision_ ? DType::Float64 : DType::Float32)) == 8
+              ? 8
+              : 4;
     }
     phase.num_instrs = static_cast<int32_t>(code.size());
     phase.instrs = code.data();
-    key.push_back(-1);  // a part's start
-    for (const LfJitInstr& instr : code)
-      key.insert(key.end(), {instr.kind, instr.row, instr.row_stride});
   }
-
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const Entry& entry : kernels_)
-    if (entry.key == key) {
-      bound.kernel = entry.compiled.kernel;
-      return bound.kernel != nullptr ? bound : none;
-    }
   LfJitProgram program{};
   program.double_precision = double_precision_ ? 1 : 0;
   program.isa = cpu_jit_isa();
@@ -210,9 +238,7 @@ CpuRowProgram::Bound CpuRowProgram::bind(std::span<const PartData> data, int64_t
   program.num_phases = static_cast<int32_t>(phases.size());
   program.phases = phases.data();
   program.prefetch_bytes = kRowPrefetchBytes;
-  kernels_.push_back({key, cpu_jit_compile(program)});
-  bound.kernel = kernels_.back().compiled.kernel;
-  return bound.kernel != nullptr ? bound : none;
+  return {cpu_jit_compile(program), streams};
 }
 
 }  // namespace lazyfuse

@@ -60,9 +60,12 @@ class CpuRowProgram {
     std::vector<std::pair<size_t, int>> kept_operands, kept_results;
     bool streams = false;
   };
-  // Binds the program to the parts' data for `elements` elements in all, which count towards
-  // CpuJitMode::Hot's threshold; compiles the loop for these layouts if it is new.
-  Bound bind(std::span<const PartData> data, int64_t elements);
+  // Whether the loop is to run for an evaluation of `elements` elements, which count towards
+  // CpuJitMode::Hot's threshold as the parts' programs' own do.
+  bool ready(int64_t elements);
+  // Binds the program to the parts' data; compiles the loop for their layouts if it is new.
+  // A null kernel where the JIT cannot compile them.
+  Bound bind(std::span<const PartData> data);
 
  private:
   std::vector<Part> parts_;
@@ -70,9 +73,17 @@ class CpuRowProgram {
   bool double_precision_ = false;
   std::atomic<int64_t> processed_{0};
   std::mutex mutex_;
+  struct Compiled {
+    CpuJitKernel compiled;
+    bool streams = false;  // some store is non-temporal
+  };
+  Compiled compile(std::span<const PartData> data,
+                   const std::vector<std::vector<CpuProgram::JitLayout>>& layouts,
+                   int64_t lanes) const;
   struct Entry {
     std::vector<int64_t> key;
     CpuJitKernel compiled;
+    bool streams = false;
   };
   std::vector<Entry> kernels_;
 };

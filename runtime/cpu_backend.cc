@@ -209,123 +209,12 @@ int64_t row_length(const Graph& graph, const Step& step) {
 constexpr int64_t kRowBlockElements = 64 * 1024;
 constexpr int64_t kRowBlockMinElements = 16 * 1024;
 
-// The row program of a row step's parts (Note [Row programs] in codegen/cpu_row_program.cc),
-// their programs compiled; null where the JIT could not compile one.
-std::shared_ptr<CpuRowProgram> make_row_program(
-    const Graph& graph, const std::vector<Step>& parts, const std::vector<int64_t>& per_row,
-    int64_t length, const std::vector<std::shared_ptr<const CpuProgram>>& programs) {
-  std::optional<DType> dtype;
-  std::vector<CpuRowProgram::Part> row_parts;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    CpuRowProgram::Part part;
-    part.program = programs[i];
-    if (parts[i].kind == StepKind::Reduction) {
-      const Node& node = graph.nodes[parts[i].outputs[0]];
-      part.reduction = true;
-      part.op = node.op;
-      // Reduced and reducing in one float type: the row's value is what the parts after read.
-      if (graph.nodes[node.inputs[0]].dtype != node.dtype || (dtype && *dtype != node.dtype))
-        return nullptr;
-      dtype = node.dtype;
-    } else {
-      part.once_a_row = per_row[i] == 1;
-    }
-    row_parts.push_back(std::move(part));
-  }
-  if (dtype != DType::Float32 && dtype != DType::Float64) return nullptr;
-  const bool double_precision = dtype == DType::Float64;
-  if (!CpuRowProgram::fits(row_parts, length, double_precision)) return nullptr;
-  return std::make_shared<CpuRowProgram>(std::move(row_parts), length, numel(parts.front().shape),
-                                         double_precision);
-}
-
-// Runs a row step through its row program, bound to the prepared parts' operands and results,
-// `rows_per_block` rows a parallel item; false, having done nothing, where the program is not
-// compiled (the JIT not yet hot, or an operand it cannot read where it lies).
-bool run_row_program(const Graph& graph, const std::vector<Step>& parts, const Step& step,
-                     int64_t length, const ValueBuffers& values,
-                     const std::vector<PreparedProgram>& prepared,
-                     const std::vector<ValueId>& block_local, CpuRowProgram& row_program,
-                     int64_t rows_per_block) {
-  auto kept = [&](ValueId v) {
-    const auto at = std::find(block_local.begin(), block_local.end(), v);
-    return at == block_local.end() ? -1 : static_cast<int>(at - block_local.begin());
-  };
-  std::vector<CpuRowProgram::PartData> data(parts.size());
-  std::vector<std::vector<CpuOperand>> reduction_operands(parts.size());
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const Step& part = parts[i];
-    CpuRowProgram::PartData& part_data = data[i];
-    if (part.kind == StepKind::Elementwise) {
-      part_data.operands = prepared[i].operands;
-      part_data.results = prepared[i].results;
-    } else {
-      const Node& node = graph.nodes[part.outputs[0]];
-      // A fused reduction's prologue reads the part's inputs; a plain one its operand.
-      const std::vector<ValueId> inputs =
-          part.nodes.size() > 1 ? part.inputs : std::vector<ValueId>{node.inputs[0]};
-      for (ValueId v : inputs) {
-        const BufferView& in = *values[v];
-        reduction_operands[i].push_back(
-            make_cpu_operand(in.data(), in.dtype, in.shape, in.strides, part.shape));
-      }
-      part_data.operands = reduction_operands[i];
-      part_data.row_values = values[part.outputs[0]]->data();
-    }
-    const std::vector<ValueId> inputs =
-        part.kind == StepKind::Reduction && part.nodes.size() == 1
-            ? std::vector<ValueId>{graph.nodes[part.outputs[0]].inputs[0]}
-            : part.inputs;
-    for (ValueId v : inputs) part_data.operand_kept.push_back(kept(v));
-    if (part.kind == StepKind::Elementwise)
-      for (ValueId v : part.outputs) part_data.result_kept.push_back(kept(v));
-  }
-  const CpuRowProgram::Bound bound = row_program.bind(data, numel(step.shape));
-  if (bound.kernel == nullptr) return false;
-  const int64_t rows = numel(step.shape) / length;
-  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-  const size_t element_bytes = dtype_size(graph.nodes[parts.front().outputs[0]].dtype);
-  // Each kept value's row, five cache lines past the previous one's (so that the same element of
-  // two is never 4 KiB apart, where a load after a store to the other waits for it).
-  const size_t kept_stride = (static_cast<size_t>(length) * element_bytes + 63) / 64 * 64 + 5 * 64;
-  ParallelFailure failure;
-#pragma omp parallel
-  {
-    thread_local AlignedBytes kept_rows;
-    std::vector<const void*> operands;
-    std::vector<void*> results;
-    try {
-      operands = bound.operands;
-      results = bound.results;
-      std::byte* rows_of_kept = kept_rows.at_least(kept_stride * block_local.size() + 64);
-      for (const auto& [index, value] : bound.kept_operands)
-        operands[index] = rows_of_kept + kept_stride * static_cast<size_t>(value);
-      for (const auto& [index, value] : bound.kept_results)
-        results[index] = rows_of_kept + kept_stride * static_cast<size_t>(value);
-    } catch (...) {
-      failure.capture();  // every thread still takes its share of the loop below, skipping it
-    }
-#pragma omp for schedule(static)
-    for (int64_t block = 0; block < blocks; ++block) {
-      if (failure.stopped()) continue;
-      const int64_t first = block * rows_per_block, last = std::min(rows, first + rows_per_block);
-      bound.kernel(operands.data(), results.data(), first * length, last * length);
-    }
-    // Non-temporal stores are weakly ordered: make them visible before the caller goes on.
-    if (bound.streams) _mm_sfence();
-    count_cpu_jit_run();
-  }
-  failure.rethrow_if_any();
-  return true;
-}
-
 // The parts of a row step, whose rows are `length` long (row_length()), a block of rows at a
 // time (Note [Row blocks]); false, having done nothing, where the step is not one (length 0)
 // or has too few rows for blocks to pay.
 bool run_row_blocks(const Graph& graph, const std::vector<Step>& parts, const Step& step,
                     int64_t length, ValueBuffers& values,
-                    std::vector<std::shared_ptr<const CpuProgram>>& programs,
-                    CpuReductionCache* cache) {
+                    std::vector<std::shared_ptr<const CpuProgram>>& programs) {
   if (length == 0) return false;
   const int64_t rows = numel(step.shape) / length;
   const int threads = std::max(1, omp_get_max_threads());
@@ -382,14 +271,6 @@ bool run_row_blocks(const Graph& graph, const std::vector<Step>& parts, const St
     values[part.outputs[0]] = allocate_buffer(node.device, node.dtype, node.shape);
   }
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-  if (cache != nullptr && !cache->row_program_checked) {
-    cache->row_program = make_row_program(graph, parts, per_row, length, programs);
-    cache->row_program_checked = true;
-  }
-  if (cache != nullptr && cache->row_program != nullptr &&
-      run_row_program(graph, parts, step, length, values, prepared, block_local,
-                      *cache->row_program, rows_per_block))
-    return true;
   ParallelFailure failure;
 #pragma omp parallel
   {
@@ -447,6 +328,165 @@ bool run_row_blocks(const Graph& graph, const std::vector<Step>& parts, const St
   return true;
 }
 
+// The row program of a row step (Note [Row programs] in codegen/cpu_row_program.cc), its parts'
+// programs compiled here; null where the JIT could not compile one.
+std::shared_ptr<CpuRowProgram> make_row_program(
+    const Graph& graph, const std::vector<Step>& parts, const std::vector<int64_t>& per_row,
+    int64_t length, std::vector<std::shared_ptr<const CpuProgram>>& programs) {
+  std::optional<DType> dtype;
+  std::vector<CpuRowProgram::Part> row_parts;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Step& part = parts[i];
+    CpuRowProgram::Part row_part;
+    if (part.kind == StepKind::Reduction) {
+      const Node& node = graph.nodes[part.outputs[0]];
+      row_part.reduction = true;
+      row_part.op = node.op;
+      // Reduced and reducing in one float type: the row's value is what the parts after read.
+      if (graph.nodes[node.inputs[0]].dtype != node.dtype || (dtype && *dtype != node.dtype))
+        return nullptr;
+      dtype = node.dtype;
+      if (part.nodes.size() > 1 && programs[i] == nullptr)
+        programs[i] = compile_reduction_prologue(graph, part);
+    } else {
+      row_part.once_a_row = per_row[i] == 1;
+      if (programs[i] == nullptr)
+        programs[i] = std::make_shared<const CpuProgram>(CpuProgram::compile(graph, part));
+    }
+    row_part.program = programs[i];
+    row_parts.push_back(std::move(row_part));
+  }
+  if (dtype != DType::Float32 && dtype != DType::Float64) return nullptr;
+  const bool double_precision = dtype == DType::Float64;
+  if (!CpuRowProgram::fits(row_parts, length, double_precision)) return nullptr;
+  return std::make_shared<CpuRowProgram>(std::move(row_parts), length,
+                                         numel(parts.front().shape), double_precision);
+}
+
+// Elements of a row program's rows per parallel item.
+constexpr int64_t kRowProgramTaskElements = 16 * 1024;
+
+// A row step through its row program: every part of a row before the next row, rows across the
+// threads. The values one part hands another over the whole space that the step does not store
+// (a softmax's exponentials) are kept a row at a time in a buffer of each thread's, never
+// allocated whole. False, having computed nothing, where the step has no row program or it is
+// not compiled (the JIT not yet hot, or an operand it cannot read where it lies).
+bool run_row_program(const Graph& graph, const std::vector<Step>& parts, const Step& step,
+                     int64_t length, ValueBuffers& values, CpuReductionCache& cache) {
+  if (length == 0 || length % 16 != 0) return false;
+  const int64_t rows = numel(step.shape) / length;
+  // Each part's elements per row: the row's length over the step's space, 1 for a row value.
+  std::vector<int64_t> per_row(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const int64_t elements = numel(parts[i].shape);
+    if (rows == 0 || (elements != rows * length && elements != rows)) return false;
+    per_row[i] = elements / rows;
+  }
+  if (!cache.row_program_checked) {
+    cache.row_program = make_row_program(graph, parts, per_row, length, cache.programs);
+    cache.row_program_checked = true;
+  }
+  if (cache.row_program == nullptr || !cache.row_program->ready(numel(step.shape))) return false;
+  // The kept values: a part's results over the whole space that the step does not store and
+  // nothing bound already.
+  std::vector<ValueId> kept_values;
+  for (size_t i = 0; i < parts.size(); ++i)
+    for (ValueId v : parts[i].outputs)
+      if (per_row[i] == length && parts[i].kind == StepKind::Elementwise && !values[v] &&
+          std::find(step.outputs.begin(), step.outputs.end(), v) == step.outputs.end())
+        kept_values.push_back(v);
+  auto kept = [&](ValueId v) {
+    const auto at = std::find(kept_values.begin(), kept_values.end(), v);
+    return at == kept_values.end() ? -1 : static_cast<int>(at - kept_values.begin());
+  };
+  // What each part reads and writes; the results allocated (an output the evaluator bound is
+  // written where it lies: Note [Writing an update into its own buffer] in runtime/lazy.cc).
+  std::vector<CpuRowProgram::PartData> data(parts.size());
+  std::vector<std::vector<CpuOperand>> operands(parts.size());
+  std::vector<std::vector<CpuResult>> results(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Step& part = parts[i];
+    CpuRowProgram::PartData& part_data = data[i];
+    const bool plain_reduction = part.kind == StepKind::Reduction && part.nodes.size() == 1;
+    const std::vector<ValueId> inputs =
+        plain_reduction ? std::vector<ValueId>{graph.nodes[part.outputs[0]].inputs[0]}
+                        : part.inputs;
+    for (ValueId v : inputs) {
+      part_data.operand_kept.push_back(kept(v));
+      if (kept(v) >= 0) {
+        // Read a row at a time from the thread's buffer: no memory of the whole space.
+        operands[i].push_back(CpuOperand{nullptr, graph.nodes[v].dtype, {numel(part.shape)}, {1}});
+        continue;
+      }
+      const BufferView& in = *values[v];
+      operands[i].push_back(make_cpu_operand(in.data(), in.dtype, in.shape, in.strides, part.shape));
+    }
+    part_data.operands = operands[i];
+    if (part.kind == StepKind::Reduction) {
+      const Node& node = graph.nodes[part.outputs[0]];
+      if (!values[part.outputs[0]])
+        values[part.outputs[0]] = allocate_buffer(node.device, node.dtype, node.shape);
+      part_data.row_values = values[part.outputs[0]]->data();
+      continue;
+    }
+    for (ValueId v : part.outputs) {
+      const Node& node = graph.nodes[v];
+      part_data.result_kept.push_back(kept(v));
+      if (kept(v) >= 0) {
+        results[i].push_back(CpuResult{nullptr, node.dtype, false});
+        continue;
+      }
+      if (!values[v]) values[v] = allocate_buffer(node.device, node.dtype, node.shape);
+      results[i].push_back({values[v]->data(), node.dtype,
+                            worth_streaming(numel(node.shape) * dtype_size(node.dtype))});
+    }
+    part_data.results = results[i];
+  }
+  const CpuRowProgram::Bound bound = cache.row_program->bind(data);
+  if (bound.kernel == nullptr) return false;
+  const int64_t rows_per_task = std::max<int64_t>(1, kRowProgramTaskElements / length);
+  const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
+  const size_t element_bytes = dtype_size(graph.nodes[parts.front().outputs[0]].dtype);
+  // Each kept value's row, five cache lines past the previous one's (so that the same element of
+  // two is never 4 KiB apart, where a load after a store to the other waits for it).
+  const size_t kept_stride = (static_cast<size_t>(length) * element_bytes + 63) / 64 * 64 + 5 * 64;
+  auto run_tasks = [&](int64_t first_task, int64_t last_task) {
+    thread_local AlignedBytes kept_rows;
+    std::vector<const void*> task_operands = bound.operands;
+    std::vector<void*> task_results = bound.results;
+    std::byte* rows_of_kept = kept_rows.at_least(kept_stride * kept_values.size() + 64);
+    for (const auto& [index, value] : bound.kept_operands)
+      task_operands[index] = rows_of_kept + kept_stride * static_cast<size_t>(value);
+    for (const auto& [index, value] : bound.kept_results)
+      task_results[index] = rows_of_kept + kept_stride * static_cast<size_t>(value);
+    const int64_t first = std::min(rows, first_task * rows_per_task);
+    const int64_t last = std::min(rows, last_task * rows_per_task);
+    if (first < last) bound.kernel(task_operands.data(), task_results.data(), first * length,
+                                   last * length);
+    // Non-temporal stores are weakly ordered: make them visible before the caller goes on.
+    if (bound.streams) _mm_sfence();
+    count_cpu_jit_run();
+  };
+  if (tasks <= 1) {
+    run_tasks(0, tasks);
+    return true;
+  }
+  ParallelFailure failure;
+#pragma omp parallel
+  {
+    const int threads = omp_get_num_threads(), me = omp_get_thread_num();
+    // Contiguous ranges of rows per thread: each thread streams through its own part of memory.
+    const int64_t per = (tasks + threads - 1) / threads;
+    try {
+      run_tasks(std::min(tasks, me * per), std::min(tasks, (me + 1) * per));
+    } catch (...) {
+      failure.capture();
+    }
+  }
+  failure.rethrow_if_any();
+  return true;
+}
+
 // A reduction step, one reduction at a time (through the members it reads, when there are
 // any), then what is stored besides the reductions, as an elementwise program that reads them;
 // a row step a block of rows at a time (Note [Row blocks]).
@@ -474,7 +514,9 @@ void run_reduction(const Graph& step_graph, const Step& step, ValueBuffers& valu
   const int64_t length = cache != nullptr      ? cache->row_length
                          : uncached.size() > 1 ? row_length(step_graph, step)
                                                : 0;
-  const bool blocked = run_row_blocks(graph, parts, step, length, values, programs, cache);
+  const bool blocked =
+      (cache != nullptr && run_row_program(graph, parts, step, length, values, *cache)) ||
+      run_row_blocks(graph, parts, step, length, values, programs);
   for (size_t i = 0; i < parts.size() && !blocked; ++i) {
     const Step& part = parts[i];
     std::shared_ptr<const CpuProgram>* program = &programs[i];
