@@ -14,6 +14,7 @@
 #include <random>
 #include <typeinfo>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lazyfuse/codegen/cpu_jit.h"
 #include "lazyfuse/frontend/tensor.h"
@@ -31,13 +32,18 @@ constexpr DType kDTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kI
 
 // One random graph, built through the public API and taken as IR; the same seed builds the same
 // graph. The params' values are drawn only to keep each seed's graph what it has always been:
-// check_graph draws its own inputs.
-Graph build(uint64_t seed, const Device& device) {
+// check_graph draws its own inputs. `rows`: the innermost size is a row length the CPU's row
+// programs take (Note [Row programs] in codegen/cpu_row_program.cc), drawn after the rest.
+Graph build(uint64_t seed, const Device& device, bool rows) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
   const int64_t sizes[] = {1, 2, 3, 5, 8, 17};
   Shape base;
   for (int d = 0, rank = 1 + pick(3); d < rank; ++d) base.push_back(sizes[pick(6)]);
+  if (rows) {
+    const int64_t lengths[] = {16, 64, 256};
+    base.back() = lengths[pick(3)];
+  }
   std::vector<Tensor> pool;
   for (int i = 0, inputs = 1 + pick(3); i < inputs; ++i) {
     Shape shape = base;
@@ -246,13 +252,13 @@ void report(int64_t index, uint64_t seed, const Graph& graph, const Failure& fai
 
 }  // namespace
 
-int fuzz(uint64_t seed, int64_t graphs, const std::string& device_name, bool shrink) {
+int fuzz(uint64_t seed, int64_t graphs, const std::string& device_name, bool shrink, bool rows) {
   const Device device = resolve_device(Device(device_name));
   warn_about_test_fault();
   int64_t failures = 0, tested = 0;
   for (int64_t g = 0; g < graphs; ++g) {
     const uint64_t graph_seed = seed * 1000003 + static_cast<uint64_t>(g);
-    Graph graph = build(graph_seed, device);
+    Graph graph = build(graph_seed, device, rows);
     if (graph.outputs.empty()) continue;
     ++tested;
     Failure failure = test(graph, graph_seed);
@@ -268,8 +274,11 @@ int fuzz(uint64_t seed, int64_t graphs, const std::string& device_name, bool shr
   // What of it ran as compiled code (LAZYFUSE_CPU_JIT=always compiles every program it can).
   const CpuJitStats jit = cpu_jit_stats();
   if (jit.compiled > 0 || jit.failures > 0)
-    std::cout << absl::StrFormat("the CPU JIT compiled %d programs and ran %d ranges of them\n",
-                                 jit.compiled, jit.runs);
+    std::cout << absl::StrFormat(
+        "the CPU JIT compiled %d programs (%d of them row steps') and ran %d ranges of them%s\n",
+        jit.compiled, jit.row_programs, jit.runs,
+        jit.failures > 0 ? absl::StrCat("; ", jit.failures, " compiles failed: ", jit.last_failure)
+                         : "");
   return failures ? 1 : 0;
 }
 

@@ -24,7 +24,7 @@ int compile(const std::string& path, const std::string& arch);
 int run(const std::string& path, const std::string& device, uint64_t seed,
         std::optional<Reference> reference);
 int dot(const std::string& path, bool fused, const std::string& output);
-int fuzz(uint64_t seed, int64_t graphs, const std::string& device, bool shrink);
+int fuzz(uint64_t seed, int64_t graphs, const std::string& device, bool shrink, bool rows = false);
 // Runs `command` as `nproc` processes of one job on this machine (tools/cmd_launch.cc).
 int launch(int nproc, int master_port, double grace_seconds,
            const std::vector<std::string>& command);

@@ -126,6 +126,10 @@ int main(int argc, char** argv) {
   bool no_shrink = false;
   fuzz->add_flag("--no-shrink", no_shrink,
                  "Print each failing graph as generated, without shrinking it first");
+  bool fuzz_rows = false;
+  fuzz->add_flag("--rows", fuzz_rows,
+                 "Graphs whose innermost size is 16, 64 or 256 (rows the CPU JIT compiles a row "
+                 "step's parts into one loop over): another family of graphs per seed");
 
   CLI::App* launch = app.add_subcommand(
       "launch", "Run PROGRAM ARGS... as N processes of one job on this machine (like torchrun)");
@@ -167,7 +171,7 @@ int main(int argc, char** argv) {
     }
     if (*dot) return tools::dot(file, fused, output);
     if (*bench) return lazyfuse::bench::run_bench(bench_options);
-    if (*fuzz) return tools::fuzz(fuzz_seed, graphs, fuzz_device, !no_shrink);
+    if (*fuzz) return tools::fuzz(fuzz_seed, graphs, fuzz_device, !no_shrink, fuzz_rows);
     if (*launch) return tools::launch(nproc, master_port, grace, launch->remaining());
   } catch (const lazyfuse::ParseError& e) {
     std::cerr << e.what() << "\n";  // already FILE:LINE:COL: error: ...
