@@ -326,6 +326,23 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
     std::vector<llvm::Value*> accumulators;
     llvm::Value* finishing = nullptr;
     llvm::Value* finished = nullptr;  // the row's value in every lane
+    llvm::Value* scratch = nullptr;   // where a split reduction's values wait (reduce_scratch)
+  };
+  // Whether an op function calls a function of another library (SLEEF's), which keeps every
+  // vector register the caller holds across it in memory.
+  auto calls_out_of_line = [&](const LfJitPhase& phase) {
+    for (int32_t k = 0; k < phase.num_instrs; ++k) {
+      if (phase.instrs[k].kind != kLfJitApply) continue;
+      const llvm::Function* op = module.getFunction(phase.instrs[k].function);
+      if (op == nullptr) continue;
+      for (const llvm::BasicBlock& block : *op)
+        for (const llvm::Instruction& instruction : block)
+          if (const auto* call = llvm::dyn_cast<llvm::CallBase>(&instruction))
+            if (const llvm::Function* callee = call->getCalledFunction();
+                callee == nullptr || (callee->isDeclaration() && !callee->isIntrinsic()))
+              return true;
+    }
+    return false;
   };
   std::vector<PhaseState> states(static_cast<size_t>(program.num_phases));
   for (int32_t p = 0; p < program.num_phases; ++p) {
@@ -351,6 +368,8 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
       state.finishing =
           b.CreateAlloca(llvm::ArrayType::get(accumulators, state.accumulators.size()), nullptr);
       state.finished = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
+      if (phase.reduce_scratch >= 0 && calls_out_of_line(phase))
+        state.scratch = base(results, phase.reduce_scratch);
       state.bases.push_back(base(results, phase.reduce_result));
     }
   }
@@ -499,15 +518,41 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
             return "unknown JIT instruction kind " + std::to_string(instr.kind);
         }
       }
-      if (reduces)
+      if (reduces && state.scratch != nullptr) {
+        b.CreateAlignedStore(
+            vector_at(b, view[phase.reduce_src]),
+            b.CreateBitCast(b.CreateGEP(element, state.scratch, column), vector_ptr),
+            element_align);
+      } else if (reduces) {
         b.CreateCall(combine, {b.CreateBitCast(state.accumulators[u], b.getInt8PtrTy()),
                                view[phase.reduce_src]});
+      }
     }
     llvm::Value* next =
         b.CreateAdd(i, b.getInt64(per_iteration * lanes), "next", /*HasNUW=*/true, true);
     i->addIncoming(next, b.GetInsertBlock());
     b.CreateCondBr(b.CreateICmpSLT(next, row_end), loop, after);
     b.SetInsertPoint(after);
+    if (reduces && state.scratch != nullptr) {
+      // The row's values, reduced from the buffer in the same lanes as in the loop above.
+      auto* reduce = llvm::BasicBlock::Create(context, "reduce" + std::to_string(p), kernel);
+      auto* reduced = llvm::BasicBlock::Create(context, "reduced" + std::to_string(p), kernel);
+      b.CreateBr(reduce);
+      b.SetInsertPoint(reduce);
+      llvm::PHINode* j = b.CreatePHI(i64, 2, "j");
+      j->addIncoming(b.getInt64(0), after);
+      for (int64_t u = 0; u < per_iteration; ++u) {
+        llvm::Value* column = u == 0 ? static_cast<llvm::Value*>(j)
+                                     : b.CreateAdd(j, b.getInt64(u * lanes), "", true, true);
+        b.CreateCall(combine, {b.CreateBitCast(state.accumulators[u], b.getInt8PtrTy()),
+                               b.CreateGEP(element, state.scratch, column)});
+      }
+      llvm::Value* next_j =
+          b.CreateAdd(j, b.getInt64(per_iteration * lanes), "next_j", /*HasNUW=*/true, true);
+      j->addIncoming(next_j, b.GetInsertBlock());
+      b.CreateCondBr(b.CreateICmpSLT(next_j, b.getInt64(length)), reduce, reduced);
+      b.SetInsertPoint(reduced);
+    }
     if (reduces) {
       llvm::Type* accumulators = state.accumulators[0]->getType()->getPointerElementType();
       for (size_t u = 0; u < state.accumulators.size(); ++u)

@@ -53,6 +53,10 @@ struct LfJitPhase {
   const char* reduce_finish;
   int32_t reduce_sets;               // sets of 16 accumulators the row's vectors go to in turn
   int32_t reduce_accumulator_bytes;  // 8 (float64 accumulators) or 4
+  // The result slot of a row-long buffer (or -1): where the phase calls an op function out of
+  // line (SLEEF's), it computes the row's values into the buffer and reduces them in a loop of
+  // their own, so that its accumulators do not cross the calls (which would keep them in memory).
+  int32_t reduce_scratch;
 };
 
 struct LfJitProgram {

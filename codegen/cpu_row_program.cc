@@ -92,10 +92,9 @@ bool CpuRowProgram::ready(int64_t elements) {
   const CpuJitMode mode = cpu_jit_mode();
   if (mode == CpuJitMode::Off || cpu_jit_lanes(double_precision_) <= 0) return false;
   // When the parts' own programs would be compiled (CpuProgram::bind).
-  return mode == CpuJitMode::Always ||
-         (numel_ >= kCpuJitMinElements &&
-          processed_.fetch_add(elements, std::memory_order_relaxed) >=
-              std::max(numel_, kCpuJitWorkElements));
+  return mode == CpuJitMode::Always || (numel_ >= kCpuJitMinElements &&
+                                        processed_.fetch_add(elements, std::memory_order_relaxed) >=
+                                            std::max(numel_, kCpuJitWorkElements));
 }
 
 CpuRowProgram::Bound CpuRowProgram::bind(std::span<const PartData> data) {
@@ -123,6 +122,13 @@ CpuRowProgram::Bound CpuRowProgram::bind(std::span<const PartData> data) {
       bound.results.push_back(part_data.results[j].data);
     }
     if (part.reduction) bound.results.push_back(part_data.row_values);
+    if (part.reduction && part.program != nullptr) {
+      key.push_back(part_data.scratch_kept >= 0);
+      if (part_data.scratch_kept >= 0) {
+        bound.kept_results.push_back({bound.results.size(), part_data.scratch_kept});
+        bound.results.push_back(nullptr);
+      }
+    }
     if (part.program != nullptr) {
       // A reduction's prologue stores its one result nowhere: a placeholder for the layouts.
       const CpuResult placeholder{&bound, dtype};
@@ -135,8 +141,7 @@ CpuRowProgram::Bound CpuRowProgram::bind(std::span<const PartData> data) {
     } else {
       // The reduction of a stored value reads it densely.
       const CpuOperand& operand = part_data.operands[0];
-      if (operand.dtype != dtype || operand.shape.size() != 1 || operand.strides[0] != 1)
-        return {};
+      if (operand.dtype != dtype || operand.shape.size() != 1 || operand.strides[0] != 1) return {};
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);
@@ -218,6 +223,8 @@ CpuRowProgram::Compiled CpuRowProgram::compile(
       }
       const ReductionFunctions* functions = reduction_functions(part.op, double_precision_);
       phase.reduce_result = result_base++;
+      phase.reduce_scratch =
+          part.program != nullptr && part_data.scratch_kept >= 0 ? result_base++ : -1;
       phase.reduce_init = functions->init;
       phase.reduce_combine = functions->combine;
       phase.reduce_finish = functions->finish;

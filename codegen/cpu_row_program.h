@@ -49,6 +49,9 @@ class CpuRowProgram {
     std::span<const CpuResult> results;          // an elementwise part's
     std::vector<int> operand_kept, result_kept;  // -1, or which kept value (the caller's number)
     void* row_values = nullptr;                  // a reduction's result, one value a row
+    // A fused reduction's kept row, where its operand's values may wait to be reduced (the
+    // caller's number for it, as for a kept value; -1: none).
+    int scratch_kept = -1;
   };
   // The compiled loop and the pointers it takes, each part's operands and then its results in
   // part order; the kept values' entries are for each thread to point at its own row buffers.

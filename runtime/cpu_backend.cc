@@ -359,8 +359,8 @@ std::shared_ptr<CpuRowProgram> make_row_program(
   if (dtype != DType::Float32 && dtype != DType::Float64) return nullptr;
   const bool double_precision = dtype == DType::Float64;
   if (!CpuRowProgram::fits(row_parts, length, double_precision)) return nullptr;
-  return std::make_shared<CpuRowProgram>(std::move(row_parts), length,
-                                         numel(parts.front().shape), double_precision);
+  return std::make_shared<CpuRowProgram>(std::move(row_parts), length, numel(parts.front().shape),
+                                         double_precision);
 }
 
 // Elements of a row program's rows per parallel item.
@@ -404,6 +404,7 @@ bool run_row_program(const Graph& graph, const std::vector<Step>& parts, const S
   std::vector<CpuRowProgram::PartData> data(parts.size());
   std::vector<std::vector<CpuOperand>> operands(parts.size());
   std::vector<std::vector<CpuResult>> results(parts.size());
+  int scratches = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     const Step& part = parts[i];
     CpuRowProgram::PartData& part_data = data[i];
@@ -419,7 +420,8 @@ bool run_row_program(const Graph& graph, const std::vector<Step>& parts, const S
         continue;
       }
       const BufferView& in = *values[v];
-      operands[i].push_back(make_cpu_operand(in.data(), in.dtype, in.shape, in.strides, part.shape));
+      operands[i].push_back(
+          make_cpu_operand(in.data(), in.dtype, in.shape, in.strides, part.shape));
     }
     part_data.operands = operands[i];
     if (part.kind == StepKind::Reduction) {
@@ -427,6 +429,9 @@ bool run_row_program(const Graph& graph, const std::vector<Step>& parts, const S
       if (!values[part.outputs[0]])
         values[part.outputs[0]] = allocate_buffer(node.device, node.dtype, node.shape);
       part_data.row_values = values[part.outputs[0]]->data();
+      // A row for its operand's values to wait in, after the kept values' rows.
+      if (!plain_reduction)
+        part_data.scratch_kept = static_cast<int>(kept_values.size()) + scratches++;
       continue;
     }
     for (ValueId v : part.outputs) {
@@ -454,15 +459,16 @@ bool run_row_program(const Graph& graph, const std::vector<Step>& parts, const S
     thread_local AlignedBytes kept_rows;
     std::vector<const void*> task_operands = bound.operands;
     std::vector<void*> task_results = bound.results;
-    std::byte* rows_of_kept = kept_rows.at_least(kept_stride * kept_values.size() + 64);
+    std::byte* rows_of_kept = kept_rows.at_least(
+        kept_stride * (kept_values.size() + static_cast<size_t>(scratches)) + 64);
     for (const auto& [index, value] : bound.kept_operands)
       task_operands[index] = rows_of_kept + kept_stride * static_cast<size_t>(value);
     for (const auto& [index, value] : bound.kept_results)
       task_results[index] = rows_of_kept + kept_stride * static_cast<size_t>(value);
     const int64_t first = std::min(rows, first_task * rows_per_task);
     const int64_t last = std::min(rows, last_task * rows_per_task);
-    if (first < last) bound.kernel(task_operands.data(), task_results.data(), first * length,
-                                   last * length);
+    if (first < last)
+      bound.kernel(task_operands.data(), task_results.data(), first * length, last * length);
     // Non-temporal stores are weakly ordered: make them visible before the caller goes on.
     if (bound.streams) _mm_sfence();
     count_cpu_jit_run();
