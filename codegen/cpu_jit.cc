@@ -104,33 +104,61 @@ llvm::StringRef bitcode_of(const std::string& isa) {
   return {lf_jit_bitcode_avx2, static_cast<size_t>(lf_jit_bitcode_avx2_end - lf_jit_bitcode_avx2)};
 }
 
+// What both kinds of kernel start from: the kernel function `name` (LfJitKernel's signature)
+// in `module`, which holds the op functions, and the types of the program's values.
+struct KernelFrame {
+  llvm::Function* kernel = nullptr;
+  llvm::Type *element = nullptr, *vector = nullptr, *element_ptr = nullptr, *vector_ptr = nullptr,
+             *i64 = nullptr;
+  const char* suffix = "";  // the op functions' for the program's precision
+  int32_t lanes = 0;
+  llvm::Value *operands = nullptr, *results = nullptr, *begin = nullptr, *end = nullptr;
+};
+std::string declare_kernel(const LfJitProgram& program, const std::string& name,
+                           llvm::Module& module, KernelFrame* frame) {
+  llvm::LLVMContext& context = module.getContext();
+  const bool dp = program.double_precision != 0;
+  frame->lanes = lanes_of(program.isa, program.double_precision);
+  frame->element = dp ? llvm::Type::getDoubleTy(context) : llvm::Type::getFloatTy(context);
+  frame->vector = llvm::FixedVectorType::get(frame->element, static_cast<unsigned>(frame->lanes));
+  frame->element_ptr = frame->element->getPointerTo();
+  frame->vector_ptr = frame->vector->getPointerTo();
+  frame->i64 = llvm::Type::getInt64Ty(context);
+  llvm::Type* bytes_ptr_ptr = llvm::Type::getInt8PtrTy(context)->getPointerTo();
+  auto* type =
+      llvm::FunctionType::get(llvm::Type::getVoidTy(context),
+                              {bytes_ptr_ptr, bytes_ptr_ptr, frame->i64, frame->i64}, false);
+  frame->kernel = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module);
+  // The op functions are inlined only into a function of their instruction set.
+  frame->suffix = dp ? "_f64" : "_f32";
+  llvm::Function* sample = module.getFunction(std::string("lf_jit_Add") + frame->suffix);
+  if (sample == nullptr) return "the op functions' bitcode has no lf_jit_Add";
+  for (const char* attribute : {"target-cpu", "target-features", "min-legal-vector-width"})
+    if (sample->hasFnAttribute(attribute))
+      frame->kernel->addFnAttr(sample->getFnAttribute(attribute));
+  frame->kernel->addFnAttr(llvm::Attribute::NoUnwind);
+  frame->operands = frame->kernel->getArg(0);
+  frame->results = frame->kernel->getArg(1);
+  frame->begin = frame->kernel->getArg(2);
+  frame->end = frame->kernel->getArg(3);
+  return "";
+}
+
 // Writes the kernel function `name` for `program` into `module`, which holds the op functions.
 std::string emit_kernel(const LfJitProgram& program, const std::string& name,
                         llvm::Module& module) {
+  KernelFrame frame;
+  if (std::string error = declare_kernel(program, name, module, &frame); !error.empty())
+    return error;
   llvm::LLVMContext& context = module.getContext();
   const bool dp = program.double_precision != 0;
-  const int32_t lanes = lanes_of(program.isa, program.double_precision);
-  llvm::Type* element = dp ? llvm::Type::getDoubleTy(context) : llvm::Type::getFloatTy(context);
-  llvm::Type* vector = llvm::FixedVectorType::get(element, static_cast<unsigned>(lanes));
-  llvm::Type* element_ptr = element->getPointerTo();
-  llvm::Type* vector_ptr = vector->getPointerTo();
-  llvm::Type* i64 = llvm::Type::getInt64Ty(context);
-  llvm::Type* bytes_ptr_ptr = llvm::Type::getInt8PtrTy(context)->getPointerTo();
-  auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(context),
-                                       {bytes_ptr_ptr, bytes_ptr_ptr, i64, i64}, false);
-  llvm::Function* kernel =
-      llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module);
-  // The op functions are inlined only into a function of their instruction set.
-  const char* suffix = dp ? "_f64" : "_f32";
-  llvm::Function* sample = module.getFunction(std::string("lf_jit_Add") + suffix);
-  if (sample == nullptr) return "the op functions' bitcode has no lf_jit_Add";
-  for (const char* attribute : {"target-cpu", "target-features", "min-legal-vector-width"})
-    if (sample->hasFnAttribute(attribute)) kernel->addFnAttr(sample->getFnAttribute(attribute));
-  kernel->addFnAttr(llvm::Attribute::NoUnwind);
-  llvm::Value* operands = kernel->getArg(0);
-  llvm::Value* results = kernel->getArg(1);
-  llvm::Value* begin = kernel->getArg(2);
-  llvm::Value* end = kernel->getArg(3);
+  const int32_t lanes = frame.lanes;
+  llvm::Type *element = frame.element, *vector = frame.vector, *element_ptr = frame.element_ptr,
+             *vector_ptr = frame.vector_ptr, *i64 = frame.i64;
+  const char* suffix = frame.suffix;
+  llvm::Function* kernel = frame.kernel;
+  llvm::Value *operands = frame.operands, *results = frame.results, *begin = frame.begin,
+              *end = frame.end;
 
   // A program that reads rows (a row's run, a row's value) of one length runs as a loop over
   // rows around a loop over the row's vectors: the row's values (a norm's statistics), 0-d
@@ -280,30 +308,19 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
 // to accumulators known when compiling (the optimizer keeps them in registers).
 std::string emit_row_kernel(const LfJitProgram& program, const std::string& name,
                             llvm::Module& module) {
+  KernelFrame frame;
+  if (std::string error = declare_kernel(program, name, module, &frame); !error.empty())
+    return error;
   llvm::LLVMContext& context = module.getContext();
   const bool dp = program.double_precision != 0;
-  const int32_t lanes = lanes_of(program.isa, program.double_precision);
+  const int32_t lanes = frame.lanes;
+  llvm::Type *element = frame.element, *vector = frame.vector, *element_ptr = frame.element_ptr,
+             *vector_ptr = frame.vector_ptr, *i64 = frame.i64;
+  const char* suffix = frame.suffix;
+  llvm::Function* kernel = frame.kernel;
+  llvm::Value *operands = frame.operands, *results = frame.results, *begin = frame.begin,
+              *end = frame.end;
   const int64_t length = program.row_length;
-  llvm::Type* element = dp ? llvm::Type::getDoubleTy(context) : llvm::Type::getFloatTy(context);
-  llvm::Type* vector = llvm::FixedVectorType::get(element, static_cast<unsigned>(lanes));
-  llvm::Type* element_ptr = element->getPointerTo();
-  llvm::Type* vector_ptr = vector->getPointerTo();
-  llvm::Type* i64 = llvm::Type::getInt64Ty(context);
-  llvm::Type* bytes_ptr_ptr = llvm::Type::getInt8PtrTy(context)->getPointerTo();
-  auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(context),
-                                       {bytes_ptr_ptr, bytes_ptr_ptr, i64, i64}, false);
-  llvm::Function* kernel =
-      llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module);
-  const char* suffix = dp ? "_f64" : "_f32";
-  llvm::Function* sample = module.getFunction(std::string("lf_jit_Add") + suffix);
-  if (sample == nullptr) return "the op functions' bitcode has no lf_jit_Add";
-  for (const char* attribute : {"target-cpu", "target-features", "min-legal-vector-width"})
-    if (sample->hasFnAttribute(attribute)) kernel->addFnAttr(sample->getFnAttribute(attribute));
-  kernel->addFnAttr(llvm::Attribute::NoUnwind);
-  llvm::Value* operands = kernel->getArg(0);
-  llvm::Value* results = kernel->getArg(1);
-  llvm::Value* begin = kernel->getArg(2);
-  llvm::Value* end = kernel->getArg(3);
   if (length <= 0 || length % 16 != 0) return "a row program's rows are a multiple of 16 long";
 
   auto* entry = llvm::BasicBlock::Create(context, "entry", kernel);
