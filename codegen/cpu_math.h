@@ -183,6 +183,7 @@ inline Vd4 lf_abs(Vd4 a) { return {_mm256_andnot_pd(_mm256_set1_pd(-0.0), a.v)};
 inline Vd4 lf_exp(Vd4 a) { return {Sleef_expd4_u10avx2(a.v)}; }
 inline Vd4 lf_log(Vd4 a) { return {Sleef_logd4_u10avx2(a.v)}; }
 inline Vd4 lf_sqrt(Vd4 a) { return {_mm256_sqrt_pd(a.v)}; }
+inline Vd4 lf_rsqrt(Vd4 a) { return {_mm256_div_pd(_mm256_set1_pd(1.0), _mm256_sqrt_pd(a.v))}; }
 inline Vd4 lf_tanh(Vd4 a) { return {Sleef_tanhd4_u10avx2(a.v)}; }
 inline Vd4 lf_pow(Vd4 a, Vd4 b) { return {Sleef_powd4_u10avx2(a.v, b.v)}; }
 
@@ -235,6 +236,7 @@ inline Vd8 lf_abs(Vd8 a) { return {_mm512_andnot_pd(_mm512_set1_pd(-0.0), a.v)};
 inline Vd8 lf_exp(Vd8 a) { return {Sleef_expd8_u10avx512f(a.v)}; }
 inline Vd8 lf_log(Vd8 a) { return {Sleef_logd8_u10avx512f(a.v)}; }
 inline Vd8 lf_sqrt(Vd8 a) { return {_mm512_sqrt_pd(a.v)}; }
+inline Vd8 lf_rsqrt(Vd8 a) { return {_mm512_div_pd(_mm512_set1_pd(1.0), _mm512_sqrt_pd(a.v))}; }
 inline Vd8 lf_tanh(Vd8 a) { return {Sleef_tanhd8_u10avx512f(a.v)}; }
 inline Vd8 lf_pow(Vd8 a, Vd8 b) { return {Sleef_powd8_u10avx512f(a.v, b.v)}; }
 #endif  // __AVX512F__

@@ -333,8 +333,7 @@ TEST(CpuJit, RowProgramsGiveTheInterpretersBits) {
           "layer_norm " + name);
       expect_jit_matches_interpreter([&] { return F::rms_norm(x, {length}, weight, 1e-6); },
                                      "rms_norm " + name);
-      // float64's rsqrt has no vector form: its norms run a part at a time.
-      EXPECT_EQ(cpu_jit_stats().row_programs > 0, dtype == kFloat32) << name;
+      EXPECT_GT(cpu_jit_stats().row_programs, 0) << name;
       expect_jit_matches_interpreter(
           [&] { return (x - x.amax({1}, true)) * (x.amin({1}, true) + 1); }, "max and min " + name);
     }
