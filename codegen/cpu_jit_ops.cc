@@ -59,13 +59,18 @@ using Accumulator = std::conditional_t<Combine<op>::wide, double, T>;
 constexpr int kLanesPerSet = 16;  // kCpuReduceLanes
 
 // A vector of accumulators, one per lane of a vector of T, set to the identity.
+// The reduction's identity (the op table's, as reduction_identity_value in cpu_reduction.h
+// reads it for the interpreter) as its accumulator.
+template <Op op, typename A>
+inline __attribute__((always_inline)) A identity_of() {
+  if constexpr (Combine<op>::identity == ReductionIdentity::Lowest) return -__builtin_inf();
+  if constexpr (Combine<op>::identity == ReductionIdentity::Highest) return __builtin_inf();
+  return A(0);
+}
+
 template <Op op, typename T>
 inline __attribute__((always_inline)) void init_vector(Accumulator<op, T>* __restrict acc) {
-  using A = Accumulator<op, T>;
-  A identity = A(0);
-  if constexpr (Combine<op>::identity == ReductionIdentity::Lowest) identity = -__builtin_inf();
-  if constexpr (Combine<op>::identity == ReductionIdentity::Highest) identity = __builtin_inf();
-  for (int j = 0; j < VectorOf<T>::lanes; ++j) acc[j] = identity;
+  for (int j = 0; j < VectorOf<T>::lanes; ++j) acc[j] = identity_of<op, Accumulator<op, T>>();
 }
 
 // A vector of values combined into a vector of accumulators, lane by lane. Neither pointer
@@ -98,10 +103,7 @@ inline __attribute__((always_inline)) void finish_row(const Accumulator<op, T>* 
   combine_lanes<op, A, 4>(acc, acc + 4);
   combine_lanes<op, A, 2>(acc, acc + 2);
   combine_lanes<op, A, 1>(acc, acc + 1);
-  A identity = A(0);
-  if constexpr (Combine<op>::identity == ReductionIdentity::Lowest) identity = -__builtin_inf();
-  if constexpr (Combine<op>::identity == ReductionIdentity::Highest) identity = __builtin_inf();
-  A value = Combine<op>::eval(identity, acc[0]);
+  A value = Combine<op>::eval(identity_of<op, A>(), acc[0]);
   if constexpr (Combine<op>::mean)
     value = count == 0 ? __builtin_nan("") : value / static_cast<A>(count);
   const T rounded = static_cast<T>(value);
