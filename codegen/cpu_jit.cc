@@ -113,6 +113,11 @@ struct KernelFrame {
   const char* suffix = "";  // the op functions' for the program's precision
   int32_t lanes = 0;
   llvm::Value *operands = nullptr, *results = nullptr, *begin = nullptr, *end = nullptr;
+  // The address in `array` (the operands' or the results') at `slot`, loaded where `b` is.
+  llvm::Value* base(llvm::IRBuilder<>& b, llvm::Value* array, int32_t slot) const {
+    llvm::Value* at = b.CreateConstGEP1_64(b.getInt8PtrTy(), array, static_cast<uint64_t>(slot));
+    return b.CreateBitCast(b.CreateLoad(b.getInt8PtrTy(), at), element_ptr);
+  }
 };
 std::string declare_kernel(const LfJitProgram& program, const std::string& name,
                            llvm::Module& module, KernelFrame* frame) {
@@ -152,13 +157,8 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
     return error;
   llvm::LLVMContext& context = module.getContext();
   const bool dp = program.double_precision != 0;
-  const int32_t lanes = frame.lanes;
-  llvm::Type *element = frame.element, *vector = frame.vector, *element_ptr = frame.element_ptr,
-             *vector_ptr = frame.vector_ptr, *i64 = frame.i64;
-  const char* suffix = frame.suffix;
-  llvm::Function* kernel = frame.kernel;
-  llvm::Value *operands = frame.operands, *results = frame.results, *begin = frame.begin,
-              *end = frame.end;
+  const auto& [kernel, element, vector, element_ptr, vector_ptr, i64, suffix, lanes, operands,
+               results, begin, end] = frame;
 
   // A program that reads rows (a row's run, a row's value) of one length runs as a loop over
   // rows around a loop over the row's vectors: the row's values (a norm's statistics), 0-d
@@ -191,10 +191,7 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
       slots[k] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
   }
   // Each operand's and result's base address, read once.
-  auto base = [&](llvm::Value* array, int32_t slot) {
-    llvm::Value* at = b.CreateConstGEP1_64(b.getInt8PtrTy(), array, static_cast<uint64_t>(slot));
-    return b.CreateBitCast(b.CreateLoad(b.getInt8PtrTy(), at), element_ptr);
-  };
+  auto base = [&](llvm::Value* array, int32_t slot) { return frame.base(b, array, slot); };
   std::vector<llvm::Value*> bases(static_cast<size_t>(program.num_instrs), nullptr);
   for (int32_t k = 0; k < program.num_instrs; ++k) {
     const LfJitInstr& instr = program.instrs[k];
@@ -295,10 +292,6 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
   b.CreateCondBr(b.CreateICmpSLT(row_end, end), rows, done);
   b.SetInsertPoint(done);
   b.CreateRetVoid();
-
-  std::string problems;
-  llvm::raw_string_ostream out(problems);
-  if (llvm::verifyFunction(*kernel, &out)) return "generated an invalid kernel: " + out.str();
   return "";
 }
 
@@ -313,13 +306,8 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
     return error;
   llvm::LLVMContext& context = module.getContext();
   const bool dp = program.double_precision != 0;
-  const int32_t lanes = frame.lanes;
-  llvm::Type *element = frame.element, *vector = frame.vector, *element_ptr = frame.element_ptr,
-             *vector_ptr = frame.vector_ptr, *i64 = frame.i64;
-  const char* suffix = frame.suffix;
-  llvm::Function* kernel = frame.kernel;
-  llvm::Value *operands = frame.operands, *results = frame.results, *begin = frame.begin,
-              *end = frame.end;
+  const auto& [kernel, element, vector, element_ptr, vector_ptr, i64, suffix, lanes, operands,
+               results, begin, end] = frame;
   const int64_t length = program.row_length;
   if (length <= 0 || length % 16 != 0) return "a row program's rows are a multiple of 16 long";
 
@@ -327,10 +315,7 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
   auto* rows = llvm::BasicBlock::Create(context, "rows", kernel);
   llvm::IRBuilder<> b(entry);
   const llvm::Align element_align(dp ? 8 : 4);
-  auto base = [&](llvm::Value* array, int32_t slot) {
-    llvm::Value* at = b.CreateConstGEP1_64(b.getInt8PtrTy(), array, static_cast<uint64_t>(slot));
-    return b.CreateBitCast(b.CreateLoad(b.getInt8PtrTy(), at), element_ptr);
-  };
+  auto base = [&](llvm::Value* array, int32_t slot) { return frame.base(b, array, slot); };
   auto is_store = [](int32_t kind) {
     return kind == kLfJitStore || kind == kLfJitStoreStream || kind == kLfJitStoreRowRun;
   };
@@ -588,10 +573,6 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
   b.CreateCondBr(b.CreateICmpSLT(row_end, end), rows, done);
   b.SetInsertPoint(done);
   b.CreateRetVoid();
-
-  std::string problems;
-  llvm::raw_string_ostream out(problems);
-  if (llvm::verifyFunction(*kernel, &out)) return "generated an invalid kernel: " + out.str();
   return "";
 }
 
@@ -623,6 +604,12 @@ __attribute__((visibility("default"))) const char* lazyfuse_cpu_jit_compile(
   const std::string name = "lf_jit_kernel_" + std::to_string(j.kernels++);
   last_error = program->num_phases > 0 ? emit_row_kernel(*program, name, *module)
                                        : emit_kernel(*program, name, *module);
+  if (last_error.empty()) {
+    std::string problems;
+    llvm::raw_string_ostream out(problems);
+    if (llvm::verifyFunction(*module->getFunction(name), &out))
+      last_error = "generated an invalid kernel: " + out.str();
+  }
   if (!last_error.empty()) return last_error.c_str();
   // Only the kernel is visible; the op functions are inlined into it and then dropped.
   for (llvm::Function& f : *module) {

@@ -199,6 +199,34 @@ int64_t row_length(const Graph& graph, const Step& step) {
   return length;
 }
 
+// Each part's elements per row of a row step of `rows` rows `length` long: the row's length for
+// a part over the step's space, 1 for a part over row values; empty where a part is neither.
+std::optional<std::vector<int64_t>> elements_per_row(const std::vector<Step>& parts, int64_t rows,
+                                                     int64_t length) {
+  std::vector<int64_t> per_row(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const int64_t elements = numel(parts[i].shape);
+    if (rows == 0 || (elements != rows * length && elements != rows)) return std::nullopt;
+    per_row[i] = elements / rows;
+  }
+  return per_row;
+}
+
+// The values one part of a row step hands a later one over the whole space that the step does
+// not store and the evaluator did not bind (a softmax's exponentials): what a row step keeps
+// only a block of rows, or a row, at a time.
+std::vector<ValueId> handed_between_parts(const std::vector<Step>& parts,
+                                          const std::vector<int64_t>& per_row, int64_t length,
+                                          const Step& step, const ValueBuffers& values) {
+  std::vector<ValueId> handed;
+  for (size_t i = 0; i < parts.size(); ++i)
+    for (ValueId v : parts[i].outputs)
+      if (per_row[i] == length && parts[i].kind == StepKind::Elementwise && !values[v] &&
+          std::find(step.outputs.begin(), step.outputs.end(), v) == step.outputs.end())
+        handed.push_back(v);
+  return handed;
+}
+
 // Elements per block of rows: up to 64K (256 KiB of float32 per value the parts hand each
 // other, within a core's L2 cache), and no fewer than 16K where the step has too few rows for
 // two blocks a thread of the most. Longer blocks cost less per row (each part's setup is once a
@@ -222,21 +250,13 @@ bool run_row_blocks(const Graph& graph, const std::vector<Step>& parts, const St
       std::clamp<int64_t>(rows / (2 * threads), std::max<int64_t>(1, kRowBlockMinElements / length),
                           std::max<int64_t>(1, kRowBlockElements / length));
   if (rows < 2 * rows_per_block) return false;
-  // Each part's elements per row: the row's length over the step's space, 1 for a row value.
-  std::vector<int64_t> per_row(parts.size());
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const int64_t elements = numel(parts[i].shape);
-    if (elements != rows * length && elements != rows) return false;
-    per_row[i] = elements / rows;
-  }
-  // The values handed between parts over the whole space, not stored by the step: a block's
-  // rows of each in a buffer per thread (Note [Row blocks]).
-  std::vector<ValueId> block_local;
-  for (size_t i = 0; i < parts.size(); ++i)
-    for (ValueId v : parts[i].outputs)
-      if (per_row[i] == length && parts[i].kind == StepKind::Elementwise && !values[v] &&
-          std::find(step.outputs.begin(), step.outputs.end(), v) == step.outputs.end())
-        block_local.push_back(v);
+  const std::optional<std::vector<int64_t>> elements = elements_per_row(parts, rows, length);
+  if (!elements) return false;
+  const std::vector<int64_t>& per_row = *elements;
+  // The values handed between parts: a block's rows of each in a buffer per thread (Note [Row
+  // blocks]).
+  const std::vector<ValueId> block_local =
+      handed_between_parts(parts, per_row, length, step, values);
   // buffers[t][k]: thread t's block of block_local[k].
   std::vector<std::vector<BufferView>> buffers(threads);
   for (auto& mine : buffers)
@@ -375,26 +395,17 @@ bool run_row_program(const Graph& graph, const std::vector<Step>& parts, const S
                      int64_t length, ValueBuffers& values, CpuReductionCache& cache) {
   if (length == 0 || length % 16 != 0) return false;
   const int64_t rows = numel(step.shape) / length;
-  // Each part's elements per row: the row's length over the step's space, 1 for a row value.
-  std::vector<int64_t> per_row(parts.size());
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const int64_t elements = numel(parts[i].shape);
-    if (rows == 0 || (elements != rows * length && elements != rows)) return false;
-    per_row[i] = elements / rows;
-  }
+  const std::optional<std::vector<int64_t>> elements = elements_per_row(parts, rows, length);
+  if (!elements) return false;
+  const std::vector<int64_t>& per_row = *elements;
   if (!cache.row_program_checked) {
     cache.row_program = make_row_program(graph, parts, per_row, length, cache.programs);
     cache.row_program_checked = true;
   }
   if (cache.row_program == nullptr || !cache.row_program->ready(numel(step.shape))) return false;
-  // The kept values: a part's results over the whole space that the step does not store and
-  // nothing bound already.
-  std::vector<ValueId> kept_values;
-  for (size_t i = 0; i < parts.size(); ++i)
-    for (ValueId v : parts[i].outputs)
-      if (per_row[i] == length && parts[i].kind == StepKind::Elementwise && !values[v] &&
-          std::find(step.outputs.begin(), step.outputs.end(), v) == step.outputs.end())
-        kept_values.push_back(v);
+  // The kept values: each a row at a time in a buffer of the thread's.
+  const std::vector<ValueId> kept_values =
+      handed_between_parts(parts, per_row, length, step, values);
   auto kept = [&](ValueId v) {
     const auto at = std::find(kept_values.begin(), kept_values.end(), v);
     return at == kept_values.end() ? -1 : static_cast<int>(at - kept_values.begin());
