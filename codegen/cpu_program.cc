@@ -391,7 +391,7 @@ bool CpuProgram::double_precision() const { return jit_ != nullptr && jit_->doub
 
 bool CpuProgram::jit_layouts(std::span<const CpuOperand> operands,
                              std::span<const CpuResult> results, int64_t lanes,
-                             std::vector<JitLayout>* layouts) const {
+                             JitLayouts* layouts) const {
   if (jit_ == nullptr || lanes <= 0) return false;
   for (const Instr& instr : code_) {
     if (instr.kind == Kind::Load) {
@@ -483,9 +483,9 @@ CpuProgram::Bound CpuProgram::bind(std::span<const CpuOperand> operands,
   for (const CpuResult& result : results)
     if (result.data == nullptr) return {};  // kept for a fused reduction: the interpreter's
   // The key: each load's layout and each store's streaming.
-  std::vector<JitLayout> layouts;
+  JitLayouts layouts;
   if (!jit_layouts(operands, results, lanes, &layouts)) return {};
-  absl::InlinedVector<int64_t, 24> key;
+  absl::InlinedVector<int64_t, 36> key;  // three entries a layout
   bool reads_rows = false, streams = false;
   for (const JitLayout& layout : layouts) {
     key.insert(key.end(), {layout.kind, layout.row, layout.row_stride});

@@ -108,8 +108,10 @@ class CpuProgram {
     int32_t kind = 0;
     int64_t row = 0, row_stride = 0;
   };
+  // Inline for a program's usual loads and stores: bind() finds them on every run.
+  using JitLayouts = absl::InlinedVector<JitLayout, 12>;
   bool jit_layouts(std::span<const CpuOperand> operands, std::span<const CpuResult> results,
-                   int64_t lanes, std::vector<JitLayout>* layouts) const;
+                   int64_t lanes, JitLayouts* layouts) const;
   // The program as the JIT's instructions with these layouts, its operand and result slots
   // offset by the bases (a row program's parts share one array of each).
   std::vector<LfJitInstr> jit_instrs(std::span<const JitLayout> layouts, int32_t operand_base,

@@ -103,7 +103,7 @@ CpuRowProgram::Bound CpuRowProgram::bind(std::span<const PartData> data) {
   // The pointers, and each part's layouts, which with the kept values' places make the key of
   // the compiled loop: found again on every run after the first, rather than built anew.
   Bound bound;
-  std::vector<std::vector<CpuProgram::JitLayout>> layouts(parts_.size());
+  std::vector<CpuProgram::JitLayouts> layouts(parts_.size());
   std::vector<int64_t> key;
   for (size_t p = 0; p < parts_.size(); ++p) {
     const Part& part = parts_[p];
@@ -159,9 +159,9 @@ CpuRowProgram::Bound CpuRowProgram::bind(std::span<const PartData> data) {
   return bound;
 }
 
-CpuRowProgram::Compiled CpuRowProgram::compile(
-    std::span<const PartData> data, const std::vector<std::vector<CpuProgram::JitLayout>>& layouts,
-    int64_t lanes) const {
+CpuRowProgram::Compiled CpuRowProgram::compile(std::span<const PartData> data,
+                                               const std::vector<CpuProgram::JitLayouts>& layouts,
+                                               int64_t lanes) const {
   std::vector<std::vector<LfJitInstr>> instrs(parts_.size());
   std::vector<LfJitPhase> phases(parts_.size());
   bool streams = false;

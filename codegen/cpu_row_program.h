@@ -81,8 +81,7 @@ class CpuRowProgram {
     bool streams = false;  // some store is non-temporal
   };
   Compiled compile(std::span<const PartData> data,
-                   const std::vector<std::vector<CpuProgram::JitLayout>>& layouts,
-                   int64_t lanes) const;
+                   const std::vector<CpuProgram::JitLayouts>& layouts, int64_t lanes) const;
   struct Entry {
     std::vector<int64_t> key;
     CpuJitKernel compiled;
