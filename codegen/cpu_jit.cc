@@ -326,6 +326,10 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
     // and all of them in one array for the finish (kept apart, so that the optimizer keeps the
     // loop's in vector registers).
     std::vector<llvm::Value*> accumulators;
+    // A sum's float32 stretches (flush), a vector each: for each of the `together` stretches
+    // the loop adds at once, one per vector of an iteration.
+    std::vector<llvm::Value*> stretches;
+    int64_t together = 1;
     llvm::Value* finishing = nullptr;
     llvm::Value* finished = nullptr;  // the row's value in every lane
     llvm::Value* scratch = nullptr;   // where a split reduction's values wait (reduce_scratch)
@@ -365,8 +369,18 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
           phase.reduce_accumulator_bytes == 8 ? b.getDoubleTy() : b.getFloatTy();
       llvm::Type* accumulators =
           llvm::FixedVectorType::get(accumulator, static_cast<unsigned>(lanes));
+      const int64_t every = phase.reduce_flush_every;
+      if (every < 0 || every % (16 * phase.reduce_sets) != 0)
+        return "a row program's reduction flushes between its loop's iterations";
+      // Stretches are independent until they are added, in order, into the accumulators: a
+      // loop over 2 or 4 of them at once (vector j of each an iteration) has as many chains of
+      // additions in flight, which one stretch's chain had bound.
+      for (int64_t g : {4, 2})
+        if (every > 0 && state.together == 1 && length % (g * every) == 0) state.together = g;
       for (int64_t u = 0; u < 16 * phase.reduce_sets / lanes; ++u)
         state.accumulators.push_back(b.CreateAlloca(accumulators, nullptr));
+      for (int64_t k = 0; k < state.together * static_cast<int64_t>(state.accumulators.size()); ++k)
+        state.stretches.push_back(b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr));
       state.finishing =
           b.CreateAlloca(llvm::ArrayType::get(accumulators, state.accumulators.size()), nullptr);
       state.finished = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
@@ -443,11 +457,35 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
     const int64_t per_iteration = reduces ? 16 * phase.reduce_sets / lanes : 1;
     llvm::Function* init = reduces ? module.getFunction(phase.reduce_init) : nullptr;
     llvm::Function* combine = reduces ? module.getFunction(phase.reduce_combine) : nullptr;
+    llvm::Function* flush = reduces ? module.getFunction(phase.reduce_flush) : nullptr;
     llvm::Function* finish = reduces ? module.getFunction(phase.reduce_finish) : nullptr;
-    if (reduces && (init == nullptr || combine == nullptr || finish == nullptr))
+    if (reduces && (init == nullptr || combine == nullptr || flush == nullptr || finish == nullptr))
       return std::string("no reduction functions ") + phase.reduce_combine;
-    for (llvm::Value* accumulators : state.accumulators)
-      b.CreateCall(init, {b.CreateBitCast(accumulators, b.getInt8PtrTy())});
+    auto accumulators_of = [&](llvm::IRBuilder<>& at, size_t u) {
+      return at.CreateBitCast(state.accumulators[u], at.getInt8PtrTy());
+    };
+    const size_t vectors = state.accumulators.size();
+    for (size_t k = 0; k < state.stretches.size(); ++k)
+      b.CreateCall(init, {accumulators_of(b, k % vectors), state.stretches[k]});
+    // Every stretch into its vector's accumulators, in the row's order; in a loop, only once
+    // `done` (a multiple of the loop's step) is a whole number of stretches.
+    auto flush_all = [&](llvm::Value* done, const std::string& label) {
+      llvm::BasicBlock* flushing = nullptr;
+      llvm::BasicBlock* flushed = nullptr;
+      if (done != nullptr) {
+        flushing = llvm::BasicBlock::Create(context, "flush" + label, kernel);
+        flushed = llvm::BasicBlock::Create(context, "flushed" + label, kernel);
+        llvm::Value* in_stretch = b.CreateURem(done, b.getInt64(phase.reduce_flush_every));
+        b.CreateCondBr(b.CreateICmpEQ(in_stretch, b.getInt64(0)), flushing, flushed);
+        b.SetInsertPoint(flushing);
+      }
+      for (size_t k = 0; k < state.stretches.size(); ++k)
+        b.CreateCall(flush, {accumulators_of(b, k % vectors), state.stretches[k]});
+      if (done != nullptr) {
+        b.CreateBr(flushed);
+        b.SetInsertPoint(flushed);
+      }
+    };
     // What is the same for the whole row, before the loop: loads of one value, or of the
     // row's value, and constants.
     for (int32_t k = 0; k < phase.num_instrs; ++k) {
@@ -469,12 +507,26 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
     auto* after = llvm::BasicBlock::Create(context, "after" + std::to_string(p), kernel);
     b.CreateBr(loop);
     b.SetInsertPoint(loop);
-    llvm::PHINode* i = b.CreatePHI(i64, 2, "i");
-    i->addIncoming(row_start, before);
-    for (int64_t u = 0; u < per_iteration; ++u) {
-      llvm::Value* at = u == 0 ? static_cast<llvm::Value*>(i)
-                               : b.CreateAdd(i, b.getInt64(u * lanes), "", true, true);
-      llvm::Value* column = b.CreateSub(at, row_start);
+    // q counts the row's elements a stretch at a time: with `together` stretches, vector j of
+    // each of the group's stretches an iteration (the elements from column(q, g)).
+    const int64_t together = reduces && state.scratch == nullptr ? state.together : 1;
+    const int64_t every = phase.reduce_flush_every;
+    auto column_of = [&](llvm::Value* q, int64_t g, int64_t u) -> llvm::Value* {
+      llvm::Value* column = q;
+      if (together > 1) {
+        llvm::Value* group = b.CreateUDiv(q, b.getInt64(every));
+        column = b.CreateAdd(b.CreateMul(group, b.getInt64(together * every)),
+                             b.CreateURem(q, b.getInt64(every)));
+      }
+      const int64_t offset = g * every + u * lanes;
+      return offset == 0 ? column : b.CreateAdd(column, b.getInt64(offset), "", true, true);
+    };
+    llvm::PHINode* q = b.CreatePHI(i64, 2, "q");
+    q->addIncoming(b.getInt64(0), before);
+    for (int64_t v = 0; v < together * per_iteration; ++v) {
+      const int64_t u = v % per_iteration;
+      llvm::Value* column = column_of(q, v / per_iteration, u);
+      llvm::Value* at = b.CreateAdd(row_start, column, "", true, true);
       for (int32_t k = 0; k < phase.num_instrs; ++k) {
         const LfJitInstr& instr = phase.instrs[k];
         switch (instr.kind) {
@@ -526,14 +578,15 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
             b.CreateBitCast(b.CreateGEP(element, state.scratch, column), vector_ptr),
             element_align);
       } else if (reduces) {
-        b.CreateCall(combine, {b.CreateBitCast(state.accumulators[u], b.getInt8PtrTy()),
+        b.CreateCall(combine, {accumulators_of(b, static_cast<size_t>(u)), state.stretches[v],
                                view[phase.reduce_src]});
       }
     }
     llvm::Value* next =
-        b.CreateAdd(i, b.getInt64(per_iteration * lanes), "next", /*HasNUW=*/true, true);
-    i->addIncoming(next, b.GetInsertBlock());
-    b.CreateCondBr(b.CreateICmpSLT(next, row_end), loop, after);
+        b.CreateAdd(q, b.getInt64(per_iteration * lanes), "next", /*HasNUW=*/true, true);
+    if (reduces && state.scratch == nullptr && every > 0) flush_all(next, std::to_string(p));
+    q->addIncoming(next, b.GetInsertBlock());
+    b.CreateCondBr(b.CreateICmpSLT(next, b.getInt64(length / together)), loop, after);
     b.SetInsertPoint(after);
     if (reduces && state.scratch != nullptr) {
       // The row's values, reduced from the buffer in the same lanes as in the loop above.
@@ -543,19 +596,30 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
       b.SetInsertPoint(reduce);
       llvm::PHINode* j = b.CreatePHI(i64, 2, "j");
       j->addIncoming(b.getInt64(0), after);
-      for (int64_t u = 0; u < per_iteration; ++u) {
-        llvm::Value* column = u == 0 ? static_cast<llvm::Value*>(j)
-                                     : b.CreateAdd(j, b.getInt64(u * lanes), "", true, true);
-        b.CreateCall(combine, {b.CreateBitCast(state.accumulators[u], b.getInt8PtrTy()),
+      const int64_t all_together = state.together;
+      for (int64_t v = 0; v < all_together * per_iteration; ++v) {
+        const int64_t u = v % per_iteration, g = v / per_iteration;
+        llvm::Value* column = j;
+        if (all_together > 1)
+          column = b.CreateAdd(
+              b.CreateMul(b.CreateUDiv(j, b.getInt64(every)), b.getInt64(all_together * every)),
+              b.CreateURem(j, b.getInt64(every)));
+        if (g * every + u * lanes != 0)
+          column = b.CreateAdd(column, b.getInt64(g * every + u * lanes), "", true, true);
+        b.CreateCall(combine, {accumulators_of(b, static_cast<size_t>(u)), state.stretches[v],
                                b.CreateGEP(element, state.scratch, column)});
       }
       llvm::Value* next_j =
           b.CreateAdd(j, b.getInt64(per_iteration * lanes), "next_j", /*HasNUW=*/true, true);
+      if (every > 0) flush_all(next_j, "_scratch" + std::to_string(p));
       j->addIncoming(next_j, b.GetInsertBlock());
-      b.CreateCondBr(b.CreateICmpSLT(next_j, b.getInt64(length)), reduce, reduced);
+      b.CreateCondBr(b.CreateICmpSLT(next_j, b.getInt64(length / all_together)), reduce, reduced);
       b.SetInsertPoint(reduced);
     }
     if (reduces) {
+      // The row's last stretch, where it is not whole.
+      if (phase.reduce_flush_every > 0 && length % phase.reduce_flush_every != 0)
+        flush_all(nullptr, "");
       llvm::Type* accumulators = state.accumulators[0]->getType()->getPointerElementType();
       for (size_t u = 0; u < state.accumulators.size(); ++u)
         b.CreateStore(b.CreateLoad(accumulators, state.accumulators[u]),

@@ -45,12 +45,18 @@ struct LfJitPhase {
   const LfJitInstr* instrs;
   int32_t reduce_src;     // the register reduced; -1 where the part is no reduction
   int32_t reduce_result;  // the result slot of the row's value
-  // lf_jit_<init|combine|finish>_<Op>_<f32|f64> (codegen/cpu_jit_ops.cc): a vector of
-  // accumulators, one a lane, set to the identity; a vector of values combined into one; the
+  // lf_jit_<init|combine|flush|finish>_<Op>_<f32|f64> (codegen/cpu_jit_ops.cc): a vector of
+  // accumulators, one a lane, set to the identity (and its vector of stretches to zero); a
+  // vector of values combined into them; the stretches added into the accumulators, at every
+  // 256th element of the row and at its end (nothing, but for a sum of float32 values); the
   // row's value from sets of 16 accumulators.
   const char* reduce_init;
   const char* reduce_combine;
+  const char* reduce_flush;
   const char* reduce_finish;
+  // Elements of a row between flushes (kCpuReduceStretchSpan; 0 where the reduction keeps no
+  // stretches).
+  int32_t reduce_flush_every;
   int32_t reduce_sets;               // sets of 16 accumulators the row's vectors go to in turn
   int32_t reduce_accumulator_bytes;  // 8 (float64 accumulators) or 4
   // The result slot of a row-long buffer (or -1): where the phase calls an op function out of

@@ -33,9 +33,11 @@ inline __attribute__((always_inline)) void apply_vector(const T* a, const T* b, 
 
 // A row program's reductions (LfJitPhase), as the interpreter's (reduce_run in
 // cpu_kernels_impl.inc, reduce_part and finish_row in runtime/cpu_library.cc) compute them: 16
-// accumulators a set, element p of the row into lane p % 16 of set (p / 16) % sets; the sets
-// merged in order into the first; the lanes combined in a fixed tree; the result combined onto
-// the identity and finished.
+// accumulators a set, element p of the row into lane p % 16 of set (p / 16) % sets; a sum of
+// float32 values through each lane's float32 stretch of 16 values first (kCpuReduceStretch),
+// added into the lane at every 256th element and at the row's end (flush); the sets merged in
+// order into the first; the lanes combined in a fixed tree; the result combined onto the
+// identity and finished.
 template <Op op>
 struct Combine;
 #define LF_REDUCTION(Name, mnemonic, dtype_rule, accumulator_kind, identity_kind, combine,       \
@@ -56,6 +58,9 @@ struct Combine;
 
 template <Op op, typename T>
 using Accumulator = std::conditional_t<Combine<op>::wide, double, T>;
+// kCpuSumsInStretches (codegen/cpu_reduction.h) for the JIT's types.
+template <Op op, typename T>
+inline constexpr bool kInStretches = Combine<op>::wide&& std::is_same_v<T, float>;
 constexpr int kLanesPerSet = 16;  // kCpuReduceLanes
 
 // A vector of accumulators, one per lane of a vector of T, set to the identity.
@@ -69,18 +74,39 @@ inline __attribute__((always_inline)) A identity_of() {
 }
 
 template <Op op, typename T>
-inline __attribute__((always_inline)) void init_vector(Accumulator<op, T>* __restrict acc) {
-  for (int j = 0; j < VectorOf<T>::lanes; ++j) acc[j] = identity_of<op, Accumulator<op, T>>();
+inline __attribute__((always_inline)) void init_vector(Accumulator<op, T>* __restrict acc,
+                                                       T* __restrict stretch) {
+  for (int j = 0; j < VectorOf<T>::lanes; ++j) {
+    acc[j] = identity_of<op, Accumulator<op, T>>();
+    stretch[j] = T(0);
+  }
 }
 
-// A vector of values combined into a vector of accumulators, lane by lane. Neither pointer
-// aliases the other, so that the loop is one vector operation.
+// A vector of values combined into a vector of accumulators (or of stretches), lane by lane.
+// No pointer aliases another, so that the loop is one vector operation.
 template <Op op, typename T>
 inline __attribute__((always_inline)) void combine_vector(Accumulator<op, T>* __restrict acc,
+                                                          T* __restrict stretch,
                                                           const T* __restrict v) {
   using A = Accumulator<op, T>;
-  for (int j = 0; j < VectorOf<T>::lanes; ++j)
-    acc[j] = Combine<op>::eval(acc[j], static_cast<A>(v[j]));
+  for (int j = 0; j < VectorOf<T>::lanes; ++j) {
+    if constexpr (kInStretches<op, T>)
+      stretch[j] = stretch[j] + v[j];
+    else
+      acc[j] = Combine<op>::eval(acc[j], static_cast<A>(v[j]));
+  }
+}
+
+// A vector of stretches added into its accumulators and begun anew (CpuReduceState::flush).
+template <Op op, typename T>
+inline __attribute__((always_inline)) void flush_vector(Accumulator<op, T>* __restrict acc,
+                                                        T* __restrict stretch) {
+  if constexpr (kInStretches<op, T>) {
+    for (int j = 0; j < VectorOf<T>::lanes; ++j) {
+      acc[j] = acc[j] + static_cast<double>(stretch[j]);
+      stretch[j] = T(0);
+    }
+  }
 }
 
 // Lanes combined pairwise, into[l] with from[l]: apart, so that the loop is vector operations.
@@ -124,17 +150,22 @@ extern "C" {
   }
 #include "lazyfuse/ir/ops.def"
 
-// lf_jit_<init|combine|finish>_<Op>_<f32|f64>: a row program's reductions (LfJitPhase).
+// lf_jit_<init|combine|flush|finish>_<Op>_<f32|f64>: a row program's reductions (LfJitPhase).
 #define LF_REDUCTION_FUNCTIONS(Name, T, suffix)                                            \
-  void lf_jit_init_##Name##_##suffix(void* acc) {                                          \
+  void lf_jit_init_##Name##_##suffix(void* acc, T* stretch) {                              \
     using namespace lazyfuse;                                                              \
     cpu_jit_ops::init_vector<Op::Name, T>(                                                 \
-        static_cast<cpu_jit_ops::Accumulator<Op::Name, T>*>(acc));                         \
+        static_cast<cpu_jit_ops::Accumulator<Op::Name, T>*>(acc), stretch);                \
   }                                                                                        \
-  void lf_jit_combine_##Name##_##suffix(void* acc, const T* v) {                           \
+  void lf_jit_combine_##Name##_##suffix(void* acc, T* stretch, const T* v) {               \
     using namespace lazyfuse;                                                              \
     cpu_jit_ops::combine_vector<Op::Name, T>(                                              \
-        static_cast<cpu_jit_ops::Accumulator<Op::Name, T>*>(acc), v);                      \
+        static_cast<cpu_jit_ops::Accumulator<Op::Name, T>*>(acc), stretch, v);             \
+  }                                                                                        \
+  void lf_jit_flush_##Name##_##suffix(void* acc, T* stretch) {                             \
+    using namespace lazyfuse;                                                              \
+    cpu_jit_ops::flush_vector<Op::Name, T>(                                                \
+        static_cast<cpu_jit_ops::Accumulator<Op::Name, T>*>(acc), stretch);                \
   }                                                                                        \
   void lf_jit_finish_##Name##_##suffix(const void* acc, int sets, double count, T* out) {  \
     using namespace lazyfuse;                                                              \

@@ -18,14 +18,40 @@ using CpuApplyFn = void (*)(const void* const* in, void* out, int64_t n);
 using CpuConvertFn = void (*)(const void* in, void* out, int64_t n);
 inline constexpr int kCpuVectorPad = 16;
 
-// Reduces n contiguous values of a storage type into kCpuReduceLanes accumulators of the
-// reduction's accumulator type (CpuAccumulator in codegen/cpu_reduction.h), combining value j
-// into lane (first_lane + j) % kCpuReduceLanes. The lanes are independent, so additions do not
-// wait on each other, and their number is fixed, not the vector width: every instruction set,
-// and a scalar loop over a strided run, gives the same bits; and a value's lane depends only on
-// its position, so any split of the values into runs gives the same bits too.
-using CpuReduceRunFn = void (*)(const void* values, int64_t n, void* lanes, int first_lane);
+// Reduces n contiguous values of a storage type into a part's running state (CpuReduceState of
+// the reduction's accumulator type, CpuAccumulator in codegen/cpu_reduction.h), the first of
+// them at `position` in the part: the value at position p goes into lane p % kCpuReduceLanes.
+// The lanes are independent, so additions do not wait on each other, and their number is
+// fixed, not the vector width: every instruction set, and a scalar loop over a strided run,
+// gives the same bits; and a value's lane depends only on its position, so any split of the
+// values into runs gives the same bits too.
+using CpuReduceRunFn = void (*)(const void* values, int64_t n, void* state, int64_t position);
 inline constexpr int kCpuReduceLanes = 16;
+// A sum of float32-computed values (ir/ops.def, Sum and Mean) adds each lane's values in
+// float32 over stretches of kCpuReduceStretch of them (positions [256k, 256k + 256) of a part),
+// in order from zero, and adds each stretch's sum into the lane's float64 accumulator when the
+// stretch ends (or the part does: CpuReduceState::flush).
+inline constexpr int kCpuReduceStretch = 16;
+inline constexpr int kCpuReduceStretchSpan = kCpuReduceLanes * kCpuReduceStretch;
+
+// The state of one part's reduction between runs: the lanes' accumulators and, for a sum in
+// stretches, each lane's float32 sum of its stretch so far (zero otherwise).
+template <typename Acc>
+struct CpuReduceState {
+  Acc lanes[kCpuReduceLanes];
+  float stretch[kCpuReduceLanes];
+
+  // The stretches' sums added into the lanes, and the stretches begun anew. Adding a stretch
+  // that holds no value yet adds +0, which changes no lane: a lane starts at +0 and a sum that
+  // is -0 only ever comes from -0 + -0.
+  void flush() {
+    for (int l = 0; l < kCpuReduceLanes; ++l) {
+      lanes[l] = static_cast<Acc>(lanes[l] + static_cast<Acc>(stretch[l]));
+      stretch[l] = 0.0f;
+    }
+  }
+};
+
 // Elements of a row reduced into one set of lanes, whose results are then combined in order. The
 // split depends only on sizes, never on the number of threads, so a reduction gives the same bits
 // however many cores run it.

@@ -40,6 +40,14 @@ using CpuAccumulator = std::conditional_t<
     CpuReduction<kOp>::accumulator == ReductionAccumulator::Wide || std::is_same_v<S, bool>,
     std::conditional_t<std::is_floating_point_v<ComputeOf<S>>, double, int64_t>, ComputeOf<S>>;
 
+// Whether reduction kOp over storage type S sums in float32 stretches before its float64
+// lanes (kCpuReduceStretch in codegen/cpu_kernels.h): a wide sum of float32-computed values
+// (float32, float16, bfloat16).
+template <Op kOp, typename S>
+inline constexpr bool kCpuSumsInStretches =
+    CpuReduction<kOp>::accumulator ==
+    ReductionAccumulator::Wide&& std::is_same_v<ComputeOf<S>, float>;
+
 template <typename Acc>
 Acc reduction_identity_value(ReductionIdentity identity) {
   constexpr bool floating = std::is_floating_point_v<Acc>;

@@ -5,6 +5,7 @@
 #include <array>
 
 #include "lazyfuse/codegen/cpu_kernels.h"
+#include "lazyfuse/codegen/cpu_reduction.h"
 
 namespace lazyfuse {
 
@@ -24,9 +25,9 @@ namespace lazyfuse {
 // The bits are the interpreter's: each elementwise op is the same op function, and a reduction
 // puts element p of its row into lane p % 16 of set (p / 16) % sets and combines the sets, the
 // lanes and the identity in the order reduce_run, reduce_part and finish_row do (runtime/
-// cpu_library.cc). Rows are whole multiples of 16 elements (64 for a max or a min, which keep
-// four sets) no longer than one part of a reduction (kCpuReduceBlock); other steps run a part at
-// a time.
+// cpu_library.cc), a sum of float32 values through the same float32 stretches. Rows are whole
+// multiples of 16 elements (64 for a max or a min, which keep four sets) no longer than one part of
+// a reduction (kCpuReduceBlock); other steps run a part at a time.
 
 namespace {
 
@@ -34,17 +35,21 @@ namespace {
 struct ReductionFunctions {
   const char* init;
   const char* combine;
+  const char* flush;
   const char* finish;
+  int32_t flush_every;  // elements between flushes (0: the reduction keeps no stretches)
 };
 const ReductionFunctions* reduction_functions(Op op, bool double_precision) {
   static const auto table = [] {
     std::array<std::array<ReductionFunctions, 2>, kNumOps> names{};
-#define LF_REDUCTION(Name, mnemonic, dtype_rule, accumulator, identity, combine, finish) \
-  names[static_cast<int>(Op::Name)] = {                                                  \
-      {{"lf_jit_init_" #Name "_f32", "lf_jit_combine_" #Name "_f32",                     \
-        "lf_jit_finish_" #Name "_f32"},                                                  \
-       {"lf_jit_init_" #Name "_f64", "lf_jit_combine_" #Name "_f64",                     \
-        "lf_jit_finish_" #Name "_f64"}}};
+#define LF_REDUCTION(Name, mnemonic, dtype_rule, accumulator, identity, combine, finish)           \
+  names[static_cast<int>(Op::Name)] = {                                                            \
+      {{"lf_jit_init_" #Name "_f32", "lf_jit_combine_" #Name "_f32", "lf_jit_flush_" #Name "_f32", \
+        "lf_jit_finish_" #Name "_f32",                                                             \
+        kCpuSumsInStretches<Op::Name, float> ? kCpuReduceStretchSpan : 0},                         \
+       {"lf_jit_init_" #Name "_f64", "lf_jit_combine_" #Name "_f64", "lf_jit_flush_" #Name "_f64", \
+        "lf_jit_finish_" #Name "_f64",                                                             \
+        kCpuSumsInStretches<Op::Name, double> ? kCpuReduceStretchSpan : 0}}};
 #define LF_OP(Name, mnemonic, kind, arity, dtype_rule)
 #include "lazyfuse/ir/ops.def"
     return names;
@@ -227,6 +232,8 @@ CpuRowProgram::Compiled CpuRowProgram::compile(std::span<const PartData> data,
           part.program != nullptr && part_data.scratch_kept >= 0 ? result_base++ : -1;
       phase.reduce_init = functions->init;
       phase.reduce_combine = functions->combine;
+      phase.reduce_flush = functions->flush;
+      phase.reduce_flush_every = functions->flush_every;
       phase.reduce_finish = functions->finish;
       phase.reduce_sets = sets_of(part.op);
       phase.reduce_accumulator_bytes =

@@ -26,26 +26,36 @@ namespace {
 // Reduces one part of a row (at most kCpuReduceBlock elements), handed by `visit(consume)` to
 // consume(values, count, stride) in runs, in order: each value goes into lane (position in the
 // part) % kCpuReduceLanes of kCpuReduceLanes accumulators (CpuReduceRunFn, vector code for a
-// contiguous run), which are then combined in a fixed tree. The bits depend on the part's values
-// alone, not on how they came in runs, so a strided operand, a contiguous one and a fused
-// prologue's chunks all give the same.
+// contiguous run; a sum of float32-computed values through float32 stretches first), which are
+// then combined in a fixed tree. The bits depend on the part's values alone, not on how they
+// came in runs, so a strided operand, a contiguous one and a fused prologue's chunks all give
+// the same.
 template <Op kOp, typename S, typename Visit>
 CpuAccumulator<kOp, S> reduce_part(CpuReduceRunFn reduce_run, Visit&& visit) {
   using Meaning = CpuReduction<kOp>;
   using Acc = CpuAccumulator<kOp, S>;
-  Acc lanes[kCpuReduceLanes];
+  CpuReduceState<Acc> state;
+  Acc* lanes = state.lanes;
   std::fill_n(lanes, kCpuReduceLanes, reduction_identity_value<Acc>(Meaning::identity));
+  std::fill_n(state.stretch, kCpuReduceLanes, 0.0f);
   int64_t position = 0;  // in the part
   visit([&](const S* values, int64_t count, int64_t stride) {
-    const int first_lane = static_cast<int>(position % kCpuReduceLanes);
     if (stride == 1) {
-      reduce_run(values, count, lanes, first_lane);
+      reduce_run(values, count, &state, position);
     } else {
-      for (int64_t i = 0, l = first_lane; i < count; ++i, l = (l + 1) % kCpuReduceLanes)
-        lanes[l] = Meaning::combine(lanes[l], convert_value<Acc>(values[i * stride]));
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t p = position + i, l = p % kCpuReduceLanes;
+        if constexpr (kCpuSumsInStretches<kOp, S>) {
+          state.stretch[l] = state.stretch[l] + convert_value<float>(values[i * stride]);
+          if ((p + 1) % kCpuReduceStretchSpan == 0) state.flush();
+        } else {
+          lanes[l] = Meaning::combine(lanes[l], convert_value<Acc>(values[i * stride]));
+        }
+      }
     }
     position += count;
   });
+  if constexpr (kCpuSumsInStretches<kOp, S>) state.flush();
   for (int width = kCpuReduceLanes / 2; width >= 1; width /= 2)
     for (int l = 0; l < width; ++l) lanes[l] = Meaning::combine(lanes[l], lanes[l + width]);
   return lanes[0];

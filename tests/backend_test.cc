@@ -325,13 +325,16 @@ TEST(Backend, EveryCpuInstructionSetAgreesWithTheBaseline) {
       }
     }
     EXPECT_GT(checked, 40);
-    // Reductions: the same bits, from any first lane.
+    // Reductions: the same bits, from any position in a part (a sum's stretches begin every
+    // 256 positions).
     std::vector<double> v = values(-1e3, 1e3);
     std::vector<float> floats(v.begin(), v.end());
     for (Op op : {Op::Sum, Op::Mean, Op::Max, Op::Min}) {
-      for (int first_lane : {0, 5}) {
-        // The lanes: doubles for sums and means, floats for max and min; zero to start.
-        alignas(64) double got[kCpuReduceLanes] = {}, want[kCpuReduceLanes] = {};
+      for (int64_t first_lane : {0, 5, 250}) {
+        // The state: lanes of doubles for sums and means, floats for max and min, then the
+        // stretches' floats; zero to start.
+        alignas(64) unsigned char got[sizeof(CpuReduceState<double>)] = {},
+                                  want[sizeof(CpuReduceState<double>)] = {};
         table->reduce_run[static_cast<int>(op)][storage_slot(DType::Float32)](floats.data(), n, got,
                                                                               first_lane);
         baseline.reduce_run[static_cast<int>(op)][storage_slot(DType::Float32)](floats.data(), n,
@@ -356,6 +359,59 @@ DType dtype_of_compute_type() {
   if constexpr (std::is_same_v<T, int64_t>) return DType::Int64;
   if constexpr (std::is_same_v<T, int32_t>) return DType::Int32;
   return DType::Bool;
+}
+
+// The documented order of a float32 sum on the CPU (ir/ops.def, codegen/cpu_kernels.h), written
+// out plainly: rows in parts of 32768; in a part, position p into lane p % 16, each lane adding
+// its values in float32 from zero over stretches of 16 of them (positions [256k, 256k + 256))
+// and each stretch's sum into a float64 accumulator; the 16 lanes in a tree (width 8, 4, 2, 1);
+// the parts in order onto zero; a mean then divided by the count, in float64.
+double documented_float32_sum(const float* row, int64_t n) {
+  double total = 0.0;
+  for (int64_t begin = 0; begin < n || begin == 0; begin += 32768) {
+    const int64_t end = std::min<int64_t>(n, begin + 32768);
+    double lanes[16] = {};
+    for (int64_t stretch = begin; stretch < end; stretch += 256) {
+      for (int l = 0; l < 16; ++l) {
+        float sum = 0.0f;
+        for (int64_t p = stretch + l; p < std::min<int64_t>(end, stretch + 256); p += 16)
+          sum += row[p];
+        lanes[l] += static_cast<double>(sum);
+      }
+    }
+    for (int width = 8; width >= 1; width /= 2)
+      for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+    total += lanes[0];
+    if (end == n) break;
+  }
+  return total;
+}
+
+TEST(Backend, CpuFloat32SumsAddInTheDocumentedOrder) {
+  std::mt19937 rng(7);
+  // Magnitudes over many binades, so that the order of additions shows in the last bits.
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  for (int64_t n : {1, 15, 250, 256, 1000, 4096, 40000, 70000}) {
+    std::vector<float> values(static_cast<size_t>(2 * n));
+    for (float& v : values) v = std::ldexp(mantissa(rng), exponent(rng));
+    const Tensor x = from_vector(std::vector<double>(values.begin(), values.end()), {2, n});
+    // Whole rows (a fused prologue computes x * 1 in chunks), and a strided view: the rows of
+    // a stored transpose.
+    const Tensor sums = (x * 1.0f).sum({1}), means = x.mean({1});
+    Tensor transposed = x.t().contiguous();
+    eval(transposed);
+    const Tensor strided_sums = transposed.t().sum({1});
+    const std::vector<float> got = sums.to_vector<float>(), got_means = means.to_vector<float>();
+    const std::vector<float> got_strided = strided_sums.to_vector<float>();
+    for (int64_t r = 0; r < 2; ++r) {
+      const double want = documented_float32_sum(values.data() + r * n, n);
+      EXPECT_EQ(got[r], static_cast<float>(want)) << "sum of row " << r << " of " << n;
+      EXPECT_EQ(got_strided[r], static_cast<float>(want)) << "strided row " << r << " of " << n;
+      EXPECT_EQ(got_means[r], static_cast<float>(want / static_cast<double>(n)))
+          << "mean of row " << r << " of " << n;
+    }
+  }
 }
 
 // The CPU's compile-time accumulator (codegen/cpu_reduction.h) is the one the op table gives

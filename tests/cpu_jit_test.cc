@@ -312,7 +312,7 @@ TEST(CpuJit, RowProgramsGiveTheInterpretersBits) {
   namespace F = nn::functional;
   std::mt19937 rng(23);
   for (DType dtype : {kFloat32, kFloat64}) {
-    for (int64_t length : {48, 64, 1024}) {
+    for (int64_t length : {48, 64, 320, 512, 1024}) {
       const int64_t rows = std::max<int64_t>(40, 65536 / length);
       const std::string name = absl::StrCat(dtype_torch_name(dtype), " rows of ", length);
       const Tensor x = from_vector(edgy_values(rng, rows * length), {rows, length}, dtype);
