@@ -93,6 +93,7 @@ def numexpr_forms(ne, np):
         "gelu": lambda x: ev("x * half * (one + tanh(k0 * (x + k1 * x * x * x)))", x=x),
         "bias_relu": lambda x, bias: ev("where(x + bias > zero, x + bias, zero) * half", x=x, bias=bias),
         "softmax": softmax,
+        "softmax_fn": softmax,
         "sum_squares": lambda x: ev("sum(x * x)", x=x),
         "chain16": chain16,
         "adam": adam,
@@ -154,12 +155,6 @@ def run_torch(args, compiled):
                 t = measure(lambda inputs: call(*inputs), sets, args.batches, per_batch)
             results.append({"workload": name, "dtype": "f32", "n": n, "mode": mode, "us": t * 1e6, "bytes": b})
             print(f"{mode:14s} {name:12s} f32 2^{log2}: {t * 1e6:9.1f} us", file=sys.stderr)
-            if name == "softmax" and not compiled:  # PyTorch eager's own softmax kernel
-                with torch.no_grad():
-                    t = measure(lambda inputs: torch.softmax(inputs[0], dim=1), sets, args.batches, per_batch)
-                results.append({"workload": name, "dtype": "f32", "n": n, "mode": "torch.softmax",
-                                "us": t * 1e6, "bytes": b})
-                print(f"torch.softmax  {name:12s} f32 2^{log2}: {t * 1e6:9.1f} us", file=sys.stderr)
     exp_mul = lambda z, y: torch.exp(z + 2) * y
     with torch.no_grad():
         cost = host_cost(torch.compile(exp_mul) if compiled else exp_mul, make)

@@ -63,6 +63,7 @@ def workloads(xp, where, fuse=lambda f: f):
         "bias_relu": (lambda n: [(n // 1024, 1024), (1024,)], fuse(lambda x, b: relu(x + b) * 0.5),
                       lambda n, s: (2 * n + 1024) * s),
         "softmax": (lambda n: [(n // 1024, 1024)], softmax, lambda n, s: 2 * n * s),
+        "softmax_fn": (lambda n: [(n // 1024, 1024)], softmax, lambda n, s: 2 * n * s),
         "sum_squares": (lambda n: [(n,)], lambda x: (x * x).sum(), lambda n, s: n * s),
         "chain16": (lambda n: [(n,)], fuse(chain16), lambda n, s: 2 * n * s),
         "adam": (lambda n: [(n,), (n,), (n,), (n,)], adam, lambda n, s: 7 * n * s),
@@ -86,6 +87,9 @@ def torch_form(torch, name, fn):
     if name == "log_softmax":
         def fn(x):
             return F.log_softmax(x, dim=1)
+    if name == "softmax_fn":
+        def fn(x):
+            return torch.softmax(x, dim=1)
     return fn
 
 

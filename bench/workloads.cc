@@ -84,6 +84,14 @@ const std::vector<Workload>& workloads() {
       row_norm("layernorm4k", 4096, true),
       row_norm("rmsnorm", 1024, false),
       row_norm("rmsnorm4k", 4096, false),
+      {"softmax_fn",  // softmax() over rows of 1024, as torch.softmax: times the sum's reciprocal
+       [](int64_t n) {
+         return std::vector<Shape>{{n / 1024, 1024}};
+       },
+       [](const std::vector<Tensor>& in) {
+         return std::vector<Tensor>{nn::functional::softmax(in[0], 1)};
+       },
+       [](int64_t n, int64_t s) { return 2.0 * n * s; }},
       {"log_softmax",  // over rows of 1024
        [](int64_t n) {
          return std::vector<Shape>{{n / 1024, 1024}};

@@ -18,7 +18,8 @@ inline constexpr Reduction kMean = Reduction::Mean;
 inline constexpr Reduction kSum = Reduction::Sum;
 
 // Rows made into probabilities along `dim`, and their logarithms, computed stably (the row's
-// maximum subtracted first).
+// maximum subtracted first). softmax multiplies by the reciprocal of the row's sum, as
+// torch.softmax does, rather than dividing each element by it.
 Tensor softmax(const Tensor& x, int64_t dim, Loc where = Loc::current());
 Tensor log_softmax(const Tensor& x, int64_t dim, Loc where = Loc::current());
 Tensor logsumexp(const Tensor& x, std::vector<int64_t> dims, bool keepdim = false,
