@@ -3,6 +3,7 @@
 // the L2 cache cannot serve them.
 #include "bench/bench.h"
 
+#include <immintrin.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -22,6 +23,8 @@
 #include "absl/strings/str_join.h"
 #include "bench/launch_floor.h"
 #include "bench/workloads.h"
+#include "lazyfuse/codegen/cpu_kernels.h"
+#include "lazyfuse/codegen/cpu_program.h"
 #include "lazyfuse/runtime/backend.h"
 #include "lazyfuse/runtime/cuda_driver.h"
 #include "lazyfuse/runtime/env.h"
@@ -178,31 +181,57 @@ int run_bench(const BenchOptions& options) {
           results.push_back({workload->name, dtype_name, mode, n, median(times), bytes});
         }
         // The roof: a copy moving the same bytes (half read, half written); on the CPU, on as
-        // many threads as lazyfuse uses.
+        // many threads as lazyfuse uses. Rotated among as many sources and destinations as the
+        // inputs are, so that the copy's bytes come from where the workload's do: one pair
+        // copied over and over stays in a cache the rotated inputs outgrow (the 2-core Intel
+        // machine's shared L3 is 480 MiB).
         {
           const int64_t copy_elements = static_cast<int64_t>(bytes / 2 / dtype_size(dtype));
-          Tensor source = zeros({copy_elements}, TensorOptions().dtype(dtype).device(device)) + 1;
-          eval(source);
-          BufferView src = *source.value()->buffer;
-          BufferView dst = allocate_buffer(device, dtype, {copy_elements});
+          std::vector<BufferView> sources, destinations;
+          std::vector<Tensor> source_tensors;
+          for (int set = 0; set < sets; ++set) {
+            Tensor source = zeros({copy_elements}, TensorOptions().dtype(dtype).device(device)) + 1;
+            eval(source);
+            source_tensors.push_back(source);
+            sources.push_back(*source.value()->buffer);
+            destinations.push_back(allocate_buffer(device, dtype, {copy_elements}));
+          }
           const size_t copy_bytes = static_cast<size_t>(copy_elements * dtype_size(dtype));
-          auto copy = [&](int) {
+          auto copy = [&](int i) {
+            const BufferView &src = sources[i % sets], &dst = destinations[i % sets];
             if (device.is_cuda()) {
               cuda::check(cuda::driver()->cuMemcpyDtoD(
                               reinterpret_cast<cuda::CUdeviceptr>(dst.data()),
                               reinterpret_cast<cuda::CUdeviceptr>(src.data()), copy_bytes),
                           "cuMemcpyDtoD");
             } else {
-              // As many threads as lazyfuse's own kernels use, each copying a contiguous part.
+              // As many threads as lazyfuse's own kernels use, each copying a contiguous part,
+              // written as lazyfuse writes a result of that size: past the caches (the kernel
+              // table's non-temporal copy) from 16 MiB, else memcpy. glibc's memcpy stores
+              // through the caches below a threshold set from the L3's size (here 480 MiB),
+              // reading each destination line first, so it was no roof for kernels that stream
+              // (Adam at 2^24 ran in 55% of its time, 2026-12-05 17:46).
               const int threads = omp_get_max_threads();
               const size_t part = (copy_bytes / threads + 63) / 64 * 64;
+              const bool stream = worth_streaming(static_cast<int64_t>(copy_bytes)) &&
+                                  copy_bytes % (64 * static_cast<size_t>(threads)) == 0;
+              const CpuApplyFn stream_copy =
+                  cpu_kernel_table()
+                      .apply_stream[static_cast<int>(Op::Copy)][compute_slot(DType::Float32)];
 #pragma omp parallel for num_threads(threads)
               for (int t = 0; t < threads; ++t) {
                 const size_t begin = std::min(copy_bytes, t * part);
                 const size_t end = std::min(copy_bytes, begin + part);
-                std::memcpy(static_cast<std::byte*>(dst.data()) + begin,
-                            static_cast<const std::byte*>(src.data()) + begin, end - begin);
+                std::byte* to = static_cast<std::byte*>(dst.data()) + begin;
+                const std::byte* from = static_cast<const std::byte*>(src.data()) + begin;
+                if (stream && stream_copy != nullptr) {
+                  const void* in[1] = {from};
+                  stream_copy(in, to, static_cast<int64_t>((end - begin) / sizeof(float)));
+                } else {
+                  std::memcpy(to, from, end - begin);
+                }
               }
+              if (stream) _mm_sfence();
             }
           };
           timer.seconds_per_call(3, copy);

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace {
@@ -273,6 +274,52 @@ int main(int argc, char** argv) {
     report_rows("layernorm rows, float64 sums, prefetch", [&](const float* x, float* out) {
       layer_norm_row(x, bias, bias, out, columns, true, ahead, from_memory);
     });
+    // The sum of squares, read only: each thread its contiguous half, four float32 vectors of
+    // accumulators (as many chains as the adds' latency needs), asking for the line `ahead`
+    // bytes on (none where 0); then the benchmark's roof for those bytes, memcpy of half of
+    // them.
+    for (int64_t sum_ahead : {int64_t{0}, int64_t{1} << 10, int64_t{4} << 10, int64_t{16} << 10}) {
+      volatile float sink = 0;
+      const std::string name =
+          sum_ahead == 0 ? std::string("sum of squares")
+                         : "sum of squares, prefetch " + std::to_string(sum_ahead >> 10) + " KiB";
+      report(name.c_str(),
+             time_ms(sets, per_batch,
+                     [&](int s) {
+                       const float* x = data[s].x;
+                       float total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+                       for (int64_t part = 0; part < 64; ++part) {
+                         __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
+                                          _mm512_setzero_ps(), _mm512_setzero_ps()};
+                         for (int64_t i = part * (n / 64); i < (part + 1) * (n / 64); i += 64) {
+                           for (int k = 0; k < 4; ++k) {
+                             prefetch(x + i + 16 * k, sum_ahead);
+                             const __m512 v = _mm512_loadu_ps(x + i + 16 * k);
+                             acc[k] = _mm512_fmadd_ps(v, v, acc[k]);
+                           }
+                         }
+                         total += _mm512_reduce_add_ps(_mm512_add_ps(
+                             _mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+                       }
+                       sink = total;
+                     }),
+             4.0 * n);
+    }
+    report("memcpy of half the sum's bytes, a part per thread",
+           time_ms(sets, per_batch,
+                   [&](int s) {
+                     const Arrays& a = data[s];
+                     const int threads = omp_get_max_threads();
+                     const int64_t part = (n / 2 / threads + 15) / 16 * 16;
+#pragma omp parallel for num_threads(threads)
+                     for (int t = 0; t < threads; ++t) {
+                       const int64_t begin = std::min(n / 2, t * part);
+                       const int64_t end = std::min(n / 2, begin + part);
+                       std::memcpy(a.out + begin, a.x + begin, (end - begin) * sizeof(float));
+                     }
+                   }),
+           4.0 * n);
     // The benchmark's roof: memcpy of the same bytes, a part per thread.
     report("memcpy, a part per thread",
            time_ms(sets, per_batch,

@@ -27,7 +27,7 @@ inline constexpr int kCpuVectorPad = 16;
 // values into runs gives the same bits too.
 using CpuReduceRunFn = void (*)(const void* values, int64_t n, void* state, int64_t position);
 inline constexpr int kCpuReduceLanes = 16;
-// A sum of float32-computed values (ir/ops.def, Sum and Mean) adds each lane's values in
+// A sum of float32 values (ir/ops.def, Sum and Mean) adds each lane's values in
 // float32 over stretches of kCpuReduceStretch of them (positions [256k, 256k + 256) of a part),
 // in order from zero, and adds each stretch's sum into the lane's float64 accumulator when the
 // stretch ends (or the part does: CpuReduceState::flush).

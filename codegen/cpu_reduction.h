@@ -41,12 +41,12 @@ using CpuAccumulator = std::conditional_t<
     std::conditional_t<std::is_floating_point_v<ComputeOf<S>>, double, int64_t>, ComputeOf<S>>;
 
 // Whether reduction kOp over storage type S sums in float32 stretches before its float64
-// lanes (kCpuReduceStretch in codegen/cpu_kernels.h): a wide sum of float32-computed values
-// (float32, float16, bfloat16).
+// lanes (kCpuReduceStretch in codegen/cpu_kernels.h): a wide sum of float32 values. Half types
+// keep float64 throughout, so that under LAZYFUSE_HALF_ROUNDING=each_op a sum rounds to the
+// same half value whichever order a device adds in (docs/design.md, Note [Half types]).
 template <Op kOp, typename S>
 inline constexpr bool kCpuSumsInStretches =
-    CpuReduction<kOp>::accumulator ==
-    ReductionAccumulator::Wide&& std::is_same_v<ComputeOf<S>, float>;
+    CpuReduction<kOp>::accumulator == ReductionAccumulator::Wide&& std::is_same_v<S, float>;
 
 template <typename Acc>
 Acc reduction_identity_value(ReductionIdentity identity) {

@@ -26,7 +26,7 @@ namespace {
 // Reduces one part of a row (at most kCpuReduceBlock elements), handed by `visit(consume)` to
 // consume(values, count, stride) in runs, in order: each value goes into lane (position in the
 // part) % kCpuReduceLanes of kCpuReduceLanes accumulators (CpuReduceRunFn, vector code for a
-// contiguous run; a sum of float32-computed values through float32 stretches first), which are
+// contiguous run; a sum of float32 values through float32 stretches first), which are
 // then combined in a fixed tree. The bits depend on the part's values alone, not on how they
 // came in runs, so a strided operand, a contiguous one and a fused prologue's chunks all give
 // the same.
