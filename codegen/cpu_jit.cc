@@ -234,6 +234,13 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
     switch (instr.kind) {
       case kLfJitLoadDense:
         view[instr.dst] = b.CreateGEP(element, bases[k], i);
+        if (program.prefetch_bytes > 0) {
+          llvm::Value* ahead =
+              b.CreateGEP(b.getInt8Ty(), b.CreateBitCast(view[instr.dst], b.getInt8PtrTy()),
+                          b.getInt64(program.prefetch_bytes));
+          b.CreateIntrinsic(llvm::Intrinsic::prefetch, {b.getInt8PtrTy()},
+                            {ahead, b.getInt32(0), b.getInt32(3), b.getInt32(1)});
+        }
         break;
       case kLfJitLoadScalar:
         splat(at, at.CreateAlignedLoad(element, bases[k], element_align), k);

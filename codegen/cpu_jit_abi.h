@@ -72,11 +72,12 @@ struct LfJitProgram {
   int32_t num_instrs;
   const LfJitInstr* instrs;
   // A row program (num_phases > 0, instrs unused): rows of `row_length` elements (a multiple of
-  // 16 times each phase's reduce_sets), each row running every phase in turn. The first phase
-  // asks, for each vector it loads densely, for the line `prefetch_bytes` on (0: none).
+  // 16 times each phase's reduce_sets), each row running every phase in turn.
   int64_t row_length;
   int32_t num_phases;
   const LfJitPhase* phases;
+  // For each vector loaded densely (in a row program, by its first phase), a request for the
+  // line `prefetch_bytes` on (0: none).
   int64_t prefetch_bytes;
 };
 
