@@ -514,25 +514,25 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
     auto* after = llvm::BasicBlock::Create(context, "after" + std::to_string(p), kernel);
     b.CreateBr(loop);
     b.SetInsertPoint(loop);
-    // q counts the row's elements a stretch at a time: with `together` stretches, vector j of
-    // each of the group's stretches an iteration (the elements from column(q, g)).
-    const int64_t together = reduces && state.scratch == nullptr ? state.together : 1;
+    // A loop's counter q steps through a stretch's elements (`every` of them) while the loop
+    // takes vector j of each of `together` stretches at once: the column of vector u of an
+    // iteration's part for stretch g (the plain column q + u * lanes where together is 1).
     const int64_t every = phase.reduce_flush_every;
-    auto column_of = [&](llvm::Value* q, int64_t g, int64_t u) -> llvm::Value* {
+    auto column_of = [&](llvm::Value* q, int64_t together, int64_t g, int64_t u) {
       llvm::Value* column = q;
-      if (together > 1) {
-        llvm::Value* group = b.CreateUDiv(q, b.getInt64(every));
-        column = b.CreateAdd(b.CreateMul(group, b.getInt64(together * every)),
-                             b.CreateURem(q, b.getInt64(every)));
-      }
+      if (together > 1)
+        column = b.CreateAdd(
+            b.CreateMul(b.CreateUDiv(q, b.getInt64(every)), b.getInt64(together * every)),
+            b.CreateURem(q, b.getInt64(every)));
       const int64_t offset = g * every + u * lanes;
       return offset == 0 ? column : b.CreateAdd(column, b.getInt64(offset), "", true, true);
     };
+    const int64_t together = reduces && state.scratch == nullptr ? state.together : 1;
     llvm::PHINode* q = b.CreatePHI(i64, 2, "q");
     q->addIncoming(b.getInt64(0), before);
     for (int64_t v = 0; v < together * per_iteration; ++v) {
       const int64_t u = v % per_iteration;
-      llvm::Value* column = column_of(q, v / per_iteration, u);
+      llvm::Value* column = column_of(q, together, v / per_iteration, u);
       llvm::Value* at = b.CreateAdd(row_start, column, "", true, true);
       for (int32_t k = 0; k < phase.num_instrs; ++k) {
         const LfJitInstr& instr = phase.instrs[k];
@@ -603,16 +603,9 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
       b.SetInsertPoint(reduce);
       llvm::PHINode* j = b.CreatePHI(i64, 2, "j");
       j->addIncoming(b.getInt64(0), after);
-      const int64_t all_together = state.together;
-      for (int64_t v = 0; v < all_together * per_iteration; ++v) {
-        const int64_t u = v % per_iteration, g = v / per_iteration;
-        llvm::Value* column = j;
-        if (all_together > 1)
-          column = b.CreateAdd(
-              b.CreateMul(b.CreateUDiv(j, b.getInt64(every)), b.getInt64(all_together * every)),
-              b.CreateURem(j, b.getInt64(every)));
-        if (g * every + u * lanes != 0)
-          column = b.CreateAdd(column, b.getInt64(g * every + u * lanes), "", true, true);
+      for (int64_t v = 0; v < state.together * per_iteration; ++v) {
+        const int64_t u = v % per_iteration;
+        llvm::Value* column = column_of(j, state.together, v / per_iteration, u);
         b.CreateCall(combine, {accumulators_of(b, static_cast<size_t>(u)), state.stretches[v],
                                b.CreateGEP(element, state.scratch, column)});
       }
@@ -620,7 +613,7 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
           b.CreateAdd(j, b.getInt64(per_iteration * lanes), "next_j", /*HasNUW=*/true, true);
       if (every > 0) flush_all(next_j, "_scratch" + std::to_string(p));
       j->addIncoming(next_j, b.GetInsertBlock());
-      b.CreateCondBr(b.CreateICmpSLT(next_j, b.getInt64(length / all_together)), reduce, reduced);
+      b.CreateCondBr(b.CreateICmpSLT(next_j, b.getInt64(length / state.together)), reduce, reduced);
       b.SetInsertPoint(reduced);
     }
     if (reduces) {
