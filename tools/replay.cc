@@ -136,9 +136,10 @@ double unit_roundoff(DType dtype) {
 // and sin of it NaN). So every reference also gives each such value the range of its float:
 // past the largest finite value it becomes infinity, as in the graph. Where half values round
 // only at stores, one inside a kernel has float32's range: the reference gives half values
-// their own range only as results and where made by a cast, a constant or a generator (which
-// round under either policy), and the fourth probe finds the results that an intermediate
-// stored between kernels, and overflowing there, would move.
+// their own range only as results, where made by a cast, a constant or a generator (which
+// round under either policy) and where a cast reads them (it converts from their dtype), and
+// the fourth probe finds the results that an intermediate stored between kernels, and
+// overflowing there, would move.
 enum class Perturbation { None, Up, Down, Alternating, Rounded, Scattered };
 
 // `draw` picks the Scattered probe's factors.
@@ -150,11 +151,15 @@ Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbatio
   for (ValueId v : graph.outputs) is_output[v] = true;
   std::vector<ValueId> id(reference.nodes.size());      // each value as the ops reading it see it
   std::vector<ValueId> stored(reference.nodes.size());  // each result as stored
+  // Each value in its own dtype's range, as a cast reads it: a cast converts from the operand's
+  // dtype, so a half value kept in float32 inside a kernel reaches it rounded (an exp past
+  // 65504 is infinity there, and an int32 cast of it saturates).
+  std::vector<ValueId> in_own_range(reference.nodes.size());
   double sign = perturbation == Perturbation::Down ? -1 : 1;
   for (size_t i = 0; i < reference.nodes.size(); ++i) {
     Node node = reference.nodes[i];
     for (ValueId& input : node.inputs) {
-      input = id[input];
+      input = graph.nodes[i].op == Op::Cast ? in_own_range[input] : id[input];
       if (node.op == Op::Matmul && out.nodes[input].dtype != node.dtype) {
         Node cast = out.nodes[input];
         cast.op = Op::Cast;
@@ -165,7 +170,7 @@ Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbatio
       }
     }
     ValueId value = out.add(node);
-    id[i] = stored[i] = value;
+    id[i] = stored[i] = in_own_range[i] = value;
     const double u = unit_roundoff(graph.nodes[i].dtype);
     if (u == 0 || node.op == Op::Param) continue;
     // A node of `op` over `inputs`, typed like `node` (or bool), of its shape.
@@ -248,7 +253,8 @@ Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbatio
       return add(Op::Where, {past_range, infinite, value}, node.dtype);
     };
     id[i] = overflowing_past(kept_in_float32 ? DType::Float32 : graph.nodes[i].dtype);
-    if (is_output[i]) stored[i] = kept_in_float32 ? overflowing_past(graph.nodes[i].dtype) : id[i];
+    in_own_range[i] = kept_in_float32 ? overflowing_past(graph.nodes[i].dtype) : id[i];
+    if (is_output[i]) stored[i] = in_own_range[i];
   }
   for (ValueId output : reference.outputs) out.outputs.push_back(stored[output]);
   return out;
