@@ -895,8 +895,11 @@ TEST(CudaCodegen, NormalizationsAndLossesWithGradientsCompile) {
     Tensor x = make(rows * columns), w = make(columns), b = make(columns);
     Tensor labels = zeros({rows}, kInt64);
     const std::vector<Tensor> outputs = {
-        nn::functional::layer_norm(x, {columns}, w, b), nn::functional::rms_norm(x, {columns}, w),
-        nn::functional::normalize(x), log_softmax(x, 1), softmax(x, 1),
+        nn::functional::layer_norm(x, {columns}, w, b),
+        nn::functional::rms_norm(x, {columns}, w),
+        nn::functional::normalize(x),
+        log_softmax(x, 1),
+        softmax(x, 1),
         nn::functional::cross_entropy(x, labels).reshape({1, 1}).expand({rows, columns})};
     for (const Tensor& out : outputs) {
       std::vector<Tensor> pieces = {out.reshape({-1})};
