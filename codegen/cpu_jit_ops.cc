@@ -60,7 +60,7 @@ template <Op op, typename T>
 using Accumulator = std::conditional_t<Combine<op>::wide, double, T>;
 // kCpuSumsInStretches (codegen/cpu_reduction.h) for the JIT's types.
 template <Op op, typename T>
-inline constexpr bool kInStretches = Combine<op>::wide&& std::is_same_v<T, float>;
+inline constexpr bool kInStretches = (Combine<op>::wide && std::is_same_v<T, float>);
 constexpr int kLanesPerSet = 16;  // kCpuReduceLanes
 
 // A vector of accumulators, one per lane of a vector of T, set to the identity.
