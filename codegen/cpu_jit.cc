@@ -104,6 +104,15 @@ llvm::StringRef bitcode_of(const std::string& isa) {
   return {lf_jit_bitcode_avx2, static_cast<size_t>(lf_jit_bitcode_avx2_end - lf_jit_bitcode_avx2)};
 }
 
+// A request, where `b` is, for the cache line `bytes` past `pointer` (read soon, kept in every
+// level of the cache).
+void prefetch_ahead(llvm::IRBuilder<>& b, llvm::Value* pointer, int64_t bytes) {
+  llvm::Value* ahead =
+      b.CreateGEP(b.getInt8Ty(), b.CreateBitCast(pointer, b.getInt8PtrTy()), b.getInt64(bytes));
+  b.CreateIntrinsic(llvm::Intrinsic::prefetch, {b.getInt8PtrTy()},
+                    {ahead, b.getInt32(0), b.getInt32(3), b.getInt32(1)});
+}
+
 // What both kinds of kernel start from: the kernel function `name` (LfJitKernel's signature)
 // in `module`, which holds the op functions, and the types of the program's values.
 struct KernelFrame {
@@ -234,13 +243,7 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
     switch (instr.kind) {
       case kLfJitLoadDense:
         view[instr.dst] = b.CreateGEP(element, bases[k], i);
-        if (program.prefetch_bytes > 0) {
-          llvm::Value* ahead =
-              b.CreateGEP(b.getInt8Ty(), b.CreateBitCast(view[instr.dst], b.getInt8PtrTy()),
-                          b.getInt64(program.prefetch_bytes));
-          b.CreateIntrinsic(llvm::Intrinsic::prefetch, {b.getInt8PtrTy()},
-                            {ahead, b.getInt32(0), b.getInt32(3), b.getInt32(1)});
-        }
+        if (program.prefetch_bytes > 0) prefetch_ahead(b, view[instr.dst], program.prefetch_bytes);
         break;
       case kLfJitLoadScalar:
         splat(at, at.CreateAlignedLoad(element, bases[k], element_align), k);
@@ -472,6 +475,7 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
       return at.CreateBitCast(state.accumulators[u], at.getInt8PtrTy());
     };
     const size_t vectors = state.accumulators.size();
+    const int64_t every = phase.reduce_flush_every;  // 0: no stretches, nothing to flush
     for (size_t k = 0; k < state.stretches.size(); ++k)
       b.CreateCall(init, {accumulators_of(b, k % vectors), state.stretches[k]});
     // Every stretch into its vector's accumulators, in the row's order; in a loop, only once
@@ -482,7 +486,7 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
       if (done != nullptr) {
         flushing = llvm::BasicBlock::Create(context, "flush" + label, kernel);
         flushed = llvm::BasicBlock::Create(context, "flushed" + label, kernel);
-        llvm::Value* in_stretch = b.CreateURem(done, b.getInt64(phase.reduce_flush_every));
+        llvm::Value* in_stretch = b.CreateURem(done, b.getInt64(every));
         b.CreateCondBr(b.CreateICmpEQ(in_stretch, b.getInt64(0)), flushing, flushed);
         b.SetInsertPoint(flushing);
       }
@@ -517,7 +521,6 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
     // A loop's counter q steps through a stretch's elements (`every` of them) while the loop
     // takes vector j of each of `together` stretches at once: the column of vector u of an
     // iteration's part for stretch g (the plain column q + u * lanes where together is 1).
-    const int64_t every = phase.reduce_flush_every;
     auto column_of = [&](llvm::Value* q, int64_t together, int64_t g, int64_t u) {
       llvm::Value* column = q;
       if (together > 1)
@@ -539,13 +542,8 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
         switch (instr.kind) {
           case kLfJitLoadDense:
             view[instr.dst] = b.CreateGEP(element, state.bases[k], at);
-            if (p == 0 && program.prefetch_bytes > 0) {
-              llvm::Value* ahead =
-                  b.CreateGEP(b.getInt8Ty(), b.CreateBitCast(view[instr.dst], b.getInt8PtrTy()),
-                              b.getInt64(program.prefetch_bytes));
-              b.CreateIntrinsic(llvm::Intrinsic::prefetch, {b.getInt8PtrTy()},
-                                {ahead, b.getInt32(0), b.getInt32(3), b.getInt32(1)});
-            }
+            if (p == 0 && program.prefetch_bytes > 0)
+              prefetch_ahead(b, view[instr.dst], program.prefetch_bytes);
             break;
           case kLfJitLoadRowRun:
             view[instr.dst] = b.CreateGEP(element, state.bases[k], column);
@@ -618,8 +616,7 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
     }
     if (reduces) {
       // The row's last stretch, where it is not whole.
-      if (phase.reduce_flush_every > 0 && length % phase.reduce_flush_every != 0)
-        flush_all(nullptr, "");
+      if (every > 0 && length % every != 0) flush_all(nullptr, "");
       llvm::Type* accumulators = state.accumulators[0]->getType()->getPointerElementType();
       for (size_t u = 0; u < state.accumulators.size(); ++u)
         b.CreateStore(b.CreateLoad(accumulators, state.accumulators[u]),
