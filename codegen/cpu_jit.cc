@@ -12,6 +12,7 @@
 // functions are inlined into it and the registers become vector registers. Nothing reassociates
 // or contracts floating-point operations (no fast-math flags), so a program computes the
 // interpreter's bits.
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -399,6 +400,31 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
       state.bases.push_back(base(results, phase.reduce_result));
     }
   }
+  // The loop that asks for the lines ahead: the one applying the most ops, so that the next
+  // rows arrive while the row computes (asked for by a quick loop, a max's, the lines came in a
+  // burst that stalled on the fill buffers, and the long loop found memory idle). It asks for
+  // every operand the program reads densely, whichever loop reads it.
+  int32_t prefetching = -1;
+  for (int32_t p = 0, most = -1; p < program.num_phases; ++p) {
+    if (program.phases[p].once_a_row) continue;
+    int32_t applies = 0;
+    for (int32_t k = 0; k < program.phases[p].num_instrs; ++k)
+      applies += program.phases[p].instrs[k].kind == kLfJitApply;
+    if (applies > most) most = applies, prefetching = p;
+  }
+  std::vector<llvm::Value*> prefetched;  // the base of each densely read operand
+  std::vector<int32_t> prefetched_slots;
+  for (int32_t p = 0; p < program.num_phases && program.prefetch_bytes > 0; ++p) {
+    for (int32_t k = 0; k < program.phases[p].num_instrs; ++k) {
+      const LfJitInstr& instr = program.phases[p].instrs[k];
+      if (program.phases[p].once_a_row || instr.kind != kLfJitLoadDense ||
+          std::find(prefetched_slots.begin(), prefetched_slots.end(), instr.slot) !=
+              prefetched_slots.end())
+        continue;
+      prefetched_slots.push_back(instr.slot);
+      prefetched.push_back(states[p].bases[k]);
+    }
+  }
   auto* done = llvm::BasicBlock::Create(context, "done", kernel);
   b.CreateCondBr(b.CreateICmpSLT(begin, end), rows, done);
 
@@ -537,13 +563,14 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
       const int64_t u = v % per_iteration;
       llvm::Value* column = column_of(q, together, v / per_iteration, u);
       llvm::Value* at = b.CreateAdd(row_start, column, "", true, true);
+      if (p == prefetching)
+        for (llvm::Value* operand : prefetched)
+          prefetch_ahead(b, b.CreateGEP(element, operand, at), program.prefetch_bytes);
       for (int32_t k = 0; k < phase.num_instrs; ++k) {
         const LfJitInstr& instr = phase.instrs[k];
         switch (instr.kind) {
           case kLfJitLoadDense:
             view[instr.dst] = b.CreateGEP(element, state.bases[k], at);
-            if (p == 0 && program.prefetch_bytes > 0)
-              prefetch_ahead(b, view[instr.dst], program.prefetch_bytes);
             break;
           case kLfJitLoadRowRun:
             view[instr.dst] = b.CreateGEP(element, state.bases[k], column);

@@ -76,8 +76,8 @@ struct LfJitProgram {
   int64_t row_length;
   int32_t num_phases;
   const LfJitPhase* phases;
-  // For each vector loaded densely (in a row program, by its first phase), a request for the
-  // line `prefetch_bytes` on (0: none).
+  // For each vector loaded densely, a request for the line `prefetch_bytes` on (0: none); in a
+  // row program, for each operand any phase loads densely, by the phase applying the most ops.
   int64_t prefetch_bytes;
 };
 

@@ -18,9 +18,9 @@ namespace lazyfuse {
 // (emit_row_kernel in cpu_jit.cc): for each row, each part in turn, as a loop over the row's
 // vectors or, for a part over row values, once. A reduction's accumulators are in registers and
 // its value goes straight to the parts after it; a value handed between parts over the whole
-// space lies in a buffer of one row, in the L1 cache; and the first part asks for the lines a
-// little ahead of those it reads, so that the next rows come from memory while this one is
-// computed.
+// space lies in a buffer of one row, in the L1 cache; and the part applying the most ops asks for
+// the lines a little ahead of those the program reads, so that the next rows come from memory
+// while this one is computed.
 //
 // The bits are the interpreter's: each elementwise op is the same op function, and a reduction
 // puts element p of its row into lane p % 16 of set (p / 16) % sets and combines the sets, the
