@@ -114,6 +114,33 @@ void prefetch_ahead(llvm::IRBuilder<>& b, llvm::Value* pointer, int64_t bytes) {
                     {ahead, b.getInt32(0), b.getInt32(3), b.getInt32(1)});
 }
 
+// For each of `count` instructions, where it divides by a value its loop does not change (a
+// constant, a 0-d operand or, where `row_values_fixed`, a row's value: loaded before the
+// loop), the index of the load of
+// that divisor; else -1. Such a division runs as lf_jit_div_by_reciprocal, the divisor's
+// reciprocal computed where the divisor is loaded (Note [Division by a reciprocal] in
+// cpu_jit_ops.cc).
+std::vector<int32_t> fixed_divisors(const LfJitInstr* instrs, int32_t count,
+                                    const std::string& division, bool row_values_fixed) {
+  std::vector<int32_t> fixed(static_cast<size_t>(count), -1);
+  std::vector<int32_t> loaded_by;  // per register: the load of the value it holds, or -1
+  for (int32_t k = 0; k < count; ++k) {
+    const LfJitInstr& instr = instrs[k];
+    const int32_t divisor = instr.src[1];
+    if (instr.kind == kLfJitApply && instr.function == division && divisor >= 0 &&
+        divisor < static_cast<int32_t>(loaded_by.size()))
+      fixed[k] = loaded_by[divisor];
+    if (instr.kind == kLfJitStore || instr.kind == kLfJitStoreStream ||
+        instr.kind == kLfJitStoreRowRun)
+      continue;
+    if (instr.dst >= static_cast<int32_t>(loaded_by.size())) loaded_by.resize(instr.dst + 1, -1);
+    const bool fixed_value = instr.kind == kLfJitLoadScalar || instr.kind == kLfJitConst ||
+                             (row_values_fixed && instr.kind == kLfJitLoadRowValue);
+    loaded_by[instr.dst] = fixed_value ? k : -1;
+  }
+  return fixed;
+}
+
 // What both kinds of kernel start from: the kernel function `name` (LfJitKernel's signature)
 // in `module`, which holds the op functions, and the types of the program's values.
 struct KernelFrame {
@@ -123,6 +150,13 @@ struct KernelFrame {
   const char* suffix = "";  // the op functions' for the program's precision
   int32_t lanes = 0;
   llvm::Value *operands = nullptr, *results = nullptr, *begin = nullptr, *end = nullptr;
+  // Stores, where `at` is, the vector 1 / (the vector at `divisor`) at `reciprocal`.
+  void store_reciprocal(llvm::IRBuilder<>& at, llvm::Value* divisor, llvm::Value* reciprocal,
+                        llvm::Align align) const {
+    llvm::Value* value = at.CreateAlignedLoad(vector, at.CreateBitCast(divisor, vector_ptr), align);
+    at.CreateAlignedStore(at.CreateFDiv(llvm::ConstantFP::get(vector, 1.0), value),
+                          at.CreateBitCast(reciprocal, vector_ptr), align);
+  }
   // The address in `array` (the operands' or the results') at `slot`, loaded where `b` is.
   llvm::Value* base(llvm::IRBuilder<>& b, llvm::Value* array, int32_t slot) const {
     llvm::Value* at = b.CreateConstGEP1_64(b.getInt8PtrTy(), array, static_cast<uint64_t>(slot));
@@ -200,6 +234,14 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
         kind != kLfJitStoreStream)
       slots[k] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
   }
+  // A slot for the reciprocal of each divisor the loop does not change.
+  const std::vector<int32_t> divisors =
+      fixed_divisors(program.instrs, program.num_instrs, std::string("lf_jit_Div") + suffix,
+                     /*row_values_fixed=*/nested);
+  std::vector<llvm::Value*> reciprocals(static_cast<size_t>(program.num_instrs), nullptr);
+  for (int32_t divisor : divisors)
+    if (divisor >= 0 && reciprocals[divisor] == nullptr)
+      reciprocals[divisor] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
   // Each operand's and result's base address, read once.
   auto base = [&](llvm::Value* array, int32_t slot) { return frame.base(b, array, slot); };
   std::vector<llvm::Value*> bases(static_cast<size_t>(program.num_instrs), nullptr);
@@ -233,13 +275,16 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
     at.CreateAlignedStore(at.CreateVectorSplat(static_cast<unsigned>(lanes), scalar),
                           at.CreateBitCast(slots[k], vector_ptr), element_align);
     view[program.instrs[k].dst] = slots[k];
+    if (reciprocals[k] != nullptr)
+      frame.store_reciprocal(at, slots[k], reciprocals[k], element_align);
   };
   for (int32_t k = 0; k < program.num_instrs; ++k) {
     const LfJitInstr& instr = program.instrs[k];
-    // Once a row: loads of a row's value or of one value, and constants. (An op of those alone
-    // is never here: fusion gives a row's values a step of their own.)
-    const bool invariant = nested && (instr.kind == kLfJitLoadScalar || instr.kind == kLfJitConst ||
-                                      instr.kind == kLfJitLoadRowValue);
+    // Before the vectors: loads of one value and constants, and once a row, loads of a row's
+    // value. (An op of those alone is never here: fusion gives a row's values a step of their
+    // own.) Left in the loop, a load of one value stays there where an op calls out of line.
+    const bool invariant = instr.kind == kLfJitLoadScalar || instr.kind == kLfJitConst ||
+                           (nested && instr.kind == kLfJitLoadRowValue);
     llvm::IRBuilder<>& at = invariant ? once : b;
     switch (instr.kind) {
       case kLfJitLoadDense:
@@ -267,11 +312,16 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
         splat(at, llvm::ConstantFP::get(element, instr.value), k);
         break;
       case kLfJitApply: {
-        llvm::Function* op = module.getFunction(instr.function);
-        if (op == nullptr) return std::string("no op function ") + instr.function;
+        const bool by_reciprocal = divisors[k] >= 0;
+        const std::string function =
+            by_reciprocal ? std::string("lf_jit_div_by_reciprocal") + suffix : instr.function;
+        llvm::Function* op = module.getFunction(function);
+        if (op == nullptr) return "no op function " + function;
         llvm::Value* a = view[instr.src[0]];
         llvm::Value* second = instr.src[1] >= 0 ? view[instr.src[1]] : a;
-        llvm::Value* third = instr.src[2] >= 0 ? view[instr.src[2]] : a;
+        llvm::Value* third = by_reciprocal       ? reciprocals[divisors[k]]
+                             : instr.src[2] >= 0 ? view[instr.src[2]]
+                                                 : a;
         at.CreateCall(op, {a, second, third, slots[k]});
         view[instr.dst] = slots[k];
         break;
@@ -333,6 +383,10 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
   // Per phase: each instruction's base address and result slot, and the accumulators.
   struct PhaseState {
     std::vector<llvm::Value*> bases, slots;
+    // Per instruction: the load of its fixed divisor (fixed_divisors), and the reciprocal of
+    // the value a load holds where a division needs it.
+    std::vector<int32_t> divisors;
+    std::vector<llvm::Value*> reciprocals;
     // A reduction's accumulators: a vector of them for each of the loop's vectors an iteration,
     // and all of them in one array for the finish (kept apart, so that the optimizer keeps the
     // loop's in vector registers).
@@ -367,6 +421,15 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
     PhaseState& state = states[p];
     state.bases.assign(static_cast<size_t>(phase.num_instrs), nullptr);
     state.slots.assign(static_cast<size_t>(phase.num_instrs), nullptr);
+    state.divisors.assign(static_cast<size_t>(phase.num_instrs), -1);
+    state.reciprocals.assign(static_cast<size_t>(phase.num_instrs), nullptr);
+    if (!phase.once_a_row)
+      state.divisors =
+          fixed_divisors(phase.instrs, phase.num_instrs, std::string("lf_jit_Div") + suffix,
+                         /*row_values_fixed=*/true);
+    for (int32_t divisor : state.divisors)
+      if (divisor >= 0 && state.reciprocals[divisor] == nullptr)
+        state.reciprocals[divisor] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
     for (int32_t k = 0; k < phase.num_instrs; ++k) {
       const LfJitInstr& instr = phase.instrs[k];
       state.slots[k] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
@@ -445,13 +508,20 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
       at.CreateAlignedStore(at.CreateVectorSplat(static_cast<unsigned>(lanes), scalar),
                             at.CreateBitCast(state.slots[k], vector_ptr), element_align);
       view[phase.instrs[k].dst] = state.slots[k];
+      if (state.reciprocals[k] != nullptr)
+        frame.store_reciprocal(at, state.slots[k], state.reciprocals[k], element_align);
     };
     auto apply = [&](llvm::IRBuilder<>& at, const LfJitInstr& instr, int32_t k) -> std::string {
-      llvm::Function* op = module.getFunction(instr.function);
-      if (op == nullptr) return std::string("no op function ") + instr.function;
+      const bool by_reciprocal = state.divisors[k] >= 0;
+      const std::string function =
+          by_reciprocal ? std::string("lf_jit_div_by_reciprocal") + suffix : instr.function;
+      llvm::Function* op = module.getFunction(function);
+      if (op == nullptr) return "no op function " + function;
       llvm::Value* a = view[instr.src[0]];
       llvm::Value* second = instr.src[1] >= 0 ? view[instr.src[1]] : a;
-      llvm::Value* third = instr.src[2] >= 0 ? view[instr.src[2]] : a;
+      llvm::Value* third = by_reciprocal       ? state.reciprocals[state.divisors[k]]
+                           : instr.src[2] >= 0 ? view[instr.src[2]]
+                                               : a;
       at.CreateCall(op, {a, second, third, state.slots[k]});
       view[instr.dst] = state.slots[k];
       return "";

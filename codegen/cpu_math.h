@@ -154,6 +154,7 @@ inline Vf8 lf_sqrt(Vf8 a) { return {_mm256_sqrt_ps(a.v)}; }
 inline Vf8 lf_rsqrt(Vf8 a) { return {_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_sqrt_ps(a.v))}; }
 inline Vf8 lf_tanh(Vf8 a) { return {Sleef_tanhf8_u10avx2(a.v)}; }
 inline Vf8 lf_pow(Vf8 a, Vf8 b) { return {Sleef_powf8_u10avx2(a.v, b.v)}; }
+inline Vf8 lf_fma(Vf8 a, Vf8 b, Vf8 c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
 inline Vf8 lf_sigmoid(Vf8 a) {
   __m256 one = _mm256_set1_ps(1.0f);
   return {_mm256_div_ps(one, _mm256_add_ps(one, Sleef_expf8_u10avx2((-a).v)))};
@@ -186,6 +187,7 @@ inline Vd4 lf_sqrt(Vd4 a) { return {_mm256_sqrt_pd(a.v)}; }
 inline Vd4 lf_rsqrt(Vd4 a) { return {_mm256_div_pd(_mm256_set1_pd(1.0), _mm256_sqrt_pd(a.v))}; }
 inline Vd4 lf_tanh(Vd4 a) { return {Sleef_tanhd4_u10avx2(a.v)}; }
 inline Vd4 lf_pow(Vd4 a, Vd4 b) { return {Sleef_powd4_u10avx2(a.v, b.v)}; }
+inline Vd4 lf_fma(Vd4 a, Vd4 b, Vd4 c) { return {_mm256_fmadd_pd(a.v, b.v, c.v)}; }
 
 #ifdef __AVX512F__
 // Sixteen floats (AVX512F and AVX512DQ).
@@ -204,6 +206,7 @@ inline Vf16 lf_sqrt(Vf16 a) { return {_mm512_sqrt_ps(a.v)}; }
 inline Vf16 lf_rsqrt(Vf16 a) { return {_mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_sqrt_ps(a.v))}; }
 inline Vf16 lf_tanh(Vf16 a) { return {Sleef_tanhf16_u10avx512f(a.v)}; }
 inline Vf16 lf_pow(Vf16 a, Vf16 b) { return {Sleef_powf16_u10avx512f(a.v, b.v)}; }
+inline Vf16 lf_fma(Vf16 a, Vf16 b, Vf16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
 inline Vf16 lf_sigmoid(Vf16 a) {
   __m512 one = _mm512_set1_ps(1.0f);
   return {_mm512_div_ps(one, _mm512_add_ps(one, Sleef_expf16_u10avx512f((-a).v)))};
@@ -239,6 +242,7 @@ inline Vd8 lf_sqrt(Vd8 a) { return {_mm512_sqrt_pd(a.v)}; }
 inline Vd8 lf_rsqrt(Vd8 a) { return {_mm512_div_pd(_mm512_set1_pd(1.0), _mm512_sqrt_pd(a.v))}; }
 inline Vd8 lf_tanh(Vd8 a) { return {Sleef_tanhd8_u10avx512f(a.v)}; }
 inline Vd8 lf_pow(Vd8 a, Vd8 b) { return {Sleef_powd8_u10avx512f(a.v, b.v)}; }
+inline Vd8 lf_fma(Vd8 a, Vd8 b, Vd8 c) { return {_mm512_fmadd_pd(a.v, b.v, c.v)}; }
 #endif  // __AVX512F__
 
 // The widest vector of T the translation unit is compiled for.

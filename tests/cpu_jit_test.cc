@@ -340,6 +340,64 @@ TEST(CpuJit, RowProgramsGiveTheInterpretersBits) {
   }
 }
 
+// Values whose exponents straddle the range where a compiled loop divides by the divisor's
+// reciprocal (Note [Division by a reciprocal] in codegen/cpu_jit_ops.cc): random significands
+// and signs, exponents from a little below to a little above the range, significands of all
+// ones and of none (the hardest and the exact reciprocals), and zeros, subnormals, infinities
+// and NaN.
+std::vector<double> quotient_edges(std::mt19937& rng, int64_t n, DType dtype) {
+  const bool single = dtype == kFloat32;
+  const int reach = single ? 60 : 500, beyond = single ? 8 : 30;
+  std::uniform_int_distribution<int> exponent(-reach - beyond, reach + beyond);
+  std::uniform_real_distribution<double> significand(1, 2);
+  const double special[] = {0.0, -0.0, kInf, -kInf, kNan, single ? 1e-40 : 1e-310};
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    double m = significand(rng);
+    if (i % 5 == 1) m = single ? 2 - 0x1p-23 : 2 - 0x1p-52;
+    if (i % 5 == 2) m = 1;
+    const double x = std::ldexp(rng() % 2 ? -m : m, exponent(rng));
+    v[static_cast<size_t>(i)] = i % 11 == 4 ? special[(i / 11) % 6] : x;
+  }
+  return v;
+}
+
+// A division by a value the loop does not change (a row's value, a 0-d operand, a constant,
+// a row program's reduction) is computed from its reciprocal: the interpreter's division's bits
+// wherever the dividend and divisor lie, edges of the range and special values included.
+TEST(CpuJit, DivisionByAFixedDivisorGivesTheInterpretersBits) {
+  require_jit();
+  std::mt19937 rng(31);
+  constexpr int64_t kRows = 64, kColumns = 256;
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const std::string name = dtype_torch_name(dtype);
+    const Tensor x =
+        from_vector(quotient_edges(rng, kRows * kColumns, dtype), {kRows, kColumns}, dtype);
+    const Tensor per_row = from_vector(quotient_edges(rng, kRows, dtype), {kRows, 1}, dtype);
+    std::vector<Tensor> scalars;
+    for (double d : quotient_edges(rng, 12, dtype)) scalars.push_back(from_vector({d}, {}, dtype));
+    const Tensor finite = x.clamp(-1e30, 1e30);
+    eval({x, per_row, finite});
+    for (const Tensor& scalar : scalars) eval(scalar);
+    expect_jit_matches_interpreter([&] { return x / per_row; }, name + " by a row's value");
+    expect_jit_matches_interpreter([&] { return (x.exp() - 1) / per_row; },
+                                   name + " of a chain by a row's value");
+    for (const Tensor& scalar : scalars)
+      expect_jit_matches_interpreter([&] { return x / scalar; },
+                                     name + " by " + std::to_string(scalar.item<double>()));
+    for (double constant : {3.0, -0.1, 0x1p-61, 0x1p60, 1e-30})
+      expect_jit_matches_interpreter([&] { return x / constant; },
+                                     name + " by the constant " + std::to_string(constant));
+    // A row program: each row by its own maximum magnitude and by its sum.
+    reset_cpu_jit_stats();
+    expect_jit_matches_interpreter([&] { return x / x.abs().amax({1}, true); },
+                                   name + " by a row's max");
+    expect_jit_matches_interpreter([&] { return finite / finite.sum({1}, true); },
+                                   name + " by a row's sum");
+    EXPECT_GT(cpu_jit_stats().row_programs, 0) << name;
+  }
+}
+
 // A compiled loop's code lives as long as its program: once the schedule cache drops the
 // schedules (it holds 256, then starts again), their loops are freed, and what runs next
 // compiles anew and computes the same.
