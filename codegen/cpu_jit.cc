@@ -115,11 +115,10 @@ void prefetch_ahead(llvm::IRBuilder<>& b, llvm::Value* pointer, int64_t bytes) {
 }
 
 // For each of `count` instructions, where it divides by a value its loop does not change (a
-// constant, a 0-d operand or, where `row_values_fixed`, a row's value: loaded before the
-// loop), the index of the load of
-// that divisor; else -1. Such a division runs as lf_jit_div_by_reciprocal, the divisor's
-// reciprocal computed where the divisor is loaded (Note [Division by a reciprocal] in
-// cpu_jit_ops.cc).
+// constant, a 0-d operand or, where `row_values_fixed`, a row's value: loaded before the loop),
+// the index of the load of that divisor; else -1. Such a division runs as
+// lf_jit_div_by_reciprocal, the divisor's reciprocal computed where the divisor is loaded
+// (Note [Division by a reciprocal] in cpu_jit_ops.cc).
 std::vector<int32_t> fixed_divisors(const LfJitInstr* instrs, int32_t count,
                                     const std::string& division, bool row_values_fixed) {
   std::vector<int32_t> fixed(static_cast<size_t>(count), -1);
@@ -139,6 +138,24 @@ std::vector<int32_t> fixed_divisors(const LfJitInstr* instrs, int32_t count,
     loaded_by[instr.dst] = fixed_value ? k : -1;
   }
   return fixed;
+}
+
+// Calls, where `at` is, the op function of the Apply `instr` on the vectors `view` holds, into
+// `out`; where `reciprocal` is given, the division by a fixed divisor through that reciprocal.
+std::string call_op(llvm::IRBuilder<>& at, llvm::Module& module, const LfJitInstr& instr,
+                    const std::vector<llvm::Value*>& view, llvm::Value* reciprocal,
+                    const char* suffix, llvm::Value* out) {
+  const std::string function =
+      reciprocal != nullptr ? std::string("lf_jit_div_by_reciprocal") + suffix : instr.function;
+  llvm::Function* op = module.getFunction(function);
+  if (op == nullptr) return "no op function " + function;
+  llvm::Value* a = view[instr.src[0]];
+  llvm::Value* second = instr.src[1] >= 0 ? view[instr.src[1]] : a;
+  llvm::Value* third = reciprocal != nullptr ? reciprocal
+                       : instr.src[2] >= 0   ? view[instr.src[2]]
+                                             : a;
+  at.CreateCall(op, {a, second, third, out});
+  return "";
 }
 
 // What both kinds of kernel start from: the kernel function `name` (LfJitKernel's signature)
@@ -312,17 +329,10 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
         splat(at, llvm::ConstantFP::get(element, instr.value), k);
         break;
       case kLfJitApply: {
-        const bool by_reciprocal = divisors[k] >= 0;
-        const std::string function =
-            by_reciprocal ? std::string("lf_jit_div_by_reciprocal") + suffix : instr.function;
-        llvm::Function* op = module.getFunction(function);
-        if (op == nullptr) return "no op function " + function;
-        llvm::Value* a = view[instr.src[0]];
-        llvm::Value* second = instr.src[1] >= 0 ? view[instr.src[1]] : a;
-        llvm::Value* third = by_reciprocal       ? reciprocals[divisors[k]]
-                             : instr.src[2] >= 0 ? view[instr.src[2]]
-                                                 : a;
-        at.CreateCall(op, {a, second, third, slots[k]});
+        llvm::Value* reciprocal = divisors[k] >= 0 ? reciprocals[divisors[k]] : nullptr;
+        if (std::string error = call_op(at, module, instr, view, reciprocal, suffix, slots[k]);
+            !error.empty())
+          return error;
         view[instr.dst] = slots[k];
         break;
       }
@@ -512,17 +522,11 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
         frame.store_reciprocal(at, state.slots[k], state.reciprocals[k], element_align);
     };
     auto apply = [&](llvm::IRBuilder<>& at, const LfJitInstr& instr, int32_t k) -> std::string {
-      const bool by_reciprocal = state.divisors[k] >= 0;
-      const std::string function =
-          by_reciprocal ? std::string("lf_jit_div_by_reciprocal") + suffix : instr.function;
-      llvm::Function* op = module.getFunction(function);
-      if (op == nullptr) return "no op function " + function;
-      llvm::Value* a = view[instr.src[0]];
-      llvm::Value* second = instr.src[1] >= 0 ? view[instr.src[1]] : a;
-      llvm::Value* third = by_reciprocal       ? state.reciprocals[state.divisors[k]]
-                           : instr.src[2] >= 0 ? view[instr.src[2]]
-                                               : a;
-      at.CreateCall(op, {a, second, third, state.slots[k]});
+      llvm::Value* reciprocal =
+          state.divisors[k] >= 0 ? state.reciprocals[state.divisors[k]] : nullptr;
+      if (std::string error = call_op(at, module, instr, view, reciprocal, suffix, state.slots[k]);
+          !error.empty())
+        return error;
       view[instr.dst] = state.slots[k];
       return "";
     };
