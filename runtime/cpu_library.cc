@@ -114,7 +114,12 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
       }
     };
     if (all_rows && outer * inner > 32768) {
-#pragma omp parallel for schedule(dynamic, 1)
+      // A contiguous range of parts per thread, so that each thread streams through memory of
+      // its own and the lines its compiled prologue asks for ahead are the ones it reads next.
+      // Parts handed out one at a time alternated between the threads: on the 2-core Intel
+      // machine (2026-12-06, three interleaved rounds) the sum of squares at 2^20 took 85-94 us
+      // so, 77-85 this way, and at 2^24 2.52-2.68 ms, 2.36-2.54.
+#pragma omp parallel for schedule(static)
       for (int64_t item = 0; item < items; ++item) {
         if (failure.stopped()) continue;
         try {
