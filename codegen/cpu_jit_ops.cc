@@ -146,10 +146,10 @@ inline __attribute__((always_inline)) void finish_row(const Accumulator<op, T>* 
 // for about half a vector division's cost (1.65 against 3.0 ns a vector of 16 floats on the
 // 2-core Intel machine). (q0 alone can be 1.5 ulps off, when y's error and the product's
 // rounding add up, hence the second step.) The theorem needs nothing to overflow or
-// underflow, which holds where |a| and |b| lie in
-// [2^-60, 2^61) (float32; [2^-500, 2^501) for float64): the quotient, each remainder and y are
-// normal numbers then. A vector with a lane outside (a zero, a subnormal, an infinity, a NaN)
-// is divided as it stands, so every lane gets a / b either way.
+// underflow, which holds where |a| and |b| lie in [2^-60, 2^61) (float32; [2^-500, 2^501) for
+// float64): the quotient, each remainder and y are normal numbers then. A vector with a lane
+// outside (a zero, a subnormal, an infinity, a NaN) is divided as it stands, so every lane
+// gets a / b either way.
 
 // Whether every lane of `x` lies in the range of Note [Division by a reciprocal], from the
 // exponent fields of its lanes.
