@@ -119,8 +119,9 @@ void prefetch_ahead(llvm::IRBuilder<>& b, llvm::Value* pointer, int64_t bytes) {
 // the index of the load of that divisor; else -1. Such a division runs as
 // lf_jit_div_by_reciprocal, the divisor's reciprocal computed where the divisor is loaded
 // (Note [Division by a reciprocal] in cpu_jit_ops.cc).
-std::vector<int32_t> fixed_divisors(const LfJitInstr* instrs, int32_t count,
-                                    const std::string& division, bool row_values_fixed) {
+std::vector<int32_t> fixed_divisors(const LfJitInstr* instrs, int32_t count, const char* suffix,
+                                    bool row_values_fixed) {
+  const std::string division = std::string("lf_jit_Div") + suffix;
   std::vector<int32_t> fixed(static_cast<size_t>(count), -1);
   std::vector<int32_t> loaded_by;  // per register: the load of the value it holds, or -1
   for (int32_t k = 0; k < count; ++k) {
@@ -167,6 +168,16 @@ struct KernelFrame {
   const char* suffix = "";  // the op functions' for the program's precision
   int32_t lanes = 0;
   llvm::Value *operands = nullptr, *results = nullptr, *begin = nullptr, *end = nullptr;
+  // A slot, allocated where `b` is (the entry block), for the reciprocal of each load that
+  // `divisors` (fixed_divisors) names; null for every other instruction.
+  std::vector<llvm::Value*> reciprocal_slots(llvm::IRBuilder<>& b,
+                                             const std::vector<int32_t>& divisors) const {
+    std::vector<llvm::Value*> slots(divisors.size(), nullptr);
+    for (int32_t divisor : divisors)
+      if (divisor >= 0 && slots[divisor] == nullptr)
+        slots[divisor] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
+    return slots;
+  }
   // Stores, where `at` is, the vector 1 / (the vector at `divisor`) at `reciprocal`.
   void store_reciprocal(llvm::IRBuilder<>& at, llvm::Value* divisor, llvm::Value* reciprocal,
                         llvm::Align align) const {
@@ -253,12 +264,8 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
   }
   // A slot for the reciprocal of each divisor the loop does not change.
   const std::vector<int32_t> divisors =
-      fixed_divisors(program.instrs, program.num_instrs, std::string("lf_jit_Div") + suffix,
-                     /*row_values_fixed=*/nested);
-  std::vector<llvm::Value*> reciprocals(static_cast<size_t>(program.num_instrs), nullptr);
-  for (int32_t divisor : divisors)
-    if (divisor >= 0 && reciprocals[divisor] == nullptr)
-      reciprocals[divisor] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
+      fixed_divisors(program.instrs, program.num_instrs, suffix, /*row_values_fixed=*/nested);
+  const std::vector<llvm::Value*> reciprocals = frame.reciprocal_slots(b, divisors);
   // Each operand's and result's base address, read once.
   auto base = [&](llvm::Value* array, int32_t slot) { return frame.base(b, array, slot); };
   std::vector<llvm::Value*> bases(static_cast<size_t>(program.num_instrs), nullptr);
@@ -436,15 +443,12 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
     PhaseState& state = states[p];
     state.bases.assign(static_cast<size_t>(phase.num_instrs), nullptr);
     state.slots.assign(static_cast<size_t>(phase.num_instrs), nullptr);
-    state.divisors.assign(static_cast<size_t>(phase.num_instrs), -1);
-    state.reciprocals.assign(static_cast<size_t>(phase.num_instrs), nullptr);
-    if (!phase.once_a_row)
-      state.divisors =
-          fixed_divisors(phase.instrs, phase.num_instrs, std::string("lf_jit_Div") + suffix,
-                         /*row_values_fixed=*/true);
-    for (int32_t divisor : state.divisors)
-      if (divisor >= 0 && state.reciprocals[divisor] == nullptr)
-        state.reciprocals[divisor] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
+    // A part over one value a row has no loop to take a reciprocal out of.
+    state.divisors = phase.once_a_row
+                         ? std::vector<int32_t>(static_cast<size_t>(phase.num_instrs), -1)
+                         : fixed_divisors(phase.instrs, phase.num_instrs, suffix,
+                                          /*row_values_fixed=*/true);
+    state.reciprocals = frame.reciprocal_slots(b, state.divisors);
     for (int32_t k = 0; k < phase.num_instrs; ++k) {
       const LfJitInstr& instr = phase.instrs[k];
       state.slots[k] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
