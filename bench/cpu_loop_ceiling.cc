@@ -1,22 +1,21 @@
 // What a compiled, fused loop gets on this CPU: the ceiling a JIT would reach for lazyfuse's
 // CPU programs, which run a block interpreter (codegen/cpu_program.h). Two of the benchmark's
-// workloads written by hand as one OpenMP loop of AVX-512 vectors (SLEEF's exp), each with
-// ordinary and with non-temporal stores, beside a copy loop and memcpy over the same bytes;
+// workloads written by hand as one OpenMP loop of AVX-512 vectors (lazyfuse's vector exp), each
+// with ordinary and with non-temporal stores, beside a copy loop and memcpy over the same bytes;
 // inputs rotated among sets as `lazyfuse bench` rotates them, the median of 7 batches. Compare
 // with `lazyfuse bench --device=cpu --workloads bias_relu exp_mul` in the same window.
 //
 // Then the row workloads (softmax and LayerNorm over rows of 1024) as one pass per row, each row
 // read from memory once and kept in the L1 cache for its later loops: with lazyfuse's numerics
-// (sums in float64, in 16 lanes; SLEEF's 1-ULP exp), with PyTorch's (sums in float32), and a
-// softmax without its exp; and with lazyfuse's numerics once more, each row's first loop asking
-// for the next rows' cache lines and the output stored as lazyfuse stores it (non-temporal from
-// 16 MiB). What they take is what a kernel with those numerics can take here, against the roof
-// of the same bytes (memcpy above).
+// (sums in float64, in 16 lanes; the 1-ULP vector exp of codegen/cpu_math.h), with PyTorch's (sums
+// in float32), and a softmax without its exp; and with lazyfuse's numerics once more, each row's
+// first loop asking for the next rows' cache lines and the output stored as lazyfuse stores it
+// (non-temporal from 16 MiB). What they take is what a kernel with those numerics can take here,
+// against the roof of the same bytes (memcpy above).
 //
 //   build/bin/lazyfuse_cpu_loop_ceiling [log2 sizes...]   (default 20 24; needs AVX-512)
 #include <immintrin.h>
 #include <omp.h>
-#include <sleef.h>
 
 #include <algorithm>
 #include <chrono>
@@ -27,7 +26,11 @@
 #include <string>
 #include <vector>
 
+#include "lazyfuse/codegen/cpu_math.h"
+
 namespace {
+
+__m512 exp16(__m512 x) { return lazyfuse::cpu_math::lf_exp(lazyfuse::cpu_math::Vf16{x}).v; }
 
 struct Arrays {
   float* x;
@@ -94,7 +97,7 @@ void softmax_row(const float* x, float* y, int64_t length, bool wide, bool with_
   float* exps = stream ? row.data() : y;
   for (int64_t i = 0; i < length; i += 16) {
     __m512 e = _mm512_sub_ps(_mm512_loadu_ps(x + i), max);
-    if (with_exp) e = Sleef_expf16_u10avx512f(e);
+    if (with_exp) e = exp16(e);
     _mm512_storeu_ps(exps + i, e);
     if (wide)
       add_wide(low, high, e);
@@ -218,8 +221,8 @@ int main(int argc, char** argv) {
                        const Arrays& a = data[s];
 #pragma omp parallel for schedule(static)
                        for (int64_t i = 0; i < n; i += 16) {
-                         __m512 e = Sleef_expf16_u10avx512f(
-                             _mm512_add_ps(_mm512_loadu_ps(a.x + i), _mm512_set1_ps(2.0f)));
+                         __m512 e =
+                             exp16(_mm512_add_ps(_mm512_loadu_ps(a.x + i), _mm512_set1_ps(2.0f)));
                          store(a.out + i, _mm512_mul_ps(e, _mm512_loadu_ps(a.y + i)), stream);
                        }
                      }),

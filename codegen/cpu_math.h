@@ -148,17 +148,11 @@ inline Vf8 operator*(Vf8 a, Vf8 b) { return {_mm256_mul_ps(a.v, b.v)}; }
 inline Vf8 operator/(Vf8 a, Vf8 b) { return {_mm256_div_ps(a.v, b.v)}; }
 inline Vf8 operator-(Vf8 a) { return {_mm256_xor_ps(a.v, _mm256_set1_ps(-0.0f))}; }
 inline Vf8 lf_abs(Vf8 a) { return {_mm256_andnot_ps(_mm256_set1_ps(-0.0f), a.v)}; }
-inline Vf8 lf_exp(Vf8 a) { return {Sleef_expf8_u10avx2(a.v)}; }
 inline Vf8 lf_log(Vf8 a) { return {Sleef_logf8_u10avx2(a.v)}; }
 inline Vf8 lf_sqrt(Vf8 a) { return {_mm256_sqrt_ps(a.v)}; }
 inline Vf8 lf_rsqrt(Vf8 a) { return {_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_sqrt_ps(a.v))}; }
-inline Vf8 lf_tanh(Vf8 a) { return {Sleef_tanhf8_u10avx2(a.v)}; }
 inline Vf8 lf_pow(Vf8 a, Vf8 b) { return {Sleef_powf8_u10avx2(a.v, b.v)}; }
 inline Vf8 lf_fma(Vf8 a, Vf8 b, Vf8 c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
-inline Vf8 lf_sigmoid(Vf8 a) {
-  __m256 one = _mm256_set1_ps(1.0f);
-  return {_mm256_div_ps(one, _mm256_add_ps(one, Sleef_expf8_u10avx2((-a).v)))};
-}
 inline __m256 is_nan(__m256 a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
 inline Vf8 lf_max(Vf8 a, Vf8 b) {
   return {_mm256_blendv_ps(_mm256_max_ps(a.v, b.v), a.v, is_nan(a.v))};
@@ -200,17 +194,11 @@ inline Vf16 operator*(Vf16 a, Vf16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
 inline Vf16 operator/(Vf16 a, Vf16 b) { return {_mm512_div_ps(a.v, b.v)}; }
 inline Vf16 operator-(Vf16 a) { return {_mm512_xor_ps(a.v, _mm512_set1_ps(-0.0f))}; }
 inline Vf16 lf_abs(Vf16 a) { return {_mm512_andnot_ps(_mm512_set1_ps(-0.0f), a.v)}; }
-inline Vf16 lf_exp(Vf16 a) { return {Sleef_expf16_u10avx512f(a.v)}; }
 inline Vf16 lf_log(Vf16 a) { return {Sleef_logf16_u10avx512f(a.v)}; }
 inline Vf16 lf_sqrt(Vf16 a) { return {_mm512_sqrt_ps(a.v)}; }
 inline Vf16 lf_rsqrt(Vf16 a) { return {_mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_sqrt_ps(a.v))}; }
-inline Vf16 lf_tanh(Vf16 a) { return {Sleef_tanhf16_u10avx512f(a.v)}; }
 inline Vf16 lf_pow(Vf16 a, Vf16 b) { return {Sleef_powf16_u10avx512f(a.v, b.v)}; }
 inline Vf16 lf_fma(Vf16 a, Vf16 b, Vf16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
-inline Vf16 lf_sigmoid(Vf16 a) {
-  __m512 one = _mm512_set1_ps(1.0f);
-  return {_mm512_div_ps(one, _mm512_add_ps(one, Sleef_expf16_u10avx512f((-a).v)))};
-}
 // As the AVX2 forms: max_ps gives its second operand where either is NaN; a NaN first one is
 // then put back.
 inline Vf16 lf_max(Vf16 a, Vf16 b) {
@@ -243,6 +231,144 @@ inline Vd8 lf_rsqrt(Vd8 a) { return {_mm512_div_pd(_mm512_set1_pd(1.0), _mm512_s
 inline Vd8 lf_tanh(Vd8 a) { return {Sleef_tanhd8_u10avx512f(a.v)}; }
 inline Vd8 lf_pow(Vd8 a, Vd8 b) { return {Sleef_powd8_u10avx512f(a.v, b.v)}; }
 inline Vd8 lf_fma(Vd8 a, Vd8 b, Vd8 c) { return {_mm512_fmadd_pd(a.v, b.v, c.v)}; }
+#endif  // __AVX512F__
+
+// Note [Float exp and tanh]: float32 exp and tanh on vectors are our own, not SLEEF's. SLEEF's
+// 1-ULP tanh keeps double-float intermediates and took 23.8 ns a 16-float vector on the 2-core
+// development machine (2026-12-06); its 3.5-ULP one (8.1 ns) and Highway's are 2.86 ULP off at
+// worst, past what the CPU's vector math promises. SLEEF's exp is a call that a fused loop
+// cannot inline. These take 1.0 ULP and under, every float32 input checked against libm's
+// double result (tests/cpu_math_test.cc, LAZYFUSE_EXHAUSTIVE=1), and inline into the
+// interpreter's kernels and the JIT's loops alike; every lane is computed alone (Note
+// [Lane-independent math]).
+//
+// exp(x) = 2^n * exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2] with ln 2 split
+// in two (Cody and Waite: n * kLn2Hi is exact for |n| < 2^15), exp(r) = 1 + r + r^2 Q(r) with
+// Q a degree-5 fit of least relative error. Inputs are clamped to [-104, 89] first, where the
+// result is already 0 or infinity; the clamp keeps NaN. Max error 0.987 ULP (SLEEF's: 0.988).
+//
+// tanh(x) = sign(x) tanh(|x|). Below 1, |x| + |x|^3 P(x^2), P a degree-6 fit; the correction is
+// at most a quarter of the result, so its rounding errors shrink by that much. From 1 on,
+// 1 - 2 / (1 + exp(2|x|)), |x| clamped to 9.5 (past 9.02 tanh rounds to 1): 2 / (1 + exp(2|x|))
+// is at most 0.24, so exp's error reaches the result a quarter as large. Both forms are
+// computed for every lane and the lane's own is kept. Max error 0.975 ULP (SLEEF's: 1.0).
+//
+// The coefficients come from scripts/fit-cpu-math.py. The primitives differ by instruction set:
+// AVX-512 scales by 2^n with scalef and takes 1 / d from a 14-bit estimate and one Newton step
+// (relative error about 2^-28, before rounding); AVX2 divides, and scales by 2^n in two exact
+// halves so a subnormal result rounds once.
+
+inline constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+inline constexpr float kInvLn2 = 1.44269504088896341f;
+// Q(r) of exp, highest power first.
+inline constexpr float kExpQ[] = {1.979036114263761e-4f, 1.3944662128922618e-3f,
+                                  8.333497052483482e-3f, 4.1666294905998075e-2f,
+                                  0.16666665868941616f,  0.5000000067696934f};
+// P(s) of tanh below 1, highest power first.
+inline constexpr float kTanhP[] = {
+    -3.5845236004922523e-4f, 2.301366236277299e-3f, -7.94610934219894e-3f, 2.1486660111106597e-2f,
+    -5.387980384307768e-2f,  0.13332344596726212f,  -0.3333329543363718f};
+
+template <typename V>
+V splat(float x);
+template <>
+inline Vf8 splat<Vf8>(float x) {
+  return {_mm256_set1_ps(x)};
+}
+inline Vf8 round_to_integer(Vf8 a) {
+  return {_mm256_round_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+}
+// a * 2^n for a whole n in [-150, 128] and a in [0.5, 2].
+inline Vf8 times_power_of_two(Vf8 a, Vf8 n) {
+  __m256i whole = _mm256_cvtps_epi32(n.v);
+  __m256i half = _mm256_srai_epi32(whole, 1);
+  __m256i rest = _mm256_sub_epi32(whole, half);
+  __m256i bias = _mm256_set1_epi32(127);
+  __m256 first = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
+  __m256 second = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(rest, bias), 23));
+  return {_mm256_mul_ps(_mm256_mul_ps(a.v, first), second)};
+}
+inline Vf8 reciprocal(Vf8 d) { return {_mm256_div_ps(_mm256_set1_ps(1.0f), d.v)}; }
+// The lanes of `a` below `bound` from `if_below`, the others (NaN among them) from `otherwise`.
+inline Vf8 select_below(Vf8 a, Vf8 bound, Vf8 if_below, Vf8 otherwise) {
+  return {_mm256_blendv_ps(otherwise.v, if_below.v, _mm256_cmp_ps(a.v, bound.v, _CMP_LT_OQ))};
+}
+// min and max keeping a NaN `a` (minps gives its second operand where either is NaN).
+inline Vf8 min_keeping_nan(Vf8 bound, Vf8 a) { return {_mm256_min_ps(bound.v, a.v)}; }
+inline Vf8 max_keeping_nan(Vf8 bound, Vf8 a) { return {_mm256_max_ps(bound.v, a.v)}; }
+inline Vf8 with_sign_of(Vf8 magnitude, Vf8 sign) {
+  __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  return {_mm256_or_ps(magnitude.v, _mm256_and_ps(sign.v, sign_bit))};
+}
+
+#ifdef __AVX512F__
+template <>
+inline Vf16 splat<Vf16>(float x) {
+  return {_mm512_set1_ps(x)};
+}
+inline Vf16 round_to_integer(Vf16 a) {
+  return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+}
+inline Vf16 times_power_of_two(Vf16 a, Vf16 n) { return {_mm512_scalef_ps(a.v, n.v)}; }
+inline Vf16 reciprocal(Vf16 d) {
+  __m512 estimate = _mm512_rcp14_ps(d.v);
+  __m512 residual = _mm512_fnmadd_ps(d.v, estimate, _mm512_set1_ps(1.0f));
+  return {_mm512_fmadd_ps(estimate, residual, estimate)};
+}
+inline Vf16 select_below(Vf16 a, Vf16 bound, Vf16 if_below, Vf16 otherwise) {
+  return {
+      _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a.v, bound.v, _CMP_LT_OQ), otherwise.v, if_below.v)};
+}
+inline Vf16 min_keeping_nan(Vf16 bound, Vf16 a) { return {_mm512_min_ps(bound.v, a.v)}; }
+inline Vf16 max_keeping_nan(Vf16 bound, Vf16 a) { return {_mm512_max_ps(bound.v, a.v)}; }
+inline Vf16 with_sign_of(Vf16 magnitude, Vf16 sign) {
+  __m512 sign_bit = _mm512_set1_ps(-0.0f);
+  return {_mm512_or_ps(magnitude.v, _mm512_and_ps(sign.v, sign_bit))};
+}
+#endif  // __AVX512F__
+
+template <typename V, size_t degree>
+inline V horner(V x, const float (&coefficients)[degree]) {
+  V result = splat<V>(coefficients[0]);
+  for (size_t k = 1; k < degree; ++k) result = lf_fma(result, x, splat<V>(coefficients[k]));
+  return result;
+}
+// exp(x) for x in [-104, 89] or NaN.
+template <typename V>
+inline V exp_of_clamped(V x) {
+  V n = round_to_integer(x * splat<V>(kInvLn2));
+  V r = lf_fma(-n, splat<V>(kLn2Hi), x);
+  r = lf_fma(-n, splat<V>(kLn2Lo), r);
+  V exp_r_minus_one = lf_fma(r * r, horner(r, kExpQ), r);
+  return times_power_of_two(exp_r_minus_one + splat<V>(1.0f), n);
+}
+template <typename V>
+inline V exp_float(V x) {
+  return exp_of_clamped(max_keeping_nan(splat<V>(-104.0f), min_keeping_nan(splat<V>(89.0f), x)));
+}
+template <typename V>
+inline V tanh_float(V x) {
+  V a = lf_abs(x);
+  V s = a * a;
+  V below_one = lf_fma(a * s, horner(s, kTanhP), a);
+  V e = exp_of_clamped(min_keeping_nan(splat<V>(9.5f), a) * splat<V>(2.0f));
+  V from_one = lf_fma(-reciprocal(e + splat<V>(1.0f)), splat<V>(2.0f), splat<V>(1.0f));
+  return with_sign_of(select_below(a, splat<V>(1.0f), below_one, from_one), x);
+}
+
+inline Vf8 lf_exp(Vf8 a) { return exp_float(a); }
+inline Vf8 lf_tanh(Vf8 a) { return tanh_float(a); }
+inline Vf8 lf_sigmoid(Vf8 a) {
+  Vf8 one = splat<Vf8>(1.0f);
+  return one / (one + lf_exp(-a));
+}
+#ifdef __AVX512F__
+inline Vf16 lf_exp(Vf16 a) { return exp_float(a); }
+inline Vf16 lf_tanh(Vf16 a) { return tanh_float(a); }
+inline Vf16 lf_sigmoid(Vf16 a) {
+  Vf16 one = splat<Vf16>(1.0f);
+  return one / (one + lf_exp(-a));
+}
 #endif  // __AVX512F__
 
 // The widest vector of T the translation unit is compiled for.
