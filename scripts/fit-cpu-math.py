@@ -50,6 +50,8 @@ half_ln2 = mp.log(2) / 2 * mp.mpf("1.0001")
 for name, points, target, degree in [
     ("Q of exp on [-ln2/2, ln2/2]", [r for r in chebyshev(-half_ln2, half_ln2, 300) if abs(r) > 1e-6],
      exp_target, 5),
+    ("Q of exp inside tanh", [r for r in chebyshev(-half_ln2, half_ln2, 300) if abs(r) > 1e-6],
+     exp_target, 4),
     ("P of tanh on [0, 1]", [a for a in chebyshev(0, 1, 400) if a > 0], tanh_target, 6),
 ]:
     coefficients, error = fit(points, target, degree)
