@@ -1,7 +1,8 @@
 // The CPU's own float32 vector exp, tanh and sigmoid (Note [Float exp and tanh] in
 // codegen/cpu_math.h) against libm's float64 results, through every kernel table the machine
 // can run. By default a spread of every 251st float32 bit pattern, both signs, and the inputs
-// where the methods change; LAZYFUSE_EXHAUSTIVE=1 checks all 2^32 (about ten minutes in all).
+// where the methods change; LAZYFUSE_EXHAUSTIVE=1 checks all 2^32 (about eight minutes on one
+// core).
 #include <gtest/gtest.h>
 
 #include <cmath>
