@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "lazyfuse/codegen/dtype_dispatch.h"
 #include "lazyfuse/ir/op.h"
@@ -69,6 +70,9 @@ struct CpuKernelTable {
 };
 
 const CpuKernelTable& cpu_kernel_table();
+
+// The vector kernel tables this CPU can run, narrowest first: none without AVX2 and FMA.
+std::vector<const CpuKernelTable*> cpu_vector_kernel_tables();
 
 namespace cpu_avx512 {
 const CpuKernelTable& kernel_table();

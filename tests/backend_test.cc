@@ -260,13 +260,7 @@ TEST(Backend, AnOpTheBackendRefusesLeavesEveryTensorUsable) {
 // starts among them. The suite runs on whichever table the machine picks; this keeps the
 // others tested on it too.
 TEST(Backend, EveryCpuInstructionSetAgreesWithTheBaseline) {
-  std::vector<const CpuKernelTable*> tables;
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    tables.push_back(&cpu_avx2::kernel_table());
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"))
-    tables.push_back(&cpu_avx512::kernel_table());
-#endif
+  const std::vector<const CpuKernelTable*> tables = cpu_vector_kernel_tables();
   if (tables.empty()) GTEST_SKIP() << "no vector instruction set on this CPU";
   const CpuKernelTable& baseline = cpu_baseline::kernel_table();
   constexpr int64_t n = 1000;  // not a whole number of vectors: the padding is read

@@ -67,19 +67,8 @@ Worst worst_error(const CpuKernelTable& table, const Function& function,
   return worst;
 }
 
-std::vector<const CpuKernelTable*> vector_tables() {
-  std::vector<const CpuKernelTable*> tables;
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    tables.push_back(&cpu_avx2::kernel_table());
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"))
-    tables.push_back(&cpu_avx512::kernel_table());
-#endif
-  return tables;
-}
-
 TEST(CpuMath, FloatExpTanhAndSigmoidAreWithinTheirUlpsOfLibm) {
-  const std::vector<const CpuKernelTable*> tables = vector_tables();
+  const std::vector<const CpuKernelTable*> tables = cpu_vector_kernel_tables();
   if (tables.empty()) GTEST_SKIP() << "no vector instruction set on this CPU";
   const char* exhaustive = std::getenv("LAZYFUSE_EXHAUSTIVE");
   const uint64_t stride = exhaustive != nullptr && std::string(exhaustive) == "1" ? 1 : 251;
