@@ -259,20 +259,21 @@ inline Vd8 lf_fma(Vd8 a, Vd8 b, Vd8 c) { return {_mm512_fmadd_pd(a.v, b.v, c.v)}
 // (relative error about 2^-28, before rounding); AVX2 divides, and scales by 2^n in two exact
 // halves so a subnormal result rounds once.
 
-inline constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-inline constexpr float kInvLn2 = 1.44269504088896341f;
+// The constants below have internal linkage and the functions are always inlined, so that an
+// instruction set's kernel file defines nothing another could share, even at -O0
+// (tests/isa_symbols.sh).
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kInvLn2 = 1.44269504088896341f;
 // Q(r) of exp, highest power first.
-inline constexpr float kExpQ[] = {1.979036114263761e-4f, 1.3944662128922618e-3f,
-                                  8.333497052483482e-3f, 4.1666294905998075e-2f,
-                                  0.16666665868941616f,  0.5000000067696934f};
+constexpr float kExpQ[] = {1.979036114263761e-4f,  1.3944662128922618e-3f, 8.333497052483482e-3f,
+                           4.1666294905998075e-2f, 0.16666665868941616f,   0.5000000067696934f};
 // Q(r) of degree 4, for tanh: its exp's error reaches the result a quarter as large.
-inline constexpr float kTanhExpQ[] = {1.3814589860732997e-3f, 8.368717710416283e-3f,
-                                      4.1668388228809215e-2f, 0.16666520622777076f,
-                                      0.49999993446883917f};
+constexpr float kTanhExpQ[] = {1.3814589860732997e-3f, 8.368717710416283e-3f,
+                               4.1668388228809215e-2f, 0.16666520622777076f, 0.49999993446883917f};
 // P(s) of tanh below 1, highest power first.
-inline constexpr float kTanhP[] = {
-    -3.5845236004922523e-4f, 2.301366236277299e-3f, -7.94610934219894e-3f, 2.1486660111106597e-2f,
-    -5.387980384307768e-2f,  0.13332344596726212f,  -0.3333329543363718f};
+constexpr float kTanhP[] = {-3.5845236004922523e-4f, 2.301366236277299e-3f,  -7.94610934219894e-3f,
+                            2.1486660111106597e-2f,  -5.387980384307768e-2f, 0.13332344596726212f,
+                            -0.3333329543363718f};
 
 template <typename V>
 V splat(float x);
@@ -330,7 +331,7 @@ inline Vf16 with_sign_of(Vf16 magnitude, Vf16 sign) {
 #endif  // __AVX512F__
 
 template <typename V, size_t degree>
-inline V horner(V x, const float (&coefficients)[degree]) {
+[[gnu::always_inline]] inline V horner(V x, const float (&coefficients)[degree]) {
   V result = splat<V>(coefficients[0]);
   for (size_t k = 1; k < degree; ++k) result = lf_fma(result, x, splat<V>(coefficients[k]));
   return result;
@@ -339,7 +340,7 @@ inline V horner(V x, const float (&coefficients)[degree]) {
 // taking away 1.5 * 2^23, which leaves no fraction bits (two adds, where a rounding
 // instruction costs more on AVX-512).
 template <typename V, size_t degree>
-inline V exp_of_clamped(V x, const float (&coefficients)[degree]) {
+[[gnu::always_inline]] inline V exp_of_clamped(V x, const float (&coefficients)[degree]) {
   const V shift = splat<V>(0x1.8p23f);
   V n = lf_fma(x, splat<V>(kInvLn2), shift) - shift;
   V r = fnma(n, splat<V>(kLn2Hi), x);
@@ -348,12 +349,12 @@ inline V exp_of_clamped(V x, const float (&coefficients)[degree]) {
   return times_power_of_two(exp_r_minus_one + splat<V>(1.0f), n);
 }
 template <typename V>
-inline V exp_float(V x) {
+[[gnu::always_inline]] inline V exp_float(V x) {
   return exp_of_clamped(max_keeping_nan(splat<V>(-104.0f), min_keeping_nan(splat<V>(89.0f), x)),
                         kExpQ);
 }
 template <typename V>
-inline V tanh_float(V x) {
+[[gnu::always_inline]] inline V tanh_float(V x) {
   V a = lf_abs(x);
   V s = a * a;
   V below_one = lf_fma(a * s, horner(s, kTanhP), a);
@@ -362,16 +363,16 @@ inline V tanh_float(V x) {
   return with_sign_of(select_below(a, splat<V>(1.0f), below_one, from_one), x);
 }
 
-inline Vf8 lf_exp(Vf8 a) { return exp_float(a); }
-inline Vf8 lf_tanh(Vf8 a) { return tanh_float(a); }
-inline Vf8 lf_sigmoid(Vf8 a) {
+[[gnu::always_inline]] inline Vf8 lf_exp(Vf8 a) { return exp_float(a); }
+[[gnu::always_inline]] inline Vf8 lf_tanh(Vf8 a) { return tanh_float(a); }
+[[gnu::always_inline]] inline Vf8 lf_sigmoid(Vf8 a) {
   Vf8 one = splat<Vf8>(1.0f);
   return one / (one + lf_exp(-a));
 }
 #ifdef __AVX512F__
-inline Vf16 lf_exp(Vf16 a) { return exp_float(a); }
-inline Vf16 lf_tanh(Vf16 a) { return tanh_float(a); }
-inline Vf16 lf_sigmoid(Vf16 a) {
+[[gnu::always_inline]] inline Vf16 lf_exp(Vf16 a) { return exp_float(a); }
+[[gnu::always_inline]] inline Vf16 lf_tanh(Vf16 a) { return tanh_float(a); }
+[[gnu::always_inline]] inline Vf16 lf_sigmoid(Vf16 a) {
   Vf16 one = splat<Vf16>(1.0f);
   return one / (one + lf_exp(-a));
 }
