@@ -50,10 +50,12 @@ half_ln2 = mp.log(2) / 2 * mp.mpf("1.0001")
 for name, points, target, degree in [
     ("Q of exp on [-ln2/2, ln2/2]", [r for r in chebyshev(-half_ln2, half_ln2, 300) if abs(r) > 1e-6],
      exp_target, 5),
-    ("Q of exp inside tanh", [r for r in chebyshev(-half_ln2, half_ln2, 300) if abs(r) > 1e-6],
-     exp_target, 4),
+    ("Q of exp inside tanh, after a table of 2^(j/16)",
+     [r for r in chebyshev(-half_ln2 / 16, half_ln2 / 16, 200) if abs(r) > 1e-9], exp_target, 1),
     ("P of tanh on [0, 1]", [a for a in chebyshev(0, 1, 400) if a > 0], tanh_target, 6),
 ]:
     coefficients, error = fit(points, target, degree)
     print(f"{name}: max relative error {float(error):.3g}")
     print("  " + ", ".join(repr(float(c)) for c in coefficients))
+print("2^(j/16), j = 0..15, rounded to float32 when written as float literals")
+print("  " + ", ".join(repr(float(mp.power(2, mp.mpf(j) / 16))) for j in range(16)))
