@@ -242,20 +242,26 @@ inline Vd8 lf_fma(Vd8 a, Vd8 b, Vd8 c) { return {_mm512_fmadd_pd(a.v, b.v, c.v)}
 // interpreter's kernels and the JIT's loops alike; every lane is computed alone (Note
 // [Lane-independent math]).
 //
-// exp(x) = 2^n * exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2] with ln 2 split
-// in two (Cody and Waite: n * kLn2Hi is exact for |n| < 2^15), exp(r) = 1 + r + r^2 Q(r) with
-// Q a degree-5 fit of least relative error. Inputs are clamped to [-104, 89] first, where the
-// result is already 0 or infinity; the clamp keeps NaN. Max error 0.987 ULP (SLEEF's: 0.988).
+// exp(x) = 2^floor(k/16) * 2^((k mod 16)/16) * exp(r), k = round(16 x / ln 2), r = x - k ln2/16
+// in [-ln2/32, ln2/32] with ln 2 split in two (Cody and Waite: k/16 * kLn2Hi is exact), the
+// middle factor from a 16-entry table as a rounded float plus what the rounding left out, and
+// exp(r) = 1 + r + r^2 Q(r) with Q a degree-1 fit of least relative error. Inputs are clamped
+// to [-104, 89] first, where the result is already 0 or infinity; the clamp keeps NaN. Max
+// error 0.762 ULP (SLEEF's: 0.988). Against a degree-5 polynomial on [-ln2/2, ln2/2] (0.987
+// ULP), two arithmetic instructions fewer and two table lookups (permutes) more.
 //
 // tanh(x) = sign(x) tanh(|x|). Below 1, |x| + |x|^3 P(x^2), P a degree-6 fit; the correction is
 // at most a quarter of the result, so its rounding errors shrink by that much. From 1 on,
 // 1 - 2 / (1 + exp(2|x|)), |x| clamped to 9.5 (past 9.02 tanh rounds to 1): 2 / (1 + exp(2|x|))
-// is at most 0.24, so exp's error reaches the result a quarter as large. That exp takes
-// 2^(j/16) from a 16-entry table and a degree-1 Q on [-ln2/32, ln2/32]: fewer arithmetic
-// instructions than a wider polynomial and a shorter dependency chain (2-core Intel machine,
-// 2026-12-06: GELU at 2^24 5-12% faster, four interleaved pairs). The exp form alone is past
-// 1 ULP below 1 (1.01 on [0.9, 1), 1.9 near 0.5), so both forms are computed for every lane
-// and the lane's own is kept. Max error 0.986 ULP (SLEEF's: 1.0).
+// is at most 0.24, so exp's error reaches the result a quarter as large; that exp takes the
+// rounded table alone. The exp form alone is past 1 ULP below 1 (1.01 on [0.9, 1), 1.9 near
+// 0.5), so both forms are computed for every lane and the lane's own is kept. Max error
+// 0.986 ULP (SLEEF's: 1.0).
+//
+// The tables, against polynomials of degree 5 (exp) and 4 (inside tanh) on [-ln2/2, ln2/2]
+// (2-core Intel machine, 2026-12-06, `lazyfuse bench --device=cpu` at 2^24, medians of four
+// interleaved pairs on a noisy machine, spreads of 20-40%): chain16 27.4 -> 24.6 ms,
+// `(z + 2).exp() * y` 5.98 -> 4.93, GELU 6.92 -> 5.20, log-softmax 5.26 -> 4.46.
 //
 // The coefficients come from scripts/fit-cpu-math.py. The primitives differ by instruction set:
 // AVX-512 scales by 2^n with scalef and takes 1 / d from a 14-bit estimate and one Newton step
@@ -267,13 +273,11 @@ inline Vd8 lf_fma(Vd8 a, Vd8 b, Vd8 c) { return {_mm512_fmadd_pd(a.v, b.v, c.v)}
 // (tests/isa_symbols.sh).
 constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
 constexpr float kInvLn2 = 1.44269504088896341f;
-// Q(r) of exp, highest power first.
-constexpr float kExpQ[] = {1.979036114263761e-4f,  1.3944662128922618e-3f, 8.333497052483482e-3f,
-                           4.1666294905998075e-2f, 0.16666665868941616f,   0.5000000067696934f};
-// Inside tanh, exp(r) = 1 + r + r^2 Q(r) on [-ln2/32, ln2/32], Q of degree 1, after 2^(j/16)
-// from a table.
-constexpr float kTanhExpQ[] = {0.16666844775585646f, 0.5000161910767519f};
-// 2^(j/16) for j = 0..15, each rounded to float, and twice that (exact).
+// exp(r) = 1 + r + r^2 Q(r) on [-ln2/32, ln2/32], Q of degree 1, highest power first; the
+// rest of exp comes from tables of 2^(j/16).
+constexpr float kExpQ[] = {0.16666844775585646f, 0.5000161910767519f};
+// 2^(j/16) for j = 0..15, each rounded to float; what that rounding left out; and twice the
+// rounded value (exact).
 alignas(64) constexpr float kExp2Sixteenths[16] = {1.0f,
                                                    1.0442737824274138f,
                                                    1.0905077326652577f,
@@ -290,6 +294,22 @@ alignas(64) constexpr float kExp2Sixteenths[16] = {1.0f,
                                                    1.7562521603732995f,
                                                    1.8340080864093424f,
                                                    1.9152065613971474f};
+alignas(64) constexpr float kExp2SixteenthsLow[16] = {0.0f,
+                                                      4.8334701574503924e-08f,
+                                                      -1.3077539939843064e-08f,
+                                                      5.386222312608879e-08f,
+                                                      3.797635272917432e-08f,
+                                                      4.496838101886169e-08f,
+                                                      -4.018999533172973e-08f,
+                                                      -1.0123349269974824e-08f,
+                                                      2.4203234971764687e-08f,
+                                                      -4.500898853621038e-08f,
+                                                      8.070904833346049e-09f,
+                                                      9.836217174097328e-09f,
+                                                      -2.4755326677450284e-08f,
+                                                      -9.235770370707996e-09f,
+                                                      -1.1239277952768134e-08f,
+                                                      9.845328108326612e-09f};
 alignas(64) constexpr float kTwiceExp2Sixteenths[16] = {
     2 * kExp2Sixteenths[0],  2 * kExp2Sixteenths[1],  2 * kExp2Sixteenths[2],
     2 * kExp2Sixteenths[3],  2 * kExp2Sixteenths[4],  2 * kExp2Sixteenths[5],
@@ -310,9 +330,9 @@ inline Vf8 splat<Vf8>(float x) {
 }
 // c - a * b, rounded once.
 inline Vf8 fnma(Vf8 a, Vf8 b, Vf8 c) { return {_mm256_fnmadd_ps(a.v, b.v, c.v)}; }
-// a * 2^floor(n) for a in [0.5, 2] and n in [-150, 128], whole where it is negative.
+// a * 2^floor(n) for a in [0.5, 2] and n in [-151, 129).
 inline Vf8 times_power_of_two(Vf8 a, Vf8 n) {
-  __m256i whole = _mm256_cvttps_epi32(n.v);
+  __m256i whole = _mm256_cvtps_epi32(_mm256_floor_ps(n.v));
   __m256i half = _mm256_srai_epi32(whole, 1);
   __m256i rest = _mm256_sub_epi32(whole, half);
   __m256i bias = _mm256_set1_epi32(127);
@@ -373,34 +393,44 @@ template <typename V, size_t degree>
   for (size_t k = 1; k < degree; ++k) result = lf_fma(result, x, splat<V>(coefficients[k]));
   return result;
 }
-// exp(x). n is rounded by adding and taking away 1.5 * 2^23, which leaves no fraction bits
-// (two adds, where a rounding instruction costs more on AVX-512).
+// x = (k/16) ln2 / m + h for k = round(16 m x / ln 2), m = 1 (exp) or 2 (exp(2x), where
+// r = 2h): k/16, exactly; h, exactly but for kLn2Lo's part (Cody and Waite); and `shifted`,
+// whose low bits hold k for the table. k is rounded by adding 1.5 * 2^23, which leaves no
+// fraction bits (an add, where a rounding instruction costs more on AVX-512).
+template <typename V>
+struct Sixteenths {
+  V shifted, k16, h;
+};
+template <int m, typename V>
+[[gnu::always_inline]] inline Sixteenths<V> reduce_by_sixteenths(V x) {
+  V shifted = lf_fma(x, splat<V>(16 * m * kInvLn2), splat<V>(0x1.8p23f));
+  V k16 = lf_fma(shifted, splat<V>(1.0f / 16), splat<V>(-0x1.8p23f / 16));
+  V h = fnma(k16, splat<V>(kLn2Hi / m), x);
+  return {shifted, k16, fnma(k16, splat<V>(kLn2Lo / m), h)};
+}
+// exp(x) = 2^floor(k/16) * 2^((k mod 16)/16) * exp(r), the middle factor from the tables as a
+// rounded float and what the rounding left out.
 template <typename V>
 [[gnu::always_inline]] inline V exp_float(V x) {
   x = max_keeping_nan(splat<V>(-104.0f), min_keeping_nan(splat<V>(89.0f), x));
-  const V shift = splat<V>(0x1.8p23f);
-  V n = lf_fma(x, splat<V>(kInvLn2), shift) - shift;
-  V r = fnma(n, splat<V>(kLn2Hi), x);
-  r = fnma(n, splat<V>(kLn2Lo), r);
-  V exp_r_minus_one = lf_fma(r * r, horner(r, kExpQ), r);
-  return times_power_of_two(exp_r_minus_one + splat<V>(1.0f), n);
+  auto [shifted, k16, r] = reduce_by_sixteenths<1>(x);
+  V exp_r_minus_one = lf_fma(r * r, lf_fma(splat<V>(kExpQ[0]), r, splat<V>(kExpQ[1])), r);
+  V high = lookup16(kExp2Sixteenths, shifted);
+  V scaled = high + lf_fma(high, exp_r_minus_one, lookup16(kExp2SixteenthsLow, shifted));
+  return times_power_of_two(scaled, k16);
 }
-// exp(2c) for c in [0, 9.5] or NaN, by 2^(k/16) exp(r), k = round(2c / (ln2/16)): the table
-// gives 2^((k mod 16)/16), scalef the rest. The doubling is folded into the reduction: with
-// h = c - k ln2/32 = r/2 (exactly: ln 2 is split as for exp), (exp(r) - 1) / 2 =
-// h + h^2 (4 q0 h + 2 q1) for Q(r) = q0 r + q1, and exp(2c) = 2^(k/16) (1 + 2 that).
+// exp(2c) for c in [0, 9.5] or NaN, its doubling folded into the reduction: with h = r/2,
+// (exp(r) - 1) / 2 = h + h^2 (4 q0 h + 2 q1) for Q(r) = q0 r + q1, and exp(2c) =
+// 2^(k/16) (1 + 2 that). Its error reaches tanh a quarter as large, so the rounded table
+// alone is close enough.
 template <typename V>
 [[gnu::always_inline]] inline V exp_of_twice(V c) {
-  const V shift = splat<V>(0x1.8p23f);
-  V shifted = lf_fma(c, splat<V>(32 * kInvLn2), shift);  // k in its low bits
-  V sixteenths = lf_fma(shifted, splat<V>(1.0f / 16), splat<V>(-0x1.8p23f / 16));  // k/16, exact
-  V h = fnma(sixteenths, splat<V>(kLn2Hi / 2), c);
-  h = fnma(sixteenths, splat<V>(kLn2Lo / 2), h);
+  auto [shifted, k16, h] = reduce_by_sixteenths<2>(c);
   V half_exp_r_minus_one =
-      lf_fma(h * h, lf_fma(splat<V>(4 * kTanhExpQ[0]), h, splat<V>(2 * kTanhExpQ[1])), h);
+      lf_fma(h * h, lf_fma(splat<V>(4 * kExpQ[0]), h, splat<V>(2 * kExpQ[1])), h);
   V scaled = lf_fma(lookup16(kTwiceExp2Sixteenths, shifted), half_exp_r_minus_one,
                     lookup16(kExp2Sixteenths, shifted));
-  return times_power_of_two(scaled, sixteenths);  // floors k/16
+  return times_power_of_two(scaled, k16);
 }
 template <typename V>
 [[gnu::always_inline]] inline V tanh_float(V x) {

@@ -3,6 +3,8 @@
 codegen/cpu_math.h): fits of least maximum relative error, by Lawson's iteration (weighted least
 squares, reweighted by each point's error) on Chebyshev-spaced points, in 40-digit arithmetic.
 Needs mpmath (Debian: python3-mpmath). Prints each fit's coefficients, highest power first."""
+import struct
+
 import mpmath as mp
 
 mp.mp.dps = 40
@@ -48,14 +50,17 @@ def tanh_target(a):
 
 half_ln2 = mp.log(2) / 2 * mp.mpf("1.0001")
 for name, points, target, degree in [
-    ("Q of exp on [-ln2/2, ln2/2]", [r for r in chebyshev(-half_ln2, half_ln2, 300) if abs(r) > 1e-6],
-     exp_target, 5),
-    ("Q of exp inside tanh, after a table of 2^(j/16)",
+    ("Q of exp on [-ln2/32, ln2/32], after the tables of 2^(j/16)",
      [r for r in chebyshev(-half_ln2 / 16, half_ln2 / 16, 200) if abs(r) > 1e-9], exp_target, 1),
     ("P of tanh on [0, 1]", [a for a in chebyshev(0, 1, 400) if a > 0], tanh_target, 6),
 ]:
     coefficients, error = fit(points, target, degree)
     print(f"{name}: max relative error {float(error):.3g}")
     print("  " + ", ".join(repr(float(c)) for c in coefficients))
-print("2^(j/16), j = 0..15, rounded to float32 when written as float literals")
-print("  " + ", ".join(repr(float(mp.power(2, mp.mpf(j) / 16))) for j in range(16)))
+sixteenths = [mp.power(2, mp.mpf(j) / 16) for j in range(16)]
+rounded = [float(mp.mpf(v)) for v in sixteenths]  # to float64 here; the C++ literal rounds to float
+print("2^(j/16), j = 0..15 (written as float literals, which round them to float32)")
+print("  " + ", ".join(repr(v) for v in rounded))
+print("2^(j/16) less its float32 rounding")
+to_float32 = [float(mp.mpf(struct.unpack("f", struct.pack("f", v))[0])) for v in rounded]
+print("  " + ", ".join(repr(float(v - mp.mpf(f))) for v, f in zip(sixteenths, to_float32)))
