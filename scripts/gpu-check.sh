@@ -23,15 +23,18 @@ export LAZYFUSE_CACHE_DIR=$(mktemp -d)
 } > "$out/machine.log" 2>&1
 $bin/walkthrough > "$out/walkthrough.log" 2>&1; echo "walkthrough exit $?" >> "$out/walkthrough.log"
 alone='Cuda.OutOfMemoryIsTypedAndRecoverable:Cuda.MoreThanTwoToTheThirtyOneElements'
+# The CPU JIT's tests need the JIT's library and LLVM 14 beside the binary, which the bundle does
+# not carry (LLVM alone would pass the 64 MiB): CPU-only, they run in CI.
+cpu_only='CpuJit.*'
 (
-  $bin/lazyfuse_tests --gtest_filter="$filter:-$alone" > "$out/tests.log" 2>&1
+  $bin/lazyfuse_tests --gtest_filter="$filter:-$alone:$cpu_only" > "$out/tests.log" 2>&1
   echo "tests exit $?" >> "$out/tests.log"
 ) &
 # Again with every evaluation that can be recorded as a CUDA graph recorded and replayed,
 # started once the first run has compiled the most common kernels.
 (
   sleep 50
-  LAZYFUSE_CUDA_GRAPHS=always $bin/lazyfuse_tests --gtest_filter="$filter:-$alone" \
+  LAZYFUSE_CUDA_GRAPHS=always $bin/lazyfuse_tests --gtest_filter="$filter:-$alone:$cpu_only" \
     > "$out/tests-graphs.log" 2>&1
   echo "tests with LAZYFUSE_CUDA_GRAPHS=always exit $?" >> "$out/tests-graphs.log"
 ) &

@@ -558,17 +558,32 @@ TEST_F(Cuda, OutOfMemoryIsTypedAndRecoverable) {
 namespace lazyfuse {
 namespace {
 
+// Float32 sums accumulate in float64 on the GPU: each is its float64 sum rounded once, within
+// half an ulp of float32 (2^-24 relative) of the float64 reference. (The CPU adds stretches of
+// 16 in float32 first, so the two devices need not agree to that.)
 TEST_F(Cuda, ReductionsMatchTheReference) {
   const int64_t rows = 37, columns = 70001;  // several chunks per row
   std::vector<double> v = random_values(rows * columns, -1, 1, 9);
   Tensor c = from_vector(v, {rows, columns});
   Tensor g = c.to("cuda");
-  expect_close(g.sum({1}).to_vector<double>(), c.sum({1}).to_vector<double>(), 1e-9, 1e-9);
-  expect_close(g.sum({0}).to_vector<double>(), c.sum({0}).to_vector<double>(), 1e-9, 1e-9);
-  expect_close(g.mean().to_vector<double>(), c.mean().to_vector<double>(), 1e-9, 1e-9);
+  std::vector<double> row_sums(rows, 0.0), column_sums(columns, 0.0);
+  double total = 0, total_of_squares = 0;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < columns; ++j) {
+      const float x = static_cast<float>(v[i * columns + j]);  // what the tensor holds
+      row_sums[i] += x;
+      column_sums[j] += x;
+      total += x;
+      total_of_squares += x * x;  // float32's product, as g * g computes it
+    }
+  // (The float64 accumulation's own error, far below that, is what 1e-12 allows for.)
+  constexpr double kHalfUlp = 0x1p-24 + 1e-12, kTiny = 1e-30;
+  expect_close(g.sum({1}).to_vector<double>(), row_sums, kHalfUlp, kTiny);
+  expect_close(g.sum({0}).to_vector<double>(), column_sums, kHalfUlp, kTiny);
+  expect_close(g.mean().to_vector<double>(), {total / (rows * columns)}, 2 * kHalfUlp, kTiny);
   expect_close(g.max(1).to_vector<double>(), c.max(1).to_vector<double>(), 0, 0);
   expect_close(g.min(0, true).to_vector<double>(), c.min(0, true).to_vector<double>(), 0, 0);
-  expect_close((g * g).sum().to_vector<double>(), (c * c).sum().to_vector<double>(), 1e-9, 1e-9);
+  expect_close((g * g).sum().to_vector<double>(), {total_of_squares}, kHalfUlp, kTiny);
   // Softmax over rows of 1024.
   Tensor x = from_vector(random_values(64 * 1024, -5, 5, 10), {64, 1024}).to("cuda");
   Tensor e = (x - x.max(1, true)).exp();
