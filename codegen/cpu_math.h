@@ -278,45 +278,25 @@ constexpr float kInvLn2 = 1.44269504088896341f;
 constexpr float kExpQ[] = {0.16666844775585646f, 0.5000161910767519f};
 // 2^(j/16) for j = 0..15, each rounded to float; what that rounding left out; and twice the
 // rounded value (exact).
-alignas(64) constexpr float kExp2Sixteenths[16] = {1.0f,
-                                                   1.0442737824274138f,
-                                                   1.0905077326652577f,
-                                                   1.1387886347566916f,
-                                                   1.189207115002721f,
-                                                   1.241857812073484f,
-                                                   1.2968395546510096f,
-                                                   1.3542555469368927f,
-                                                   1.4142135623730951f,
-                                                   1.4768261459394993f,
-                                                   1.5422108254079407f,
-                                                   1.6104903319492543f,
-                                                   1.681792830507429f,
-                                                   1.7562521603732995f,
-                                                   1.8340080864093424f,
-                                                   1.9152065613971474f};
-alignas(64) constexpr float kExp2SixteenthsLow[16] = {0.0f,
-                                                      4.8334701574503924e-08f,
-                                                      -1.3077539939843064e-08f,
-                                                      5.386222312608879e-08f,
-                                                      3.797635272917432e-08f,
-                                                      4.496838101886169e-08f,
-                                                      -4.018999533172973e-08f,
-                                                      -1.0123349269974824e-08f,
-                                                      2.4203234971764687e-08f,
-                                                      -4.500898853621038e-08f,
-                                                      8.070904833346049e-09f,
-                                                      9.836217174097328e-09f,
-                                                      -2.4755326677450284e-08f,
-                                                      -9.235770370707996e-09f,
-                                                      -1.1239277952768134e-08f,
-                                                      9.845328108326612e-09f};
+// clang-format off
+alignas(64) constexpr float kExp2Sixteenths[16] = {
+    1.0f, 1.0442737824274138f, 1.0905077326652577f, 1.1387886347566916f,
+    1.189207115002721f, 1.241857812073484f, 1.2968395546510096f, 1.3542555469368927f,
+    1.4142135623730951f, 1.4768261459394993f, 1.5422108254079407f, 1.6104903319492543f,
+    1.681792830507429f, 1.7562521603732995f, 1.8340080864093424f, 1.9152065613971474f};
+alignas(64) constexpr float kExp2SixteenthsLow[16] = {
+    0.0f, 4.83347016e-08f, -1.30775399e-08f, 5.38622231e-08f,
+    3.79763527e-08f, 4.4968381e-08f, -4.01899953e-08f, -1.01233493e-08f,
+    2.4203235e-08f, -4.50089885e-08f, 8.07090483e-09f, 9.83621717e-09f,
+    -2.47553267e-08f, -9.23577037e-09f, -1.1239278e-08f, 9.84532811e-09f};
 alignas(64) constexpr float kTwiceExp2Sixteenths[16] = {
-    2 * kExp2Sixteenths[0],  2 * kExp2Sixteenths[1],  2 * kExp2Sixteenths[2],
-    2 * kExp2Sixteenths[3],  2 * kExp2Sixteenths[4],  2 * kExp2Sixteenths[5],
-    2 * kExp2Sixteenths[6],  2 * kExp2Sixteenths[7],  2 * kExp2Sixteenths[8],
-    2 * kExp2Sixteenths[9],  2 * kExp2Sixteenths[10], 2 * kExp2Sixteenths[11],
+    2 * kExp2Sixteenths[0], 2 * kExp2Sixteenths[1], 2 * kExp2Sixteenths[2],
+    2 * kExp2Sixteenths[3], 2 * kExp2Sixteenths[4], 2 * kExp2Sixteenths[5],
+    2 * kExp2Sixteenths[6], 2 * kExp2Sixteenths[7], 2 * kExp2Sixteenths[8],
+    2 * kExp2Sixteenths[9], 2 * kExp2Sixteenths[10], 2 * kExp2Sixteenths[11],
     2 * kExp2Sixteenths[12], 2 * kExp2Sixteenths[13], 2 * kExp2Sixteenths[14],
     2 * kExp2Sixteenths[15]};
+// clang-format on
 // P(s) of tanh below 1, highest power first.
 constexpr float kTanhP[] = {-3.5845236004922523e-4f, 2.301366236277299e-3f,  -7.94610934219894e-3f,
                             2.1486660111106597e-2f,  -5.387980384307768e-2f, 0.13332344596726212f,
