@@ -11,7 +11,7 @@
 // in float32), and a softmax without its exp; and with lazyfuse's numerics once more, each row's
 // first loop asking for the next rows' cache lines and the output stored as lazyfuse stores it
 // (non-temporal from 16 MiB). What they take is what a kernel with those numerics can take here,
-// against the roof of the same bytes (memcpy above).
+// against the roof of the same bytes (memcpy above). Last, Adam's step as one loop.
 //
 //   build/bin/lazyfuse_cpu_loop_ceiling [log2 sizes...]   (default 20 24; needs AVX-512)
 #include <immintrin.h>
@@ -326,6 +326,47 @@ int main(int argc, char** argv) {
     // memcpy of the same bytes, a part per thread: the benchmark's roof below 16 MiB.
     report("memcpy, a part per thread",
            time_ms(sets, per_batch, [&](int s) { copy_in_parts(data[s], n); }), 8.0 * n);
+    // Adam as the benchmark's workload writes it, one loop: parameter, gradient and moments in,
+    // parameter and moments out with non-temporal stores, each a separate array as lazyfuse's
+    // tensors are; its own input sets, as many as lazyfuse bench makes for its 28 bytes an
+    // element.
+    {
+      const int adam_sets = static_cast<int>(std::clamp(std::ceil(240e6 / (28.0 * n)), 1.0, 8.0));
+      std::vector<std::vector<float*>> adam(adam_sets);
+      for (std::vector<float*>& arrays : adam)
+        for (int k = 0; k < 7; ++k) {
+          float* array = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+          for (int64_t i = 0; i < n; ++i) array[i] = 0.5f + 0.125f * static_cast<float>(i % 7);
+          arrays.push_back(array);
+        }
+      report("adam, non-temporal stores",
+             time_ms(adam_sets, per_batch,
+                     [&](int s) {
+                       const std::vector<float*>& a = adam[s];
+                       const float *p = a[0], *g = a[1], *m = a[2], *v = a[3];
+                       float *p_out = a[4], *m_out = a[5], *v_out = a[6];
+                       auto splat = [](float c) { return _mm512_set1_ps(c); };
+#pragma omp parallel for schedule(static)
+                       for (int64_t i = 0; i < n; i += 16) {
+                         const __m512 gi = _mm512_loadu_ps(g + i);
+                         const __m512 m2 =
+                             _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(m + i), splat(0.9f)),
+                                           _mm512_mul_ps(gi, splat(0.1f)));
+                         const __m512 v2 =
+                             _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), splat(0.999f)),
+                                           _mm512_mul_ps(_mm512_mul_ps(gi, gi), splat(0.001f)));
+                         const __m512 step =
+                             _mm512_div_ps(_mm512_mul_ps(m2, splat(1e-3f)),
+                                           _mm512_add_ps(_mm512_sqrt_ps(v2), splat(1e-8f)));
+                         store(p_out + i, _mm512_sub_ps(_mm512_loadu_ps(p + i), step), true);
+                         store(m_out + i, m2, true);
+                         store(v_out + i, v2, true);
+                       }
+                     }),
+             28.0 * n);
+      for (std::vector<float*>& arrays : adam)
+        for (float* array : arrays) std::free(array);
+    }
     for (Arrays& a : data)
       for (float* p : {a.x, a.y, a.out}) std::free(p);
     std::free(bias);
