@@ -1,9 +1,10 @@
-// What a compiled, fused loop gets on this CPU: the ceiling a JIT would reach for lazyfuse's
-// CPU programs, which run a block interpreter (codegen/cpu_program.h). Two of the benchmark's
-// workloads written by hand as one OpenMP loop of AVX-512 vectors (lazyfuse's vector exp), each
-// with ordinary and with non-temporal stores, beside a copy loop and memcpy over the same bytes;
-// inputs rotated among sets as `lazyfuse bench` rotates them, the median of 7 batches. Compare
-// with `lazyfuse bench --device=cpu --workloads bias_relu exp_mul` in the same window.
+// What a compiled, fused loop gets on this CPU: the ceiling lazyfuse's CPU programs can reach
+// with their numerics (codegen/cpu_program.h, codegen/cpu_jit.cc). Three of the benchmark's
+// workloads written by hand as one OpenMP loop of AVX-512 vectors (lazyfuse's vector exp and
+// tanh), each with ordinary and with non-temporal stores, beside a copy loop and memcpy over the
+// same bytes; inputs rotated among sets as `lazyfuse bench` rotates them, the median of 7 batches.
+// Compare with `lazyfuse bench --device=cpu --workloads bias_relu exp_mul gelu` in the same
+// window.
 //
 // Then the row workloads (softmax and LayerNorm over rows of 1024) as one pass per row, each row
 // read from memory once and kept in the L1 cache for its later loops: with lazyfuse's numerics
@@ -31,6 +32,7 @@
 namespace {
 
 __m512 exp16(__m512 x) { return lazyfuse::cpu_math::lf_exp(lazyfuse::cpu_math::Vf16{x}).v; }
+__m512 tanh16(__m512 x) { return lazyfuse::cpu_math::lf_tanh(lazyfuse::cpu_math::Vf16{x}).v; }
 
 struct Arrays {
   float* x;
@@ -227,6 +229,26 @@ int main(int argc, char** argv) {
                        }
                      }),
              12.0 * n);
+      // GELU's tanh form, x * 0.5 * (1 + tanh(0.7978845608 * (x + 0.044715 * x^3))), op by op
+      // as the benchmark writes it (no op contracted into another), with lazyfuse's 1-ULP tanh.
+      report(stream ? "gelu, non-temporal stores" : "gelu",
+             time_ms(sets, per_batch,
+                     [&](int s) {
+                       const Arrays& a = data[s];
+#pragma omp parallel for schedule(static)
+                       for (int64_t i = 0; i < n; i += 16) {
+                         const __m512 x = _mm512_loadu_ps(a.x + i);
+                         __m512 cube = _mm512_mul_ps(_mm512_set1_ps(0.044715f), x);
+                         cube = _mm512_mul_ps(_mm512_mul_ps(cube, x), x);
+                         const __m512 inner =
+                             _mm512_mul_ps(_mm512_set1_ps(0.7978845608f), _mm512_add_ps(x, cube));
+                         const __m512 one_plus = _mm512_add_ps(_mm512_set1_ps(1.0f), tanh16(inner));
+                         store(a.out + i,
+                               _mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(0.5f)), one_plus),
+                               stream);
+                       }
+                     }),
+             8.0 * n);
       report(stream ? "copy loop, non-temporal stores" : "copy loop",
              time_ms(sets, per_batch,
                      [&](int s) {
