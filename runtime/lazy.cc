@@ -192,7 +192,9 @@ BuiltGraph build_graph_locked(std::span<const LazyRef> outputs) {
 // hash of those, and a repeat skips building the graph and every pass: the walk hashes the
 // pending values, and a hit is confirmed node by node against the graph it was made from (a
 // hash collision costs a miss, never a wrong schedule). Params match on type and device alone.
-// Dumps (LAZYFUSE_DUMP) bypass the cache so they always show the passes.
+// Dumps (LAZYFUSE_DUMP) bypass the cache so they always show the passes. A full cache makes room
+// by dropping the schedule used longest ago, so that a loop's own schedules stay while a stream
+// of one-off graphs (shapes that change) passes through.
 constexpr size_t kScheduleCacheEntries = 256;
 constexpr size_t kScheduleCacheMaxNodes = 4096;
 
@@ -212,7 +214,8 @@ struct CachedSchedule {
   // Whether the schedule lets an output be written into a param's buffer, by (output << 32 |
   // param): schedule_allows_writing_into.
   absl::flat_hash_map<uint64_t, bool> writes_into_param;
-  bool ran = false;  // a run completed: its kernels are compiled, its plans made
+  bool ran = false;        // a run completed: its kernels are compiled, its plans made
+  uint64_t last_used = 0;  // schedule_cache_clock when it was last made or found
 };
 
 // Note [Writing an update into its own buffer]
@@ -460,6 +463,16 @@ bool walk_matches(const Walk& walk, std::span<const LazyRef> outputs, const Grap
 // Never destroyed: what the backends keep for a schedule (CUDA graphs) goes with the process,
 // not after the driver at exit.
 auto& schedule_cache = *new absl::flat_hash_map<uint64_t, std::shared_ptr<CachedSchedule>>();
+uint64_t schedule_cache_clock = 0;
+
+// Makes room for one more schedule by dropping the one used longest ago (a scan: it runs only
+// where the passes have just run, which cost far more).
+void drop_least_recently_used_schedule() {
+  auto oldest = schedule_cache.begin();
+  for (auto it = schedule_cache.begin(); it != schedule_cache.end(); ++it)
+    if (it->second->last_used < oldest->second->last_used) oldest = it;
+  if (oldest != schedule_cache.end()) schedule_cache.erase(oldest);
+}
 
 }  // namespace
 
@@ -557,12 +570,15 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
         substitutable_params(made->schedule, made->view_root, walk.params.size());
     cached = made;
     if (cacheable) {
-      if (schedule_cache.size() >= kScheduleCacheEntries) schedule_cache.clear();
+      if (schedule_cache.size() >= kScheduleCacheEntries && !schedule_cache.contains(key))
+        drop_least_recently_used_schedule();
+      cached->last_used = ++schedule_cache_clock;
       schedule_cache[key] = cached;
     } else {
       ++stats.schedule_cache_bypasses;
     }
   } else {
+    cached->last_used = ++schedule_cache_clock;
     ++stats.schedule_cache_hits;
   }
   const Schedule& schedule = cached->schedule;

@@ -213,6 +213,24 @@ TEST(Lazy, ViewsShareStorageWithTheirBase) {
   EXPECT_FALSE((base + 0).shares_storage_with(base));
 }
 
+// Note [Schedule cache]: a loop's expression keeps its schedule while more one-off graphs than
+// the cache holds (256) pass through between its evaluations.
+TEST(Lazy, AFullScheduleCacheKeepsTheScheduleALoopUses) {
+  const std::vector<double> xs = {-1.5, 0.25, 2, 7};
+  const Tensor x = from_vector(xs, {4}, DType::Float32);
+  reset_eval_stats();
+  constexpr int kOneOffs = 300;
+  for (int i = 0; i < kOneOffs; ++i) {
+    Tensor one_off = full({i + 5}, 0.5, TensorOptions().dtype(DType::Float32)) * 3;  // a new shape
+    ASSERT_EQ(one_off.to_vector<double>()[0], 1.5);
+    Tensor hot = (x + 1).relu() * 2;
+    const std::vector<double> got = hot.to_vector<double>();
+    for (size_t k = 0; k < xs.size(); ++k) ASSERT_EQ(got[k], std::max(xs[k] + 1, 0.0) * 2);
+  }
+  // Every evaluation of the loop's expression but its first found the schedule.
+  EXPECT_EQ(eval_stats().schedule_cache_hits, kOneOffs - 1);
+}
+
 // Note [Views of computed values]: a loop that slices each step's batch out of one tensor runs
 // one cached schedule for every offset, the batch read in place as a param, and every step's
 // result is its own slice's (against float64 on the host).
