@@ -159,6 +159,31 @@ std::string call_op(llvm::IRBuilder<>& at, llvm::Module& module, const LfJitInst
   return "";
 }
 
+// The op function `what` ("load", "load_one", "store", "stream") of a load's or store's half
+// memory type (LfJitMemory), or "" where it lies in memory as the registers do.
+std::string half_memory_function(const char* what, int32_t memory) {
+  switch (memory) {
+    case kLfJitMemoryBFloat16:
+      return std::string("lf_jit_") + what + "_bf16";
+    case kLfJitMemoryHalf:
+      return std::string("lf_jit_") + what + "_f16";
+    default:
+      return "";
+  }
+}
+
+// Calls the half memory type's op function `what` on `at`: `memory_address`, the element's
+// address in the operand or result, and `vector`, the register's vector.
+std::string call_half_memory(llvm::IRBuilder<>& at, llvm::Module& module, const char* what,
+                             const LfJitInstr& instr, llvm::Value* memory_address,
+                             llvm::Value* vector) {
+  const std::string name = half_memory_function(what, instr.memory);
+  llvm::Function* function = module.getFunction(name);
+  if (function == nullptr) return "no op function " + name;
+  at.CreateCall(function, {memory_address, vector});
+  return "";
+}
+
 // What both kinds of kernel start from: the kernel function `name` (LfJitKernel's signature)
 // in `module`, which holds the op functions, and the types of the program's values.
 struct KernelFrame {
@@ -258,8 +283,10 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
   std::vector<llvm::Value*> slots(static_cast<size_t>(program.num_instrs), nullptr);
   for (int32_t k = 0; k < program.num_instrs; ++k) {
     const int32_t kind = program.instrs[k].kind;
-    if (kind != kLfJitLoadDense && kind != kLfJitLoadRowRun && kind != kLfJitStore &&
-        kind != kLfJitStoreStream)
+    // A dense or row-run load reads its operand in place, but for a half type's, converted.
+    const bool in_place = (kind == kLfJitLoadDense || kind == kLfJitLoadRowRun) &&
+                          program.instrs[k].memory == kLfJitMemoryAsRegisters;
+    if (!in_place && kind != kLfJitStore && kind != kLfJitStoreStream)
       slots[k] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
   }
   // A slot for the reciprocal of each divisor the loop does not change.
@@ -274,7 +301,14 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
     if (instr.kind == kLfJitConst || instr.kind == kLfJitApply) continue;
     const bool store = instr.kind == kLfJitStore || instr.kind == kLfJitStoreStream;
     bases[k] = base(store ? results : operands, instr.slot);
+    if (instr.memory != kLfJitMemoryAsRegisters)
+      bases[k] = b.CreateBitCast(bases[k], b.getInt16Ty()->getPointerTo());
   }
+  // An element's address in the operand or result of instruction k.
+  auto element_at = [&](llvm::IRBuilder<>& at, int32_t k, llvm::Value* index) {
+    const bool half = program.instrs[k].memory != kLfJitMemoryAsRegisters;
+    return at.CreateGEP(half ? at.getInt16Ty() : element, bases[k], index);
+  };
   b.CreateCondBr(b.CreateICmpSLT(begin, end), rows, done);
 
   // rows: from `row_begin` to the end of its row (or of the range); once a row, the row's values.
@@ -315,26 +349,51 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
                     instr.kind == kLfJitLoadRowValue)) ||
         reciprocals[k] != nullptr;
     llvm::IRBuilder<>& at = invariant ? once : b;
+    const bool half = instr.memory != kLfJitMemoryAsRegisters;
+    // A load of a half type's element (`one`: into every lane) converted into the slot.
+    auto load_half = [&](llvm::IRBuilder<>& to, llvm::Value* address, bool one) {
+      if (std::string error =
+              call_half_memory(to, module, one ? "load_one" : "load", instr, address, slots[k]);
+          !error.empty())
+        return error;
+      view[instr.dst] = slots[k];
+      if (one && reciprocals[k] != nullptr)
+        frame.store_reciprocal(to, slots[k], reciprocals[k], element_align);
+      return std::string();
+    };
+    std::string error;
     switch (instr.kind) {
-      case kLfJitLoadDense:
-        view[instr.dst] = b.CreateGEP(element, bases[k], i);
-        if (program.prefetch_bytes > 0) prefetch_ahead(b, view[instr.dst], program.prefetch_bytes);
+      case kLfJitLoadDense: {
+        llvm::Value* address = element_at(b, k, i);
+        if (program.prefetch_bytes > 0) prefetch_ahead(b, address, program.prefetch_bytes);
+        if (half)
+          error = load_half(b, address, false);
+        else
+          view[instr.dst] = address;
         break;
+      }
       case kLfJitLoadScalar:
-        splat(at, at.CreateAlignedLoad(element, bases[k], element_align), k);
+        if (half)
+          error = load_half(at, bases[k], true);
+        else
+          splat(at, at.CreateAlignedLoad(element, bases[k], element_align), k);
         break;
       case kLfJitLoadRowRun: {
         llvm::Value* column =
             nested ? b.CreateSub(i, row_start) : b.CreateURem(i, b.getInt64(instr.row));
-        view[instr.dst] = b.CreateGEP(element, bases[k], column);
+        if (half)
+          error = load_half(b, element_at(b, k, column), false);
+        else
+          view[instr.dst] = element_at(b, k, column);
         break;
       }
       case kLfJitLoadRowValue: {
         llvm::Value* index = nested ? row_index : at.CreateUDiv(i, at.getInt64(instr.row));
         llvm::Value* offset = at.CreateMul(index, at.getInt64(instr.row_stride));
-        splat(at,
-              at.CreateAlignedLoad(element, at.CreateGEP(element, bases[k], offset), element_align),
-              k);
+        if (half)
+          error = load_half(at, element_at(at, k, offset), true);
+        else
+          splat(at, at.CreateAlignedLoad(element, element_at(at, k, offset), element_align), k);
         break;
       }
       case kLfJitConst:
@@ -350,11 +409,15 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
       }
       case kLfJitStore:
       case kLfJitStoreStream: {
-        llvm::Value* to = b.CreateGEP(element, bases[k], i);
-        if (instr.kind == kLfJitStoreStream) {
-          llvm::Function* stream = module.getFunction(std::string("lf_jit_stream") + suffix);
-          if (stream == nullptr) return "the op functions' bitcode has no stream function";
-          b.CreateCall(stream, {to, view[instr.src[0]]});
+        llvm::Value* to = element_at(b, k, i);
+        const bool stream = instr.kind == kLfJitStoreStream;
+        if (half) {
+          error = call_half_memory(b, module, stream ? "stream" : "store", instr, to,
+                                   view[instr.src[0]]);
+        } else if (stream) {
+          llvm::Function* function = module.getFunction(std::string("lf_jit_stream") + suffix);
+          if (function == nullptr) return "the op functions' bitcode has no stream function";
+          b.CreateCall(function, {to, view[instr.src[0]]});
         } else {
           llvm::Value* value = b.CreateAlignedLoad(
               vector, b.CreateBitCast(view[instr.src[0]], vector_ptr), element_align);
@@ -365,6 +428,7 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
       default:
         return "unknown JIT instruction kind " + std::to_string(instr.kind);
     }
+    if (!error.empty()) return error;
   }
   once.CreateBr(vectors);
   llvm::Value* next = b.CreateAdd(i, b.getInt64(lanes), "next", /*HasNUW=*/true, /*HasNSW=*/true);
@@ -752,6 +816,10 @@ thread_local std::string last_error;
 }  // namespace
 
 extern "C" {
+
+__attribute__((visibility("default"))) int32_t lazyfuse_cpu_jit_abi_version() {
+  return LF_JIT_ABI_VERSION;
+}
 
 __attribute__((visibility("default"))) int32_t lazyfuse_cpu_jit_lanes(const char* isa,
                                                                       int32_t double_precision) {

@@ -8,6 +8,10 @@
 
 extern "C" {
 
+// Changes whenever a struct or signature below does: the library and the program that loads it
+// must agree (lazyfuse_cpu_jit_abi_version).
+#define LF_JIT_ABI_VERSION 2
+
 // What an instruction of a JIT program does, at loop index i (an element index of the step's
 // iteration space, the first of a vector of lanes elements). Registers hold one vector each.
 enum LfJitKind : int32_t {
@@ -22,8 +26,19 @@ enum LfJitKind : int32_t {
   kLfJitStoreRowRun,    // result[slot][i % row ...] = src[0]: a row's values kept for the row
 };
 
+// How a load's operand or a store's result lies in memory: as the program's registers (float32
+// or float64), or as a half type whose values a float32 program's registers hold (Note [Half
+// precision in fused kernels] in ir/schedule.h): converted as they are loaded, rounded
+// to nearest even as they are stored.
+enum LfJitMemory : int32_t {
+  kLfJitMemoryAsRegisters = 0,
+  kLfJitMemoryBFloat16,
+  kLfJitMemoryHalf,
+};
+
 struct LfJitInstr {
   int32_t kind;
+  int32_t memory;  // loads and stores: an LfJitMemory
   int32_t dst;
   int32_t src[3];
   int32_t slot;
@@ -94,5 +109,7 @@ typedef const char* (*LfJitCompileFn)(const LfJitProgram* program, LfJitKernel* 
                                       void** code);
 // Frees a kernel's code (`code` from the compile), once nothing will call the kernel again.
 typedef void (*LfJitReleaseFn)(void* code);
+// The LF_JIT_ABI_VERSION the library was built with.
+typedef int32_t (*LfJitAbiVersionFn)();
 
 }  // extern "C"

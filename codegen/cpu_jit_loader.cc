@@ -71,12 +71,20 @@ const Library& library() {
       lib.compile = reinterpret_cast<LfJitCompileFn>(dlsym(handle, "lazyfuse_cpu_jit_compile"));
       lib.lanes = reinterpret_cast<LfJitLanesFn>(dlsym(handle, "lazyfuse_cpu_jit_lanes"));
       lib.release = reinterpret_cast<LfJitReleaseFn>(dlsym(handle, "lazyfuse_cpu_jit_release"));
-      if (lib.compile != nullptr && lib.lanes != nullptr && lib.release != nullptr) {
+      const auto version =
+          reinterpret_cast<LfJitAbiVersionFn>(dlsym(handle, "lazyfuse_cpu_jit_abi_version"));
+      const int32_t abi = version != nullptr ? version() : 1;
+      if (lib.compile != nullptr && lib.lanes != nullptr && lib.release != nullptr &&
+          abi == LF_JIT_ABI_VERSION) {
         lib.error.clear();
         return lib;
       }
+      // A library from another build would read this program's instructions wrongly.
       absl::StrAppend(&lib.error, lib.error.empty() ? "" : "; ", path,
-                      " lacks lazyfuse_cpu_jit_compile");
+                      abi != LF_JIT_ABI_VERSION
+                          ? absl::StrCat(" speaks the JIT's interface version ", abi,
+                                         ", this program ", LF_JIT_ABI_VERSION)
+                          : std::string(" lacks lazyfuse_cpu_jit_compile"));
       lib.compile = nullptr;
       lib.lanes = nullptr;
       lib.release = nullptr;

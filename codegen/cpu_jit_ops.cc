@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "lazyfuse/codegen/cpu_math.h"
+#include "lazyfuse/codegen/half.h"
 #include "lazyfuse/ir/op.h"
 
 namespace lazyfuse::cpu_jit_ops {
@@ -185,6 +186,20 @@ inline __attribute__((always_inline)) void divide_by_reciprocal(const T* a, cons
 }  // namespace
 }  // namespace lazyfuse::cpu_jit_ops
 
+namespace {
+// A vector of half-type bits written past the caches: its 2 * lanes bytes at `out`, aligned to
+// as many (a result 64-byte aligned, at a whole vector's element).
+inline __attribute__((always_inline)) void stream_half_vector(uint16_t* out, const uint16_t* bits) {
+#ifdef __AVX512F__
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(out),
+                      _mm256_load_si256(reinterpret_cast<const __m256i*>(bits)));
+#else
+  _mm_stream_si128(reinterpret_cast<__m128i*>(out),
+                   _mm_load_si128(reinterpret_cast<const __m128i*>(bits)));
+#endif
+}
+}  // namespace
+
 extern "C" {
 
 // lf_jit_div_by_reciprocal_<f32|f64>(a, b, y, out): a / b for b the same in every lane and y
@@ -244,6 +259,40 @@ void lf_jit_stream_f64(double* out, const double* value) {
   using V = lazyfuse::cpu_math::VectorOf<double>;
   V::stream(out, V::load(value));
 }
+// A float32 program's vectors kept in memory as bfloat16 or float16 (kLfJitMemoryBFloat16,
+// kLfJitMemoryHalf): half.h's conversions lane by lane, as the interpreter's loads and stores
+// convert (convert_value), and a register rounded to the half type and back (Kind::Round).
+#define LF_HALF_MEMORY_FUNCTIONS(suffix, Storage, to_float, from_float)                      \
+  void lf_jit_load_##suffix(const uint16_t* in, float* out) {                                \
+    for (int j = 0; j < lazyfuse::cpu_math::VectorOf<float>::lanes; ++j)                     \
+      out[j] = lazyfuse::to_float(Storage{in[j]});                                           \
+  }                                                                                          \
+  void lf_jit_load_one_##suffix(const uint16_t* in, float* out) {                            \
+    const float value = lazyfuse::to_float(Storage{in[0]});                                  \
+    for (int j = 0; j < lazyfuse::cpu_math::VectorOf<float>::lanes; ++j) out[j] = value;     \
+  }                                                                                          \
+  void lf_jit_store_##suffix(uint16_t* out, const float* value) {                            \
+    for (int j = 0; j < lazyfuse::cpu_math::VectorOf<float>::lanes; ++j)                     \
+      out[j] = lazyfuse::from_float(value[j]).bits;                                          \
+  }                                                                                          \
+  void lf_jit_stream_##suffix(uint16_t* out, const float* value) {                           \
+    alignas(32) uint16_t bits[lazyfuse::cpu_math::VectorOf<float>::lanes];                   \
+    lf_jit_store_##suffix(bits, value);                                                      \
+    stream_half_vector(out, bits);                                                           \
+  }                                                                                          \
+  void lf_jit_round_##suffix##_f32(const float* a, const float*, const float*, float* out) { \
+    for (int j = 0; j < lazyfuse::cpu_math::VectorOf<float>::lanes; ++j)                     \
+      out[j] = lazyfuse::to_float(lazyfuse::from_float(a[j]));                               \
+  }
+LF_HALF_MEMORY_FUNCTIONS(bf16, lazyfuse::BFloat16, bfloat16_to_float, float_to_bfloat16)
+LF_HALF_MEMORY_FUNCTIONS(f16, lazyfuse::Half, half_to_float, float_to_half)
+#undef LF_HALF_MEMORY_FUNCTIONS
+// A register's vector as it stands (a copy the interpreter makes so that rounding one reader's
+// value leaves the others' alone).
+void lf_jit_copy_f32(const float* a, const float*, const float*, float* out) {
+  for (int j = 0; j < lazyfuse::cpu_math::VectorOf<float>::lanes; ++j) out[j] = a[j];
+}
+
 // The lanes of a vector of each type, which the JIT's loop steps by.
 extern const int lf_jit_lanes_f32 = lazyfuse::cpu_math::VectorOf<float>::lanes;
 extern const int lf_jit_lanes_f64 = lazyfuse::cpu_math::VectorOf<double>::lanes;

@@ -108,6 +108,7 @@ void cpu_gather(const CpuOperand& operand, DType to, int64_t start, int64_t n, v
 // do not depend on which ran.
 struct CpuProgram::JitState {
   bool double_precision = false;
+  bool half_types = false;            // a load or store converts to or from a half type
   std::atomic<int32_t> lanes{-1};     // the JIT's lanes for the dtype, -1 until asked
   std::atomic<int64_t> processed{0};  // elements computed, for CpuJitMode::Hot
   std::atomic<bool> hot{false};       // processed has passed one evaluation's worth
@@ -137,14 +138,31 @@ struct CpuProgram::JitState {
     for (const auto& entry : kernels) cpu_jit_release(entry->compiled);
   }
 
+  // A program of float32 or float64 registers whose every op has a vector form; a float32
+  // program's operands and results may be half types (converted as loaded, rounded as stored),
+  // its registers rounded to one and copied (so that a rounded reader leaves the others alone).
   static std::shared_ptr<JitState> for_program(const std::vector<Instr>& code) {
     std::optional<DType> dtype;
+    bool half_types = false;
     for (const Instr& instr : code) {
       bool fits = false;
+      DType registers = instr.dtype;
       switch (instr.kind) {
         case Kind::Load:
+          fits =
+              instr.from == instr.dtype || (is_half(instr.from) && instr.dtype == DType::Float32);
+          break;
         case Kind::Store:
-          fits = instr.from == instr.dtype;
+          registers = instr.from;
+          fits =
+              instr.from == instr.dtype || (is_half(instr.dtype) && instr.from == DType::Float32);
+          break;
+        case Kind::Convert:
+          fits = instr.from == instr.dtype;  // a copy
+          break;
+        case Kind::Round:
+          registers = DType::Float32;
+          fits = is_half(instr.dtype);
           break;
         case Kind::Const:
           fits = true;
@@ -155,13 +173,16 @@ struct CpuProgram::JitState {
         default:
           fits = false;
       }
-      if (!fits || (instr.dtype != DType::Float32 && instr.dtype != DType::Float64)) return nullptr;
-      if (dtype && *dtype != instr.dtype) return nullptr;
-      dtype = instr.dtype;
+      if (!fits || (registers != DType::Float32 && registers != DType::Float64)) return nullptr;
+      if (dtype && *dtype != registers) return nullptr;
+      dtype = registers;
+      half_types |= (instr.kind == Kind::Load && is_half(instr.from)) ||
+                    (instr.kind == Kind::Store && is_half(instr.dtype));
     }
     if (!dtype) return nullptr;
     auto state = std::make_shared<JitState>();
     state->double_precision = *dtype == DType::Float64;
+    state->half_types = half_types;
     return state;
   }
 };
@@ -388,6 +409,7 @@ int64_t CpuProgram::jit_lanes() const {
 }
 
 bool CpuProgram::double_precision() const { return jit_ != nullptr && jit_->double_precision; }
+bool CpuProgram::jit_keeps_half_types() const { return jit_ != nullptr && jit_->half_types; }
 
 bool CpuProgram::jit_layouts(std::span<const CpuOperand> operands,
                              std::span<const CpuResult> results, int64_t lanes,
@@ -437,6 +459,10 @@ std::vector<LfJitInstr> CpuProgram::jit_instrs(std::span<const JitLayout> layout
       case Kind::Store: {
         const JitLayout& layout = layouts[at++];
         out.kind = layout.kind;
+        const DType memory = instr.kind == Kind::Load ? instr.from : instr.dtype;
+        out.memory = memory == DType::BFloat16  ? kLfJitMemoryBFloat16
+                     : memory == DType::Float16 ? kLfJitMemoryHalf
+                                                : kLfJitMemoryAsRegisters;
         out.row = layout.row;
         out.row_stride = layout.row_stride;
         out.slot += instr.kind == Kind::Load ? operand_base : result_base;
@@ -446,6 +472,16 @@ std::vector<LfJitInstr> CpuProgram::jit_instrs(std::span<const JitLayout> layout
         out.kind = kLfJitConst;
         out.value = jit_->double_precision ? instr.value
                                            : static_cast<double>(convert_value<float>(instr.value));
+        break;
+      case Kind::Convert:  // a copy (JitState::for_program)
+        out.kind = kLfJitApply;
+        out.function = "lf_jit_copy_f32";
+        break;
+      case Kind::Round:  // in place, as the interpreter rounds
+        out.kind = kLfJitApply;
+        out.src[0] = instr.dst;
+        out.function =
+            instr.dtype == DType::Float16 ? "lf_jit_round_f16_f32" : "lf_jit_round_bf16_f32";
         break;
       default:  // Apply
         out.kind = kLfJitApply;
@@ -542,7 +578,6 @@ CpuProgram::Bound CpuProgram::bind(std::span<const CpuOperand> operands,
   bound.lanes = lanes;
   bound.reads_rows = reads_rows;
   bound.streams = streams;
-  bound.element_bytes = state.double_precision ? 8 : 4;
   for (const CpuOperand& operand : operands) bound.operands.push_back(operand.data);
   return bound;
 }
@@ -591,9 +626,9 @@ int64_t CpuProgram::run_bound(const Bound& bound, std::span<const CpuResult> res
   // The kernel stores element i at index i of its result: each result's address of index 0.
   absl::InlinedVector<void*, 4> at_zero;
   for (const CpuResult& result : results)
-    at_zero.push_back(reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(result.data) -
-                                              static_cast<uintptr_t>(result_base) *
-                                                  static_cast<uintptr_t>(bound.element_bytes)));
+    at_zero.push_back(reinterpret_cast<void*>(
+        reinterpret_cast<uintptr_t>(result.data) -
+        static_cast<uintptr_t>(result_base) * static_cast<uintptr_t>(dtype_size(result.dtype))));
   const int64_t whole_end = begin + (end - begin) / lanes * lanes;
   bound.kernel(bound.operands.data(), at_zero.data(), begin, whole_end);
   // Non-temporal stores are weakly ordered: make them visible before the caller goes on.

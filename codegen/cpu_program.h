@@ -78,6 +78,8 @@ class CpuProgram {
   // Whether the JIT can compile the program (codegen/cpu_jit.h): every register float32, or
   // every one float64, and every op one with a vector form, nothing converted or generated.
   bool jit_compilable() const { return jit_ != nullptr; }
+  // Whether a compilable program loads or stores a half type (its registers float32).
+  bool jit_keeps_half_types() const;
 
   // The compiled loop of the program over particular operands and results (Note [The CPU JIT]
   // in cpu_program.cc), found once for the many ranges a caller then runs: a fused reduction
@@ -87,7 +89,6 @@ class CpuProgram {
     int64_t lanes = 0;
     bool reads_rows = false;  // ranges must start at a whole vector
     bool streams = false;     // and, relative to result_base, to stream
-    int element_bytes = 4;
     absl::InlinedVector<const void*, 8> operands;
   };
   // Binds the program to `operands` and `results` for `elements` elements in all, which count

@@ -67,8 +67,10 @@ bool CpuRowProgram::fits(std::span<const Part> parts, int64_t length, bool doubl
   if (length <= 0 || length % 16 != 0 || length > kCpuReduceBlock) return false;
   bool reduces = false;
   for (const Part& part : parts) {
+    // Row loops keep their values as registers hold them (emit_row_kernel in cpu_jit.cc).
     if (part.program != nullptr &&
-        (!part.program->jit_compilable() || part.program->double_precision() != double_precision))
+        (!part.program->jit_compilable() || part.program->double_precision() != double_precision ||
+         part.program->jit_keeps_half_types()))
       return false;
     if (!part.reduction) {
       if (part.program == nullptr) return false;

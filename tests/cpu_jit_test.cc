@@ -161,6 +161,53 @@ TEST(CpuJit, EveryOpGivesTheInterpretersBitsOverEveryLayout) {
   }
 }
 
+// Float32 programs over bfloat16 and float16 operands and results (converted as loaded, rounded
+// to nearest even as stored), with half values rounded where stored or after each op, casts to
+// and from float32 in the middle of a chain, and a float32 operand beside a half one: the
+// interpreter's bits over every layout, and compiled wherever the ops have vector forms.
+TEST(CpuJit, HalfTypesGiveTheInterpretersBits) {
+  REQUIRE_JIT();
+  std::mt19937 rng(13);
+  constexpr int64_t kRows = 6, kColumns = 128;
+  for (DType dtype : {DType::BFloat16, DType::Float16}) {
+    const Tensor x = from_vector(edgy_values(rng, kRows * kColumns), {kRows, kColumns}, dtype);
+    const Tensor bias = from_vector(edgy_values(rng, kColumns), {kColumns}, dtype);
+    const Tensor per_row = from_vector(edgy_values(rng, kRows), {kRows, 1}, dtype);
+    const Tensor scalar = from_vector({0.75}, {}, dtype);
+    const Tensor odd = from_vector(edgy_values(rng, 1000 + 7), {1000 + 7}, dtype);
+    const Tensor wide =
+        from_vector(edgy_values(rng, kRows * kColumns), {kRows, kColumns}, DType::Float32);
+    eval({x, bias, per_row, scalar, odd, wide});
+    for (HalfRounding rounding : {HalfRounding::AtStores, HalfRounding::EachOp}) {
+      HalfRoundingGuard guard(rounding);
+      const std::string mode = rounding == HalfRounding::AtStores ? " at stores" : " each op";
+      for (const NamedOp& op : float_ops()) {
+        const std::string what = std::string(op.name) + " " + dtype_torch_name(dtype) + mode;
+        const bool vector_form =
+            cpu_kernel_table().apply_stream[static_cast<int>(op.op)][compute_slot(kFloat32)] !=
+            nullptr;
+        expect_jit_matches_interpreter([&] { return op.apply(x, bias, per_row); },
+                                       what + " (x, bias, row)", vector_form);
+        expect_jit_matches_interpreter([&] { return op.apply(per_row + x, x, scalar) * 3; },
+                                       what + " (row, x, scalar) in a chain", vector_form);
+        expect_jit_matches_interpreter(
+            [&] { return op.apply(odd, odd.abs(), odd * 0.5).exp() - odd; }, what + " (odd length)",
+            vector_form);
+      }
+      // A cast to float32 and back, with the float32 value read on; a float32 operand promoting
+      // a half one.
+      expect_jit_matches_interpreter(
+          [&] {
+            Tensor f = (x * 1.25).to(kFloat32);
+            return ((f.exp() + f).to(dtype) * bias).to(kFloat32) * f;
+          },
+          std::string("casts ") + dtype_torch_name(dtype) + mode);
+      expect_jit_matches_interpreter([&] { return (x + wide).sigmoid() * x; },
+                                     std::string("promoted ") + dtype_torch_name(dtype) + mode);
+    }
+  }
+}
+
 // A reduction's fused operand (a sum of squares, a variance's centred squares, a row's max of
 // a chain) computed by compiled code in chunks and reduced from there: the interpreter's bits,
 // over rows whose length leaves a part vector, and over the whole tensor.
