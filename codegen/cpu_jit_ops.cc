@@ -261,35 +261,38 @@ void lf_jit_stream_f64(double* out, const double* value) {
 }
 // A float32 program's vectors kept in memory as bfloat16 or float16 (kLfJitMemoryBFloat16,
 // kLfJitMemoryHalf): half.h's conversions lane by lane, as the interpreter's loads and stores
-// convert (convert_value), and a register rounded to the half type and back (Kind::Round).
-#define LF_HALF_MEMORY_FUNCTIONS(suffix, Storage, to_float, from_float)                      \
-  void lf_jit_load_##suffix(const uint16_t* in, float* out) {                                \
-    for (int j = 0; j < lazyfuse::cpu_math::VectorOf<float>::lanes; ++j)                     \
-      out[j] = lazyfuse::to_float(Storage{in[j]});                                           \
-  }                                                                                          \
-  void lf_jit_load_one_##suffix(const uint16_t* in, float* out) {                            \
-    const float value = lazyfuse::to_float(Storage{in[0]});                                  \
-    for (int j = 0; j < lazyfuse::cpu_math::VectorOf<float>::lanes; ++j) out[j] = value;     \
-  }                                                                                          \
-  void lf_jit_store_##suffix(uint16_t* out, const float* value) {                            \
-    for (int j = 0; j < lazyfuse::cpu_math::VectorOf<float>::lanes; ++j)                     \
-      out[j] = lazyfuse::from_float(value[j]).bits;                                          \
-  }                                                                                          \
-  void lf_jit_stream_##suffix(uint16_t* out, const float* value) {                           \
-    alignas(32) uint16_t bits[lazyfuse::cpu_math::VectorOf<float>::lanes];                   \
-    lf_jit_store_##suffix(bits, value);                                                      \
-    stream_half_vector(out, bits);                                                           \
-  }                                                                                          \
-  void lf_jit_round_##suffix##_f32(const float* a, const float*, const float*, float* out) { \
-    for (int j = 0; j < lazyfuse::cpu_math::VectorOf<float>::lanes; ++j)                     \
-      out[j] = lazyfuse::to_float(lazyfuse::from_float(a[j]));                               \
+// convert (convert_value), and a register rounded to the half type and back (Kind::Round). No
+// pointer aliases another (each instruction has a slot of its own), so that each is one vector
+// operation, kept in registers.
+#define LF_HALF_MEMORY_FUNCTIONS(suffix, Storage, to_float, from_float)                   \
+  void lf_jit_load_##suffix(const uint16_t* __restrict in, float* __restrict out) {       \
+    for (int j = 0; j < lazyfuse::cpu_math::VectorOf<float>::lanes; ++j)                  \
+      out[j] = lazyfuse::to_float(Storage{in[j]});                                        \
+  }                                                                                       \
+  void lf_jit_load_one_##suffix(const uint16_t* __restrict in, float* __restrict out) {   \
+    const float value = lazyfuse::to_float(Storage{in[0]});                               \
+    for (int j = 0; j < lazyfuse::cpu_math::VectorOf<float>::lanes; ++j) out[j] = value;  \
+  }                                                                                       \
+  void lf_jit_store_##suffix(uint16_t* __restrict out, const float* __restrict value) {   \
+    for (int j = 0; j < lazyfuse::cpu_math::VectorOf<float>::lanes; ++j)                  \
+      out[j] = lazyfuse::from_float(value[j]).bits;                                       \
+  }                                                                                       \
+  void lf_jit_stream_##suffix(uint16_t* __restrict out, const float* __restrict value) {  \
+    alignas(32) uint16_t bits[lazyfuse::cpu_math::VectorOf<float>::lanes];                \
+    lf_jit_store_##suffix(bits, value);                                                   \
+    stream_half_vector(out, bits);                                                        \
+  }                                                                                       \
+  void lf_jit_round_##suffix##_f32(const float* __restrict a, const float*, const float*, \
+                                   float* __restrict out) {                               \
+    for (int j = 0; j < lazyfuse::cpu_math::VectorOf<float>::lanes; ++j)                  \
+      out[j] = lazyfuse::to_float(lazyfuse::from_float(a[j]));                            \
   }
 LF_HALF_MEMORY_FUNCTIONS(bf16, lazyfuse::BFloat16, bfloat16_to_float, float_to_bfloat16)
 LF_HALF_MEMORY_FUNCTIONS(f16, lazyfuse::Half, half_to_float, float_to_half)
 #undef LF_HALF_MEMORY_FUNCTIONS
 // A register's vector as it stands (a copy the interpreter makes so that rounding one reader's
 // value leaves the others' alone).
-void lf_jit_copy_f32(const float* a, const float*, const float*, float* out) {
+void lf_jit_copy_f32(const float* __restrict a, const float*, const float*, float* __restrict out) {
   for (int j = 0; j < lazyfuse::cpu_math::VectorOf<float>::lanes; ++j) out[j] = a[j];
 }
 
