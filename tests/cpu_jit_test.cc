@@ -215,7 +215,8 @@ TEST(CpuJit, FusedReductionOperandsGiveTheInterpretersBits) {
   REQUIRE_JIT();
   std::mt19937 rng(5);
   constexpr int64_t kRows = 9, kColumns = 3000 + 5;
-  for (DType dtype : {kFloat32, kFloat64}) {
+  // Half types too: a float32 program over them computes the chunks (its loads converting).
+  for (DType dtype : {kFloat32, kFloat64, DType::BFloat16, DType::Float16}) {
     const Tensor x = from_vector(edgy_values(rng, kRows * kColumns), {kRows, kColumns}, dtype);
     const Tensor finite = x.clamp(-50, 50);
     // A row value is compiled for where rows are whole vectors: 2048 columns.
