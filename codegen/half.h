@@ -60,11 +60,12 @@ inline Half float_to_half(float f) { return {float_to_half_bits(f)}; }
 inline float bfloat16_to_float(BFloat16 b) {
   return std::bit_cast<float>(static_cast<uint32_t>(b.bits) << 16);
 }
+// Without a branch, so that a loop of them is vector instructions (the CPU JIT's stores).
 inline BFloat16 float_to_bfloat16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40)};  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
-  return {static_cast<uint16_t>(u >> 16)};
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // to nearest, ties to even
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return {static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded)};
 }
 
 // The value a float takes when stored as the half type and read back.
