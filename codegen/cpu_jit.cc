@@ -457,6 +457,10 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
                results, begin, end] = frame;
   const int64_t length = program.row_length;
   if (length <= 0 || length % 16 != 0) return "a row program's rows are a multiple of 16 long";
+  for (int32_t p = 0; p < program.num_phases; ++p)
+    for (int32_t k = 0; k < program.phases[p].num_instrs; ++k)
+      if (program.phases[p].instrs[k].memory != kLfJitMemoryAsRegisters)
+        return "a row program's loads and stores lie in memory as its registers";
 
   auto* entry = llvm::BasicBlock::Create(context, "entry", kernel);
   auto* rows = llvm::BasicBlock::Create(context, "rows", kernel);

@@ -29,7 +29,8 @@ enum LfJitKind : int32_t {
 // How a load's operand or a store's result lies in memory: as the program's registers (float32
 // or float64), or as a half type whose values a float32 program's registers hold (Note [Half
 // precision in fused kernels] in ir/schedule.h): converted as they are loaded, rounded
-// to nearest even as they are stored.
+// to nearest even as they are stored. Flat programs only: a row program's loads and stores lie
+// as its registers (emit_row_kernel refuses others).
 enum LfJitMemory : int32_t {
   kLfJitMemoryAsRegisters = 0,
   kLfJitMemoryBFloat16,

@@ -76,7 +76,8 @@ class CpuProgram {
   // A listing of the program, one instruction a line (LAZYFUSE_DUMP=cpu).
   std::string listing() const;
   // Whether the JIT can compile the program (codegen/cpu_jit.h): every register float32, or
-  // every one float64, and every op one with a vector form, nothing converted or generated.
+  // every one float64, and every op one with a vector form, nothing generated; nothing
+  // converted but a float32 program's half-type operands and results (and its rounded copies).
   bool jit_compilable() const { return jit_ != nullptr; }
   // Whether a compilable program loads or stores a half type (its registers float32).
   bool jit_keeps_half_types() const;

@@ -468,9 +468,9 @@ uint64_t schedule_cache_clock = 0;
 // Makes room for one more schedule by dropping the one used longest ago (a scan: it runs only
 // where the passes have just run, which cost far more).
 void drop_least_recently_used_schedule() {
-  auto oldest = schedule_cache.begin();
-  for (auto it = schedule_cache.begin(); it != schedule_cache.end(); ++it)
-    if (it->second->last_used < oldest->second->last_used) oldest = it;
+  const auto oldest = std::min_element(
+      schedule_cache.begin(), schedule_cache.end(),
+      [](const auto& a, const auto& b) { return a.second->last_used < b.second->last_used; });
   if (oldest != schedule_cache.end()) schedule_cache.erase(oldest);
 }
 
@@ -572,15 +572,14 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
     if (cacheable) {
       if (schedule_cache.size() >= kScheduleCacheEntries && !schedule_cache.contains(key))
         drop_least_recently_used_schedule();
-      cached->last_used = ++schedule_cache_clock;
       schedule_cache[key] = cached;
     } else {
       ++stats.schedule_cache_bypasses;
     }
   } else {
-    cached->last_used = ++schedule_cache_clock;
     ++stats.schedule_cache_hits;
   }
+  cached->last_used = ++schedule_cache_clock;
   const Schedule& schedule = cached->schedule;
 
   ValueBuffers values(schedule.graph.nodes.size());
