@@ -51,8 +51,21 @@ void reset_stats() {
   cuda::reset_kernel_cache_stats();
   reset_cpu_jit_stats();
   cuda::reset_graph_stats();
+  reset_peak_memory_stats();
+}
+
+void reset_peak_memory_stats() {
   cpu::reset_peak_memory_stats();
   for (int i = 0; i < cuda::device_count(); ++i) cuda::reset_peak_memory_stats(i);
+}
+
+void reset_peak_memory_stats(Device device) {
+  device = resolve_device(device);  // a DeviceIndexError for a GPU that is not there
+  if (device.is_cpu()) {
+    cpu::reset_peak_memory_stats();
+  } else {
+    cuda::reset_peak_memory_stats(device.index());
+  }
 }
 
 std::string format_stats(const Stats& s) {

@@ -49,6 +49,11 @@ Stats stats();
 // Zeroes the counters and sets each device's peak to what it holds now; memory held and cached
 // stays what it is.
 void reset_stats();
+// Sets each device's peak_bytes to what it holds now and leaves every counter as it is, as
+// torch.cuda.reset_peak_memory_stats: to measure one phase's peak without losing the run's counts.
+void reset_peak_memory_stats();
+// The same for one device ("cpu", "cuda:1"; "cuda" is the current GPU).
+void reset_peak_memory_stats(Device device);
 // The statistics as text, one "name: value" a line.
 std::string format_stats(const Stats& stats);
 
