@@ -11,15 +11,23 @@
 
 namespace lazyfuse {
 
+// Note [Reshape of any layout]
+// The frontend builds a reshape as a view where the strides it foresees for the operand allow
+// one, and copies first where they do not (Tensor::reshape). The passes may lay a value out
+// otherwise than foreseen: sink_views computes an elementwise chain in a view's shape, or a
+// product in its transpose's. A graph must stay valid under every such rewrite, so a reshape
+// means torch.reshape's value, whatever the operand's layout: a view of it where its strides
+// allow one, else a view of a contiguous copy of it.
 BufferView apply_view(const Node& node, const BufferView& input) {
   BufferView out = input;
   out.shape = node.shape;
   switch (node.op) {
     case Op::Reshape:
-      if (!view_strides(input.shape, input.strides, node.shape, &out.strides))
-        throw ShapeError(absl::StrCat("reshape at ", node.where.str(),
-                                      ": no view of the operand has shape ",
-                                      shape_str(node.shape)));
+      if (!view_strides(input.shape, input.strides, node.shape, &out.strides)) {
+        out = contiguous(input);
+        out.shape = node.shape;
+        out.strides = contiguous_strides(node.shape);
+      }
       break;
     case Op::Permute: {
       const std::vector<int64_t>& dims = node.attrs.get_ints("dims");

@@ -23,7 +23,9 @@ void run_schedule(const Schedule& schedule, ValueBuffers& values,
 // peer copies where the driver can, host to host). Returns `source` itself when it is already
 // contiguous there.
 BufferView copy_to_device(const BufferView& source, const Device& device);
-// A view step on any device: the operand's storage with the view's sizes, strides and offset.
+// A view step on any device: the operand's storage with the view's sizes, strides and offset;
+// a reshape that no strides of the operand express reads a contiguous copy of it (Note [Reshape
+// of any layout] in executor.cc).
 BufferView apply_view(const Node& node, const BufferView& input);
 // A contiguous copy on the same device, or `source` when it is contiguous.
 BufferView contiguous(const BufferView& source);

@@ -26,6 +26,37 @@ struct Case {
   Domain domain = {};
 };
 
+// How an attention's K^T is spelled.
+enum KSpelling {
+  kTransposeDims,
+  kTransposeNegative,
+  kPermuteLastTwo,
+  kContiguousFirst,
+  kPermuteFromRows
+};
+const std::vector<Shape> kAttentionShapes = {{2, 4, 6}, {6, 6}, {6, 6}, {6, 6}};
+
+// x [B, T, C] and the query, key and value weights [C, C]: a causal attention's output,
+// [B, T, C], heads split and merged by reshapes and transposes.
+Tensor attention(const std::vector<Tensor>& x, KSpelling spelling) {
+  const int64_t B = 2, T = 4, H = 2, hd = 3, C = H * hd;
+  auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, hd}).transpose(1, 2); };
+  const Tensor q = heads(matmul(x[0], x[1])), v = heads(matmul(x[0], x[3]));
+  const Tensor k_rows = matmul(x[0], x[2]);
+  Tensor k_t;
+  switch (spelling) {
+    case kTransposeDims: k_t = heads(k_rows).transpose(2, 3); break;
+    case kTransposeNegative: k_t = heads(k_rows).transpose(-2, -1); break;
+    case kPermuteLastTwo: k_t = heads(k_rows).permute({0, 1, 3, 2}); break;
+    case kContiguousFirst: k_t = heads(k_rows).contiguous().transpose(2, 3); break;
+    case kPermuteFromRows: k_t = k_rows.reshape({B, T, H, hd}).permute({0, 2, 3, 1}); break;
+  }
+  const Tensor positions = arange(T, TensorOptions(kInt64).device(x[0].device()));
+  const Tensor future = positions.reshape({1, T}) > positions.reshape({T, 1});
+  const Tensor scores = where(future, -1e9, q.matmul(k_t) * (1.0 / std::sqrt(double(hd))));
+  return softmax(scores, -1).matmul(v).transpose(1, 2).contiguous().reshape({B, T, C});
+}
+
 std::vector<Case> cases() {
   const Domain positive{0.3, 2.0};
   const Domain away_from_zero{-2, 2, 0.2};
@@ -147,6 +178,19 @@ std::vector<Case> cases() {
          return nn::functional::binary_cross_entropy_with_logits(x[0], x[1].sigmoid());
        },
        {{5}, {5}}},
+      // Causal self-attention as nanoGPT writes it (B 2, T 4, H 2, hd 3), with K transposed
+      // each way a model author spells it. Its backward once failed to evaluate: a rewrite
+      // changed a product's layout under a reshape the frontend had built as a view of it.
+      {"attention k.transpose(2, 3)", [](auto& x) { return attention(x, kTransposeDims); },
+       kAttentionShapes},
+      {"attention k.transpose(-2, -1)", [](auto& x) { return attention(x, kTransposeNegative); },
+       kAttentionShapes},
+      {"attention k.permute", [](auto& x) { return attention(x, kPermuteLastTwo); },
+       kAttentionShapes},
+      {"attention k.contiguous().transpose", [](auto& x) { return attention(x, kContiguousFirst); },
+       kAttentionShapes},
+      {"attention permute to kT", [](auto& x) { return attention(x, kPermuteFromRows); },
+       kAttentionShapes},
       {"mlp layer",
        [](auto& x) { return (matmul(x[0], x[1].t()) + x[2]).relu().sum({1}).tanh(); },
        {{4, 3}, {5, 3}, {5}}},

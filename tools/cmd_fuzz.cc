@@ -10,6 +10,7 @@
 // graph is shrunk (tools/shrink.h) to a small one that still fails the same way, then printed
 // as IR text with the command that replays it: `lazyfuse run FILE --seed=S --check-unfused`
 // (or `--check-cpu`, `--check`).
+#include <functional>
 #include <iostream>
 #include <random>
 #include <typeinfo>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lazyfuse/codegen/cpu_jit.h"
+#include "lazyfuse/frontend/autograd.h"
 #include "lazyfuse/frontend/tensor.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/runtime/devices.h"
@@ -30,13 +32,57 @@ namespace {
 
 constexpr DType kDTypes[] = {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kBool};
 
+// A random view of `t`: a transpose, a permute, a reshape that splits a dim or merges two, a
+// narrow, or a contiguous copy. Chains of these under products are what attention's heads are
+// made of (split by a reshape, transposed, the key transposed again, merged back).
+Tensor random_view(const Tensor& t, const std::function<int(int)>& pick) {
+  const int64_t rank = t.dim();
+  if (rank == 0) return t;
+  const int64_t d = pick(static_cast<int>(rank));
+  switch (pick(6)) {
+    case 0:
+      return t.transpose(d, pick(static_cast<int>(rank)));
+    case 1: {
+      std::vector<int64_t> dims(static_cast<size_t>(rank));
+      for (int64_t i = 0; i < rank; ++i) dims[i] = i;
+      for (int64_t i = rank - 1; i > 0; --i) std::swap(dims[i], dims[pick(static_cast<int>(i + 1))]);
+      return t.permute(dims);
+    }
+    case 2: {  // split dim d where a factor divides it
+      Shape shape = t.sizes();
+      for (int64_t factor : {2, 3, 4})
+        if (shape[d] % factor == 0 && shape[d] > factor) {
+          shape[d] /= factor;
+          shape.insert(shape.begin() + d, factor);
+          return t.reshape(shape);
+        }
+      return t.unsqueeze(d);
+    }
+    case 3: {  // merge dims d and d + 1
+      if (d + 1 >= rank) return t.reshape({-1});
+      Shape shape = t.sizes();
+      shape[d] *= shape[d + 1];
+      shape.erase(shape.begin() + d + 1);
+      return t.reshape(shape);
+    }
+    case 4:
+      return t.size(d) > 1 ? t.narrow(d, pick(2), t.size(d) - 1) : t;
+    default:
+      return t.contiguous();
+  }
+}
+
 // One random graph, built through the public API and taken as IR; the same seed builds the same
 // graph. The params' values are drawn only to keep each seed's graph what it has always been:
 // check_graph draws its own inputs. `rows`: the innermost size is a row length the CPU's row
-// programs take (Note [Row programs] in codegen/cpu_row_program.cc), drawn after the rest.
+// programs take (Note [Row programs] in codegen/cpu_row_program.cc), drawn after the rest. One
+// graph in three is a backward: its floating params require grad, and its outputs are their
+// gradients of the sum of the chosen results times a random cotangent each.
 Graph build(uint64_t seed, const Device& device, bool rows) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  const bool backward = pick(3) == 0;
+  std::vector<Tensor> leaves;  // those that require grad
   const int64_t sizes[] = {1, 2, 3, 5, 8, 17};
   Shape base;
   for (int d = 0, rank = 1 + pick(3); d < rank; ++d) base.push_back(sizes[pick(6)]);
@@ -57,6 +103,7 @@ Graph build(uint64_t seed, const Device& device, bool rows) {
           : is_integral(dtype) ? pick(10)
                                : 0.5 + static_cast<double>(rng() % 1000) / 1000;
     pool.push_back(from_vector(values, shape, TensorOptions().dtype(dtype).device(device)));
+    if (backward && is_floating(dtype)) leaves.push_back(pool.back().requires_grad_());
   }
   auto any = [&]() -> Tensor& {
     return pool[pool.size() - 1 - pick(std::min<int>(4, pool.size()))];
@@ -66,7 +113,7 @@ Graph build(uint64_t seed, const Device& device, bool rows) {
       Tensor& a = any();
       Tensor& b = any();
       Tensor out;
-      switch (pick(13)) {
+      switch (pick(15)) {
         case 0:
           out = a + b;
           break;
@@ -134,6 +181,50 @@ Graph build(uint64_t seed, const Device& device, bool rows) {
           out = a.matmul(right);
           break;
         }
+        case 12: {
+          // Attention's products as a model writes them: heads split off the last dim by a
+          // reshape and moved before the sequence by a transpose, the key transposed again
+          // (one of four spellings), scores, optionally a softmax, a product with the values,
+          // and the heads merged back by a transpose and a reshape.
+          const int64_t batch = 1 + pick(2), seq = 2 + pick(3), heads = 2 + pick(2),
+                        head_dim = 1 + pick(3);
+          const DType dtype = kDTypes[pick(4)];  // the floating ones
+          std::vector<double> values(static_cast<size_t>(batch * seq * heads * head_dim), 0.5);
+          Tensor x = from_vector(values, {batch, seq, heads * head_dim},
+                                 TensorOptions().dtype(dtype).device(device));
+          if (backward) leaves.push_back(x.requires_grad_());
+          pool.push_back(x);
+          auto split = [&](const Tensor& t) {
+            return t.reshape({batch, seq, heads, head_dim}).transpose(1, 2);
+          };
+          const Tensor q = split(pick(2) ? x : x * 2), k = split(x.sin()), v = split(x);
+          const int spelling = pick(4);
+          const Tensor k_t = spelling == 0   ? k.transpose(2, 3)
+                             : spelling == 1 ? k.transpose(-2, -1)
+                             : spelling == 2 ? k.permute({0, 1, 3, 2})
+                                             : k.contiguous().transpose(2, 3);
+          Tensor scores = q.matmul(k_t);
+          if (pick(2)) {
+            Tensor e = (scores - scores.max(-1, true)).exp();
+            scores = e / e.sum({-1}, true);
+          }
+          out = scores.matmul(v).transpose(1, 2).reshape({batch, seq, heads * head_dim});
+          break;
+        }
+        case 13: {
+          // A chain of views, then a product of it with its own transpose (attention's
+          // q @ k^T, the key through views of its own), then views of the product.
+          if (a.dim() < 2) continue;
+          Tensor v = a;
+          for (int k = 0, n = 1 + pick(3); k < n; ++k) v = random_view(v, pick);
+          if (v.dim() < 2) continue;
+          Tensor w = v;
+          for (int k = 0, n = pick(3); k < n; ++k) w = random_view(w, pick);
+          if (w.sizes() != v.sizes()) w = v;
+          out = v.matmul(w.transpose(-2, -1));
+          for (int k = 0, n = pick(3); k < n; ++k) out = random_view(out, pick);
+          break;
+        }
         default: {
           if (a.dim() == 0) continue;
           Tensor e = (a.to(kFloat32) - a.to(kFloat32).max(-1, true)).exp();
@@ -145,9 +236,24 @@ Graph build(uint64_t seed, const Device& device, bool rows) {
       // An op the operands do not allow (bool negation, shapes that do not broadcast): skip.
     }
   }
-  std::vector<LazyRef> outputs;
+  std::vector<Tensor> results;
   for (int i = 0, n = 1 + pick(2); i < n && i < static_cast<int>(pool.size()); ++i)
-    outputs.push_back(pool[pool.size() - 1 - i].value());
+    results.push_back(pool[pool.size() - 1 - i]);
+  std::vector<LazyRef> outputs;
+  if (backward) {
+    std::vector<Tensor> roots;
+    for (const Tensor& r : results) {
+      if (!r.requires_grad()) continue;
+      std::vector<double> cotangent(static_cast<size_t>(r.numel()), 1.0);
+      roots.push_back((r * from_vector(cotangent, r.sizes(), TensorOptions(r.dtype()).device(device))).sum());
+    }
+    if (!roots.empty()) {
+      for (const Tensor& g : grad(roots, leaves, {}, std::nullopt, false, /*allow_unused=*/true))
+        if (g.defined()) outputs.push_back(g.value());
+    }
+  }
+  if (outputs.empty())
+    for (const Tensor& r : results) outputs.push_back(r.value());
   return build_graph(outputs).graph;
 }
 

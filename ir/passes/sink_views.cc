@@ -7,7 +7,10 @@
 // or library results; the elementwise chain around them then fuses into one kernel.
 //
 // Only permute, narrow and expand move: they are views of any strides. A reshape may need a
-// copy when its operand is strided, which the IR cannot see, so it stays. Only an elementwise
+// copy when its operand is strided, which the IR cannot see, so it stays. Moving a view changes
+// the layout a value is stored in, so a reshape further on may find no view of it where the
+// frontend foresaw one: the runtime then copies (Note [Reshape of any layout] in
+// runtime/executor.cc), and every rewrite here stays valid. Only an elementwise
 // node whose one use is the view moves, so no work is duplicated; an operand of another shape is
 // first expanded to the node's shape (a view too); a scalar constant needs no view.
 //
@@ -35,13 +38,16 @@
 //
 // A transpose of a matrix product whose one use it is becomes the product of the transposed
 // operands, swapped ((x @ y)^T == y^T @ x^T): gemm reads a transposed operand in place, where
-// the transpose of a stored product is read across its rows.
+// the transpose of a stored product is read across its rows. Only where every reader of the
+// transpose computes: one that views it further (an attention's key gradient, transposed back
+// across heads and reshaped) was laid out by the user for those views, and would be copied.
 //
 // Before: a placed graph. After: no view reads a constant or an op of constants alone; no
 // permute, narrow or expand reads an elementwise node that has no other use and is not returned,
 // except an expand of a row value; no elementwise op reads an expand that its own broadcasting
 // makes unneeded; no arange is read broadcast over trailing dims by its one reader; no transpose
-// reads a product of matrices that has no other use and is not returned; values are
+// reads a product of matrices that has no other use and is not returned, unless a view reads
+// the transpose; values are
 // unchanged (and, as after cse and dce, no two nodes are equal and none is dead).
 #include <algorithm>
 
@@ -265,8 +271,12 @@ bool transpose_products(Graph& graph) {
   for (ValueId v : graph.outputs) is_output[v] = true;
   std::vector<bool> moves(graph.nodes.size(), false);
   bool any = false;
-  for (const Node& node : graph.nodes) {
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& node = graph.nodes[i];
     if (node.op != Op::Permute || !swaps_last_two(node.attrs.get_ints("dims"))) continue;
+    if (std::any_of(users[i].begin(), users[i].end(),
+                    [&](ValueId reader) { return is_view(graph.nodes[reader].op); }))
+      continue;
     const ValueId product = node.inputs[0];
     const Node& matmul = graph.nodes[product];
     if (matmul.op != Op::Matmul || users[product].size() != 1 || is_output[product]) continue;

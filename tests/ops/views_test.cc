@@ -117,6 +117,25 @@ TEST(OpsViews, CopiesWhenNoViewExists) {
   EXPECT_THROW(x.transpose(0, 3), ShapeError);
 }
 
+// A reshape that is a view of the layout the frontend foresaw, where a rewrite lays the operand
+// out otherwise: sink_views computes (x + 1).t() as x.t() + 1, contiguous in [6, 4], where the
+// frontend foresaw the transposed strides of x + 1. The split reshape and the permute after it
+// then leave the final reshape no view of [2, 2, 6]; it must copy (Note [Reshape of any
+// layout]), not fail.
+TEST(OpsViews, AReshapeStaysValidWhereARewriteChangesItsOperandsLayout) {
+  const Host h = iota_host({4, 6});
+  const Tensor x = to_tensor(h, kFloat32);
+  const Tensor split = (x + 1).t().reshape({6, 2, 2}).permute({1, 2, 0});
+  EXPECT_TRUE(split.is_contiguous());  // as foreseen: the reshape below is a view
+  const Host want = host_reshape(
+      host_permute(host_reshape(host_transpose(ref_unary(h, [](double v) { return v + 1; }), 0, 1),
+                                {6, 2, 2}),
+                   {1, 2, 0}),
+      {24});
+  expect_matches(split.reshape({24}), want, kFloat32, {}, "reshape after a sunk transpose");
+  expect_matches(split.view({24}), want, kFloat32, {}, "view after a sunk transpose");
+}
+
 TEST(OpsViews, ViewsKeepTheirDTypeOnEveryDType) {
   std::mt19937 rng(13);
   for (DType dtype : kAllDTypes) {
