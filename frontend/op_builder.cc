@@ -116,9 +116,8 @@ Tensor make_op(Op op, std::span<const Tensor> operands, Attrs attrs, const Loc& 
   }
   node.attrs = std::move(attrs);
   LazyRef value = make_pending(std::move(node), std::move(inputs), std::move(strides));
-  // ArrayFire's rule: a pending graph past a bound is evaluated now, so graphs stay small
-  // enough to compile and the memory they hold stays bounded.
-  if (value->pending_nodes > env_config().max_pending) evaluate(std::span(&value, 1));
+  // A pending graph past a bound is evaluated now (Note [Bounding pending work] in lazy.cc).
+  evaluate_if_past_pending_bound(value);
   Tensor result(std::move(value));
   record_gradient(op, result, operands);
   return result;

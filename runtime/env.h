@@ -14,7 +14,9 @@ struct EnvConfig {
   // kernels, as one kernel per op does, rather than kept in float32 and rounded where stored,
   // the default (ir/schedule.h).
   bool half_rounding_at_stores = true;
-  int64_t max_pending = 4096;  // LAZYFUSE_MAX_PENDING: pending nodes that trigger evaluation
+  // LAZYFUSE_MAX_PENDING: pending values made since the last evaluation that trigger one
+  // (Note [Bounding pending work] in lazy.cc).
+  int64_t max_pending = 65536;
   bool dump_fusion = false;    // LAZYFUSE_DUMP contains "fusion": each graph's kernels
   bool dump_cuda = false;      // LAZYFUSE_DUMP contains "cuda": each generated kernel's source
   std::string dump_dir;        // LAZYFUSE_DUMP_DIR: also write generated sources there as files

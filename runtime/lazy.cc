@@ -57,15 +57,62 @@ void note_replaced(const LazyRef& result, const LazyRef& old_value) {
   result->replaces = replaced;
 }
 
+// Note [Bounding pending work]
+// Work that is never asked for would pile up without end (a loop that only adds), and a graph
+// costs host memory and pass time in proportion to its nodes. So a pending graph is cut, ArrayFire's
+// rule, once the process holds more than LAZYFUSE_MAX_PENDING pending values beyond what it held
+// when the last evaluation ended: the value just made is evaluated, and with it what it reads.
+// What is counted is a census of values, each once, not a sum over each value's inputs: in a
+// residual network every block reads the stream twice, and a sum doubles per block (a GPT step
+// of ~5k nodes "held" 2^30 and was cut into 169 evaluations). A value leaves the census when it
+// is computed or destroyed. The cut waits for a value that reads pending work: a constant made
+// past the bound would be evaluated alone. Cutting at a count of values made since an evaluation ended puts
+// the cuts of a loop's every iteration at the same op, so a cut step repeats the same graphs and
+// hits the schedule cache. The default bound (env.h) keeps a whole large model's training step
+// in one evaluation: its graph is built and scheduled in a time and memory linear in its nodes.
+namespace {
+std::atomic<int64_t> pending_census{0};
+// The census above which the node made is evaluated; -1 after an evaluation, so that the next
+// node made sets it from what is pending then (once the values the evaluation left unread, such
+// as a chain's old head the caller still held, are gone).
+std::atomic<int64_t> pending_cut_at{-1};
+
+void leave_census(LazyValue& value) {
+  if (!value.in_census) return;
+  value.in_census = false;
+  pending_census.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void rebase_pending_cut() { pending_cut_at.store(-1, std::memory_order_relaxed); }
+}  // namespace
+
+LazyValue::~LazyValue() { leave_census(*this); }
+
+int64_t pending_values() { return pending_census.load(std::memory_order_relaxed); }
+
+void evaluate_if_past_pending_bound(const LazyRef& value) {
+  const int64_t census = pending_census.load(std::memory_order_relaxed);
+  int64_t cut_at = pending_cut_at.load(std::memory_order_relaxed);
+  if (cut_at < 0) {
+    cut_at = census - 1 + env_config().max_pending;  // `value` is the first made since
+    pending_cut_at.store(cut_at, std::memory_order_relaxed);
+  }
+  if (census <= cut_at) return;
+  // A value that reads nothing pending (a constant, a generator) would be evaluated alone,
+  // leaving the work that made the census grow: the cut waits for a value that reads it.
+  bool reads_pending = false;
+  {
+    std::lock_guard lock(eval_mutex);
+    for (const LazyRef& input : value->inputs) reads_pending |= !input->computed();
+  }
+  if (reads_pending) evaluate(std::span(&value, 1));
+}
+
 LazyRef make_pending(Node node, LazyInputs inputs, Strides strides) {
   auto value = make_pooled<LazyValue>();
-  value->pending_nodes = 1;
+  value->in_census = true;
+  pending_census.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(eval_mutex);
-  for (const LazyRef& input : inputs) {
-    if (!input->computed())
-      value->pending_nodes =
-          std::min<int64_t>(value->pending_nodes + input->pending_nodes, 1 << 30);
-  }
   value->node = std::move(node);
   value->inputs = std::move(inputs);
   value->strides = std::move(strides);
@@ -118,7 +165,7 @@ bool take_views_of_computed(LazyValue* value) {
     view.buffer = apply_view(view.node, base);
     view.strides = view.buffer->strides;
     view.inputs.clear();
-    view.pending_nodes = 0;
+    leave_census(view);
   }
   return true;
 }
@@ -194,9 +241,12 @@ BuiltGraph build_graph_locked(std::span<const LazyRef> outputs) {
 // hash collision costs a miss, never a wrong schedule). Params match on type and device alone.
 // Dumps (LAZYFUSE_DUMP) bypass the cache so they always show the passes. A full cache makes room
 // by dropping the schedule used longest ago, so that a loop's own schedules stay while a stream
-// of one-off graphs (shapes that change) passes through.
+// of one-off graphs (shapes that change) passes through. The cache is bounded in entries and in
+// the nodes of their graphs together, not per graph: a large model's whole training step (GPT-2's
+// is ~5k nodes) is the schedule that most needs reusing, and what it keeps (its graph twice, its
+// plans) grows with its nodes.
 constexpr size_t kScheduleCacheEntries = 256;
-constexpr size_t kScheduleCacheMaxNodes = 4096;
+constexpr size_t kScheduleCacheNodes = size_t{1} << 20;
 
 struct CachedSchedule {
   Graph graph;                                          // before the passes
@@ -464,14 +514,26 @@ bool walk_matches(const Walk& walk, std::span<const LazyRef> outputs, const Grap
 // not after the driver at exit.
 auto& schedule_cache = *new absl::flat_hash_map<uint64_t, std::shared_ptr<CachedSchedule>>();
 uint64_t schedule_cache_clock = 0;
+size_t schedule_cache_nodes = 0;  // of the cached schedules' graphs together
 
-// Makes room for one more schedule by dropping the one used longest ago (a scan: it runs only
-// where the passes have just run, which cost far more).
-void drop_least_recently_used_schedule() {
-  const auto oldest = std::min_element(
-      schedule_cache.begin(), schedule_cache.end(),
-      [](const auto& a, const auto& b) { return a.second->last_used < b.second->last_used; });
-  if (oldest != schedule_cache.end()) schedule_cache.erase(oldest);
+// Caches `made` under `key`, first dropping the schedules used longest ago until it fits (a
+// scan each: it runs only where the passes have just run, which cost far more).
+void cache_schedule(uint64_t key, std::shared_ptr<CachedSchedule> made) {
+  if (auto it = schedule_cache.find(key); it != schedule_cache.end()) {
+    schedule_cache_nodes -= it->second->graph.nodes.size();
+    schedule_cache.erase(it);
+  }
+  const size_t nodes = made->graph.nodes.size();
+  while (!schedule_cache.empty() && (schedule_cache.size() >= kScheduleCacheEntries ||
+                                     schedule_cache_nodes + nodes > kScheduleCacheNodes)) {
+    const auto oldest = std::min_element(
+        schedule_cache.begin(), schedule_cache.end(),
+        [](const auto& a, const auto& b) { return a.second->last_used < b.second->last_used; });
+    schedule_cache_nodes -= oldest->second->graph.nodes.size();
+    schedule_cache.erase(oldest);
+  }
+  schedule_cache_nodes += nodes;
+  schedule_cache.emplace(key, std::move(made));
 }
 
 }  // namespace
@@ -536,7 +598,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
   const HalfRounding rounding = half_rounding();
   const bool dumping = env.dump_ir || env.dump_fusion;
   const size_t num_nodes = walk.params.size() + walk.pending.size();
-  const bool cacheable = !dumping && num_nodes <= kScheduleCacheMaxNodes;
+  const bool cacheable = !dumping && num_nodes <= kScheduleCacheNodes;
   std::shared_ptr<CachedSchedule> cached;
   uint64_t key = 0;
   if (cacheable) {
@@ -570,9 +632,7 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
         substitutable_params(made->schedule, made->view_root, walk.params.size());
     cached = made;
     if (cacheable) {
-      if (schedule_cache.size() >= kScheduleCacheEntries && !schedule_cache.contains(key))
-        drop_least_recently_used_schedule();
-      schedule_cache[key] = cached;
+      cache_schedule(key, cached);
     } else {
       ++stats.schedule_cache_bypasses;
     }
@@ -621,8 +681,9 @@ void evaluate(std::span<const LazyRef> outputs, const EvalOptions& options) {
     pending[i]->buffer = std::move(buffer);
     pending[i]->strides = pending[i]->buffer->strides;
     pending[i]->inputs.clear();
-    pending[i]->pending_nodes = 0;
+    leave_census(*pending[i]);
   }
+  rebase_pending_cut();
   ++stats.evaluations;
   stats.in_place_outputs += static_cast<int64_t>(in_place.size());
   stats.nodes += static_cast<int64_t>(schedule.graph.nodes.size());

@@ -23,8 +23,8 @@ struct LazyValue : std::enable_shared_from_this<LazyValue> {
   std::optional<BufferView> buffer;  // set once computed; `inputs` is then cleared
   // The strides the value has or will have: contiguous for computed values, derived for views.
   Strides strides;
-  // Nodes still pending behind this value (counted with repetition; a bound, not a census).
-  int64_t pending_nodes = 0;
+  // Whether the value is counted in pending_values(): made pending and not computed yet.
+  bool in_census = false;
   // Scratch for walks over the pending graph (under the evaluation lock): the walk that last
   // reached this value, and its position in that walk's graph.
   uint64_t walk_id = 0;
@@ -34,6 +34,7 @@ struct LazyValue : std::enable_shared_from_this<LazyValue> {
   std::weak_ptr<LazyValue> replaces;
 
   bool computed() const { return buffer.has_value(); }
+  ~LazyValue();
 };
 
 using LazyRef = std::shared_ptr<LazyValue>;
@@ -48,6 +49,12 @@ bool is_computed(const LazyRef& value);
 LazyRef make_leaf(BufferView buffer, SourceLoc where);
 // A pending node over `inputs`; dtype, shape and device already decided by the caller.
 LazyRef make_pending(Node node, LazyInputs inputs, Strides strides);
+// How many values are pending in the process: made, not computed and not yet destroyed. Each
+// is counted once however many graphs share it (Note [Bounding pending work] in lazy.cc).
+int64_t pending_values();
+// Evaluates `value` when the pending values have grown past LAZYFUSE_MAX_PENDING since the last
+// evaluation ended (Note [Bounding pending work] in lazy.cc). Called as each node is made.
+void evaluate_if_past_pending_bound(const std::shared_ptr<LazyValue>& value);
 // Records that an in-place op rebound a tensor from `old_value` to `result`, so that evaluation
 // may write `result` into `old_value`'s buffer where nothing can read that again. Only a pending
 // result that replaces nothing yet takes it.
