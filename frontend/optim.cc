@@ -1,35 +1,118 @@
 // SGD, Adam and AdamW: each parameter's update written in tensor ops, all of them evaluated at
-// once by Optimizer::step().
+// once by Optimizer::step(); parameter groups; gradient clipping.
 #include "lazyfuse/frontend/optim.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "lazyfuse/frontend/autograd.h"
+#include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse::optim {
 
-Optimizer::Optimizer(std::vector<Tensor> parameters) : parameters_(std::move(parameters)) {}
+OptimizerParamGroup::OptimizerParamGroup(const OptimizerParamGroup& other)
+    : params_(other.params_),
+      options_(other.options_ ? other.options_->clone() : nullptr),
+      initial_lr_(other.initial_lr_) {}
+
+OptimizerParamGroup& OptimizerParamGroup::operator=(const OptimizerParamGroup& other) {
+  if (this != &other) *this = OptimizerParamGroup(other);
+  return *this;
+}
+
+OptimizerOptions& OptimizerParamGroup::options() {
+  if (options_ == nullptr) throw ValueError("optimizer parameter group has no options");
+  return *options_;
+}
+const OptimizerOptions& OptimizerParamGroup::options() const {
+  return const_cast<OptimizerParamGroup*>(this)->options();
+}
+
+Optimizer::Optimizer(std::vector<OptimizerParamGroup> param_groups,
+                     std::unique_ptr<OptimizerOptions> defaults)
+    : defaults_(std::move(defaults)) {
+  for (OptimizerParamGroup& group : param_groups) add_param_group(std::move(group));
+}
+
+void Optimizer::add_param_group(OptimizerParamGroup group) {
+  absl::flat_hash_set<const LazyValue*> seen;
+  for (const OptimizerParamGroup& other : param_groups_)
+    for (const Tensor& parameter : other.params()) seen.insert(parameter.value().get());
+  for (const Tensor& parameter : group.params()) {
+    if (!parameter.defined()) throw ValueError("optimizer got an undefined parameter");
+    if (!seen.insert(parameter.value().get()).second)
+      throw ValueError(
+          "some parameters appear in more than one parameter group (or twice in one)");
+  }
+  if (!group.has_options()) group.set_options(defaults_->clone());
+  if (group.options().get_lr() < 0)
+    throw ValueError(absl::StrCat("Invalid learning rate: ", group.options().get_lr()));
+  num_states_ += group.params().size();
+  param_groups_.push_back(std::move(group));
+}
+
+std::vector<Tensor> Optimizer::parameters() const {
+  std::vector<Tensor> all;
+  for (const OptimizerParamGroup& group : param_groups_)
+    all.insert(all.end(), group.params().begin(), group.params().end());
+  return all;
+}
 
 void Optimizer::zero_grad() {
-  for (Tensor& parameter : parameters_)
-    if (parameter.grad().defined()) parameter.mutable_grad() = Tensor();
+  for (OptimizerParamGroup& group : param_groups_)
+    for (Tensor& parameter : group.params())
+      if (parameter.grad().defined()) parameter.mutable_grad() = Tensor();
 }
 
 void Optimizer::step() {
   NoGradGuard no_grad;
   begin_step();
   std::vector<Tensor> results;
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    Tensor& parameter = parameters_[i];
-    const Tensor grad = parameter.grad();
-    if (!grad.defined()) continue;
-    for (Tensor& state : update(i, parameter, grad)) results.push_back(std::move(state));
-    results.push_back(parameter);
-    results.push_back(grad);
+  size_t state_index = 0;
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    for (Tensor& parameter : param_groups_[g].params()) {
+      const size_t index = state_index++;
+      const Tensor grad = parameter.grad();
+      if (!grad.defined()) continue;
+      for (Tensor& state : update(g, index, parameter, grad)) results.push_back(std::move(state));
+      results.push_back(parameter);
+      results.push_back(grad);
+    }
   }
   for (Tensor& root : take_backward_roots()) results.push_back(std::move(root));
   eval(results);
   end_step();
+}
+
+// Note [Scalars that change between steps]
+// A number written into an expression is a constant node, and a constant's value is part of the
+// graph's structure: the schedule cache's key, the kernels' source. A learning rate a scheduler
+// changes every step would then make every step a new graph, run the passes again, compile new
+// kernels and capture no CUDA graph. So the numbers that change between steps are tensors the
+// kernels read: Adam's step count (and the bias corrections computed from it on the device), and
+// each group's learning rate, a computed 0-d float64 tensor on each device, made anew only when
+// the rate changes. A param matches the cache on its type and device alone, so step 2 and step
+// 10,000 are the same graph. float64, and rounded once to the update's dtype, as the constant was:
+// the same bits as before.
+const Tensor& Optimizer::lr_tensor(size_t group, const Device& device) {
+  const double lr = param_groups_[group].options().get_lr();
+  auto it = std::find_if(lr_values_.begin(), lr_values_.end(), [&](const LrValue& v) {
+    return v.group == group && v.device == device;
+  });
+  if (it == lr_values_.end()) {
+    lr_values_.push_back({group, device, std::numeric_limits<double>::quiet_NaN(), Tensor()});
+    it = std::prev(lr_values_.end());
+  }
+  if (!(it->lr == lr)) {
+    it->lr = lr;
+    // Computed now, so that a GPU step reads it where it lies rather than copying it in.
+    it->tensor = from_vector({lr}, {}, TensorOptions(kFloat64).device(device));
+    eval(it->tensor);
+  }
+  return it->tensor;
 }
 
 namespace {
@@ -39,69 +122,112 @@ DType scalar_dtype(const Tensor& parameter) {
   const DType dtype = parameter.dtype();
   return dtype == kFloat16 || dtype == kBFloat16 ? kFloat32 : dtype;
 }
+
+template <typename Options>
+const Options& options_of(const OptimizerParamGroup& group, const char* optimizer) {
+  const auto* options = dynamic_cast<const Options*>(&group.options());
+  if (options == nullptr)
+    throw ValueError(
+        absl::StrCat(optimizer, ": a parameter group's options are not its option type"));
+  return *options;
+}
 }  // namespace
 
 SGD::SGD(std::vector<Tensor> parameters, SGDOptions options)
-    : Optimizer(std::move(parameters)), options_(options) {
-  momentum_buffers_.resize(this->parameters().size());
-}
+    : SGD(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(parameters))}, options) {}
 
-std::vector<Tensor> SGD::update(size_t index, Tensor& parameter, const Tensor& grad) {
+SGD::SGD(std::vector<OptimizerParamGroup> param_groups, SGDOptions defaults)
+    : Optimizer(std::move(param_groups), std::make_unique<SGDOptions>(defaults)) {}
+
+std::vector<Tensor> SGD::update(size_t group, size_t state_index, Tensor& parameter,
+                                const Tensor& grad) {
+  const SGDOptions& options = options_of<SGDOptions>(param_groups()[group], "SGD");
+  if (momentum_buffers_.size() < num_states()) momentum_buffers_.resize(num_states());
   Tensor direction = grad;
-  if (options_.weight_decay() != 0) direction = direction + parameter * options_.weight_decay();
+  if (options.weight_decay() != 0) direction = direction + parameter * options.weight_decay();
   std::vector<Tensor> state;
-  if (options_.momentum() != 0) {
-    Tensor& buffer = momentum_buffers_[index];
+  if (options.momentum() != 0) {
+    Tensor& buffer = momentum_buffers_[state_index];
     // A handle of its own from the first step (detach: the same value, another handle), then
     // updated in place as PyTorch's is, so that it is written into its own buffer (Note
     // [Writing an update into its own buffer] in runtime/lazy.cc); the same expression as the
     // update rule's, so the same bits.
     if (buffer.defined())
-      buffer.mul_(options_.momentum()).add_(direction * (1 - options_.dampening()));
+      buffer.mul_(options.momentum()).add_(direction * (1 - options.dampening()));
     else
       buffer = direction.detach();
-    direction = options_.nesterov() ? direction + buffer * options_.momentum() : buffer;
+    direction = options.nesterov() ? direction + buffer * options.momentum() : buffer;
     state.push_back(buffer);
   }
-  parameter.sub_(direction, options_.lr());
+  parameter.sub_(direction * lr_tensor(group, parameter.device()).to(scalar_dtype(parameter)));
   return state;
 }
 
 Adam::Adam(std::vector<Tensor> parameters, AdamOptions options)
-    : Adam(std::move(parameters), options, false) {}
-
-Adam::Adam(std::vector<Tensor> parameters, AdamOptions options, bool decoupled_weight_decay)
-    : Optimizer(std::move(parameters)), options_(options), decoupled_(decoupled_weight_decay) {
-  state_.resize(this->parameters().size());
+    : Adam(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(parameters))}, options) {
 }
+
+Adam::Adam(std::vector<OptimizerParamGroup> param_groups, AdamOptions defaults)
+    : Adam(std::move(param_groups), std::make_unique<AdamOptions>(defaults), false) {}
+
+Adam::Adam(std::vector<OptimizerParamGroup> param_groups,
+           std::unique_ptr<OptimizerOptions> defaults, bool decoupled)
+    : Optimizer(std::move(param_groups), std::move(defaults)), decoupled_(decoupled) {}
 
 void Adam::begin_step() {
   step_scalars_.clear();
   zero_counts_.clear();
+  next_counts_.clear();
 }
 void Adam::end_step() { begin_step(); }
 
-const Adam::StepScalars& Adam::step_scalars(const Tensor& count, DType dtype) {
+namespace {
+// Adam's and AdamW's hyperparameters, from either option type.
+struct AdamHyper {
+  Betas betas;
+  double eps, weight_decay;
+};
+AdamHyper adam_hyper(const OptimizerParamGroup& group, bool decoupled) {
+  if (decoupled) {
+    const AdamWOptions& o = options_of<AdamWOptions>(group, "AdamW");
+    return {o.betas(), o.eps(), o.weight_decay()};
+  }
+  const AdamOptions& o = options_of<AdamOptions>(group, "Adam");
+  return {o.betas(), o.eps(), o.weight_decay()};
+}
+}  // namespace
+
+const Adam::StepScalars& Adam::step_scalars(size_t group, const Tensor& count, DType dtype) {
   for (const StepScalars& scalars : step_scalars_)
-    if (scalars.count == count.value().get() && scalars.dtype == dtype) return scalars;
-  const auto [beta1, beta2] = options_.betas();
-  StepScalars scalars{count.value().get(), dtype, count + 1, {}, {}};
-  // The next count replaces this one, as an in-place increment would.
-  note_replaced(scalars.next_count.value(), count.value());
+    if (scalars.count == count.value().get() && scalars.group == group && scalars.dtype == dtype)
+      return scalars;
+  // One next count per count, whichever groups step from it.
+  auto next = std::find_if(next_counts_.begin(), next_counts_.end(),
+                           [&](const auto& n) { return n.first == count.value().get(); });
+  if (next == next_counts_.end()) {
+    next_counts_.push_back({count.value().get(), count + 1});
+    next = std::prev(next_counts_.end());
+    // The next count replaces this one, as an in-place increment would.
+    note_replaced(next->second.value(), count.value());
+  }
+  const auto [beta1, beta2] = adam_hyper(param_groups()[group], decoupled_).betas;
+  StepScalars scalars{count.value().get(), group, dtype, next->second, {}, {}};
   // The bias corrections in float64 from the step count on the device, as PyTorch computes
   // them in Python floats; rounded once to the update's dtype.
   const TensorOptions wide = TensorOptions(kFloat64).device(count.device());
   const Tensor bias_correction1 = 1 - full({}, beta1, wide).pow(scalars.next_count);
   const Tensor bias_correction2 = 1 - full({}, beta2, wide).pow(scalars.next_count);
-  scalars.step_size = (options_.lr() / bias_correction1).to(dtype);
+  scalars.step_size = (lr_tensor(group, count.device()) / bias_correction1).to(dtype);
   scalars.bias_correction2_sqrt = bias_correction2.sqrt().to(dtype);
   return step_scalars_.emplace_back(std::move(scalars));
 }
 
-std::vector<Tensor> Adam::update(size_t index, Tensor& parameter, const Tensor& grad) {
-  const auto [beta1, beta2] = options_.betas();
-  const double lr = options_.lr(), weight_decay = options_.weight_decay();
-  State& s = state_[index];
+std::vector<Tensor> Adam::update(size_t group, size_t state_index, Tensor& parameter,
+                                 const Tensor& grad) {
+  const AdamHyper hyper = adam_hyper(param_groups()[group], decoupled_);
+  const auto [beta1, beta2] = hyper.betas;
+  if (state_.size() < num_states()) state_.resize(num_states());
+  State& s = state_[state_index];
   const TensorOptions like = TensorOptions(parameter.dtype()).device(parameter.device());
   if (!s.step.defined()) {
     // Parameters that start together share one count (step_scalars).
@@ -115,14 +241,15 @@ std::vector<Tensor> Adam::update(size_t index, Tensor& parameter, const Tensor& 
     s.exp_avg = zeros(parameter.sizes(), like);
     s.exp_avg_sq = zeros(parameter.sizes(), like);
   }
-  const StepScalars& scalars = step_scalars(s.step, scalar_dtype(parameter));
+  const StepScalars& scalars = step_scalars(group, s.step, scalar_dtype(parameter));
   s.step = scalars.next_count;
   Tensor g = grad;
-  if (weight_decay != 0) {
+  if (hyper.weight_decay != 0) {
     if (decoupled_) {
-      parameter.mul_(1 - lr * weight_decay);
+      const Tensor& lr = lr_tensor(group, parameter.device());
+      parameter.mul_((1 - lr * hyper.weight_decay).to(scalar_dtype(parameter)));
     } else {
-      g = g + parameter * weight_decay;
+      g = g + parameter * hyper.weight_decay;
     }
   }
   // In place, as PyTorch's Adam updates its moments: each is then written into its own buffer
@@ -130,17 +257,57 @@ std::vector<Tensor> Adam::update(size_t index, Tensor& parameter, const Tensor& 
   // the update rule's, so the same bits.
   s.exp_avg.add_((g - s.exp_avg) * (1 - beta1));
   s.exp_avg_sq.mul_(beta2).add_(g * g * (1 - beta2));
-  const Tensor denominator = s.exp_avg_sq.sqrt() / scalars.bias_correction2_sqrt + options_.eps();
+  const Tensor denominator = s.exp_avg_sq.sqrt() / scalars.bias_correction2_sqrt + hyper.eps;
   parameter.sub_(s.exp_avg / denominator * scalars.step_size);
   return {s.step, s.exp_avg, s.exp_avg_sq};
 }
 
 AdamW::AdamW(std::vector<Tensor> parameters, AdamWOptions options)
-    : Adam(std::move(parameters),
-           AdamOptions(options.lr())
-               .betas(options.betas())
-               .eps(options.eps())
-               .weight_decay(options.weight_decay()),
-           true) {}
+    : AdamW(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(parameters))},
+            options) {}
+
+AdamW::AdamW(std::vector<OptimizerParamGroup> param_groups, AdamWOptions defaults)
+    : Adam(std::move(param_groups), std::make_unique<AdamWOptions>(defaults), true) {}
 
 }  // namespace lazyfuse::optim
+
+namespace lazyfuse::nn::utils {
+
+Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
+  if (!(norm_type > 0))
+    throw ValueError(absl::StrCat("clip_grad_norm_: norm_type must be positive, got ", norm_type));
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  for (const Tensor& parameter : parameters)
+    if (parameter.grad().defined()) grads.push_back(parameter.grad());
+  if (grads.empty()) return scalar_tensor(0.0);
+  const bool infinite = std::isinf(norm_type);
+  // Each gradient's norm in float32 or wider (half types widened, as PyTorch's foreach norms
+  // compute them), then the norm of those, on the first gradient's device.
+  const Device device = grads.front().device();
+  Tensor total;
+  for (const Tensor& g : grads) {
+    const Tensor wide = is_half(g.dtype()) ? g.to(kFloat32) : g;
+    const Tensor part = (infinite         ? wide.abs().max()
+                         : norm_type == 2 ? (wide * wide).sum()
+                                          : wide.abs().pow(norm_type).sum())
+                            .to(device);
+    total = !total.defined() ? part : infinite ? maximum(total, part) : total + part;
+  }
+  if (!infinite) total = norm_type == 2 ? total.sqrt() : total.pow(1.0 / norm_type);
+  if (error_if_nonfinite && !std::isfinite(total.item<double>()))
+    throw ValueError(absl::StrCat("The total norm of order ", norm_type,
+                                  " for gradients from `parameters` is non-finite, so it cannot "
+                                  "be clipped. To disable this error and scale the gradients by "
+                                  "the non-finite norm anyway, set `error_if_nonfinite=False`"));
+  const Tensor coefficient = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  for (Tensor parameter : parameters) {
+    if (!parameter.grad().defined()) continue;
+    Tensor& g = parameter.mutable_grad();  // the parameter's own, shared by every handle
+    g.mul_(coefficient.to(g.dtype()).to(g.device()));
+  }
+  return total;
+}
+
+}  // namespace lazyfuse::nn::utils

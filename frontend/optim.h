@@ -1,14 +1,18 @@
-// Optimizers, as LibTorch's torch::optim: SGD, Adam, AdamW with their option classes.
+// Optimizers, as LibTorch's torch::optim: SGD, Adam, AdamW with their option classes, parameter
+// groups with options of their own (OptimizerParamGroup), and gradient clipping.
 //
 // step() updates every parameter in place (Note [In-place updates]) and then evaluates, in one
 // evaluation, the parameters' new values, their gradients, the optimizer's state and the outputs
 // backward() started from: forward, backward and update run as one fused program, and a
 // `loss.item()` after step() reads a computed value. Every number that changes from step to
-// step (the step count behind Adam's bias corrections) lives in a tensor on the parameter's
-// device, so each step is the same graph: its schedule and kernels are reused, never rebuilt.
+// step lives in a tensor on the parameter's device — the step count behind Adam's bias
+// corrections, and each group's learning rate, which a scheduler (lr_scheduler.h) may change every
+// step — so each step is the same graph: its schedule and kernels are reused, never rebuilt
+// (Note [Scalars that change between steps] in optim.cc).
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -18,6 +22,15 @@ namespace lazyfuse::optim {
 
 using Betas = std::tuple<double, double>;
 
+// What every optimizer's options have: a learning rate a scheduler reads and sets.
+class OptimizerOptions {
+ public:
+  virtual ~OptimizerOptions() = default;
+  virtual double get_lr() const = 0;
+  virtual void set_lr(double lr) = 0;
+  virtual std::unique_ptr<OptimizerOptions> clone() const = 0;
+};
+
 #define LF_OPTION(Options, type, name) \
   Options& name(type value) {          \
     name##_ = value;                   \
@@ -25,13 +38,21 @@ using Betas = std::tuple<double, double>;
   }                                    \
   type name() const { return name##_; }
 
-struct SGDOptions {
+#define LF_OPTIONS_BASE(Options)                                                   \
+  double get_lr() const override { return lr_; }                                  \
+  void set_lr(double lr) override { lr_ = lr; }                                   \
+  std::unique_ptr<OptimizerOptions> clone() const override {                      \
+    return std::make_unique<Options>(*this);                                      \
+  }
+
+struct SGDOptions : OptimizerOptions {
   explicit SGDOptions(double lr) : lr_(lr) {}
   LF_OPTION(SGDOptions, double, lr)
   LF_OPTION(SGDOptions, double, momentum)
   LF_OPTION(SGDOptions, double, dampening)
   LF_OPTION(SGDOptions, double, weight_decay)
   LF_OPTION(SGDOptions, bool, nesterov)
+  LF_OPTIONS_BASE(SGDOptions)
 
  private:
   double lr_;
@@ -39,12 +60,13 @@ struct SGDOptions {
   bool nesterov_ = false;
 };
 
-struct AdamOptions {
+struct AdamOptions : OptimizerOptions {
   explicit AdamOptions(double lr = 1e-3) : lr_(lr) {}
   LF_OPTION(AdamOptions, double, lr)
   LF_OPTION(AdamOptions, Betas, betas)
   LF_OPTION(AdamOptions, double, eps)
   LF_OPTION(AdamOptions, double, weight_decay)
+  LF_OPTIONS_BASE(AdamOptions)
 
  private:
   double lr_;
@@ -53,12 +75,13 @@ struct AdamOptions {
 };
 
 // Adam with decoupled weight decay (default 1e-2, as PyTorch's).
-struct AdamWOptions {
+struct AdamWOptions : OptimizerOptions {
   explicit AdamWOptions(double lr = 1e-3) : lr_(lr) {}
   LF_OPTION(AdamWOptions, double, lr)
   LF_OPTION(AdamWOptions, Betas, betas)
   LF_OPTION(AdamWOptions, double, eps)
   LF_OPTION(AdamWOptions, double, weight_decay)
+  LF_OPTIONS_BASE(AdamWOptions)
 
  private:
   double lr_;
@@ -67,81 +90,151 @@ struct AdamWOptions {
 };
 
 #undef LF_OPTION
+#undef LF_OPTIONS_BASE
+
+// Parameters that share options: nanoGPT's two groups, weights decayed and biases and norms not.
+// A group made without options takes the optimizer's defaults.
+class OptimizerParamGroup {
+ public:
+  OptimizerParamGroup(std::vector<Tensor> params) : params_(std::move(params)) {}  // NOLINT
+  OptimizerParamGroup(std::vector<Tensor> params, std::unique_ptr<OptimizerOptions> options)
+      : params_(std::move(params)), options_(std::move(options)) {}
+  OptimizerParamGroup(const OptimizerParamGroup& other);
+  OptimizerParamGroup& operator=(const OptimizerParamGroup& other);
+  OptimizerParamGroup(OptimizerParamGroup&&) = default;
+  OptimizerParamGroup& operator=(OptimizerParamGroup&&) = default;
+
+  bool has_options() const { return options_ != nullptr; }
+  OptimizerOptions& options();  // a LogicError when it has none
+  const OptimizerOptions& options() const;
+  void set_options(std::unique_ptr<OptimizerOptions> options) { options_ = std::move(options); }
+  std::vector<Tensor>& params() { return params_; }
+  const std::vector<Tensor>& params() const { return params_; }
+  // The rate the group had when the first scheduler took it (PyTorch's "initial_lr"): what every
+  // scheduler of the optimizer scales, however an earlier one left the rate.
+  std::optional<double>& initial_lr() { return initial_lr_; }
+
+ private:
+  std::vector<Tensor> params_;
+  std::unique_ptr<OptimizerOptions> options_;
+  std::optional<double> initial_lr_;
+};
 
 class Optimizer {
  public:
-  explicit Optimizer(std::vector<Tensor> parameters);
+  Optimizer(std::vector<OptimizerParamGroup> param_groups,
+            std::unique_ptr<OptimizerOptions> defaults);
   virtual ~Optimizer() = default;
   // Forgets every parameter's gradient (PyTorch's default, set_to_none).
   void zero_grad();
   // One update of every parameter that has a gradient, evaluated at once.
   void step();
-  const std::vector<Tensor>& parameters() const { return parameters_; }
+  // A group more, with the defaults where it has no options (a parameter already in a group is a
+  // ValueError, as PyTorch's).
+  void add_param_group(OptimizerParamGroup group);
+  std::vector<OptimizerParamGroup>& param_groups() { return param_groups_; }
+  const std::vector<OptimizerParamGroup>& param_groups() const { return param_groups_; }
+  OptimizerOptions& defaults() { return *defaults_; }
+  // Every group's parameters, in order.
+  std::vector<Tensor> parameters() const;
 
  protected:
-  // The in-place update of parameter `index`; returns the state tensors it changed, which step()
-  // evaluates with the parameters.
-  virtual std::vector<Tensor> update(size_t index, Tensor& parameter, const Tensor& grad) = 0;
+  // The in-place update of a parameter of `group` whose state is number `state_index` (counted
+  // over all groups, in order); returns the state tensors it changed, which step() evaluates
+  // with the parameters.
+  virtual std::vector<Tensor> update(size_t group, size_t state_index, Tensor& parameter,
+                                     const Tensor& grad) = 0;
   // Called by step() before the first update and after the evaluation.
   virtual void begin_step() {}
   virtual void end_step() {}
+  // Group `group`'s learning rate as a 0-d float64 tensor on `device`, computed: a value its
+  // kernels read, the same tensor while the rate stays (Note [Scalars that change between
+  // steps] in optim.cc).
+  const Tensor& lr_tensor(size_t group, const Device& device);
+  // How many parameters all groups hold: the number of states an optimizer keeps.
+  size_t num_states() const { return num_states_; }
 
  private:
-  std::vector<Tensor> parameters_;
+  std::vector<OptimizerParamGroup> param_groups_;
+  std::unique_ptr<OptimizerOptions> defaults_;
+  size_t num_states_ = 0;
+  struct LrValue {
+    size_t group;
+    Device device;
+    double lr;
+    Tensor tensor;
+  };
+  std::vector<LrValue> lr_values_;
 };
 
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> parameters, SGDOptions options);
-  SGDOptions& options() { return options_; }
+  SGD(std::vector<OptimizerParamGroup> param_groups, SGDOptions defaults);
 
  protected:
-  std::vector<Tensor> update(size_t index, Tensor& parameter, const Tensor& grad) override;
+  std::vector<Tensor> update(size_t group, size_t state_index, Tensor& parameter,
+                             const Tensor& grad) override;
 
  private:
-  SGDOptions options_;
   std::vector<Tensor> momentum_buffers_;
 };
 
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> parameters, AdamOptions options = AdamOptions());
-  AdamOptions& options() { return options_; }
+  Adam(std::vector<OptimizerParamGroup> param_groups, AdamOptions defaults = AdamOptions());
 
  protected:
-  Adam(std::vector<Tensor> parameters, AdamOptions options, bool decoupled_weight_decay);
-  std::vector<Tensor> update(size_t index, Tensor& parameter, const Tensor& grad) override;
+  // `decoupled`: AdamW's weight decay, with AdamWOptions in every group.
+  Adam(std::vector<OptimizerParamGroup> param_groups, std::unique_ptr<OptimizerOptions> defaults,
+       bool decoupled);
+  std::vector<Tensor> update(size_t group, size_t state_index, Tensor& parameter,
+                             const Tensor& grad) override;
   void begin_step() override;
   void end_step() override;
 
  private:
-  AdamOptions options_;
   bool decoupled_;
   struct State {
     Tensor step, exp_avg, exp_avg_sq;
   };
   std::vector<State> state_;
-  // What one step count gives every parameter stepped from it: the next count and the bias
-  // corrections. Parameters stepped together share their count tensor, so these are written
-  // once per optimizer step, not once per parameter (15 of the ~30 nodes of a parameter's
-  // update, and nodes are most of a small model's step on the host: docs/bench/
+  // What one step count gives every parameter of a group stepped from it: the next count and
+  // the bias corrections. Parameters stepped together share their count tensor, so these are
+  // written once per group and optimizer step, not once per parameter (15 of the ~30 nodes of a
+  // parameter's update, and nodes are most of a small model's step on the host: docs/bench/
   // 2026-12-04-1001-h200-train.md). Kept for the current step() only.
   struct StepScalars {
     // The count they follow from, by identity. Not held: the pending next count holds it for
     // the step, and holding it here would keep the next count out of its buffer (Note [Writing
     // an update into its own buffer] in runtime/lazy.cc).
     const LazyValue* count;
+    size_t group;
     DType dtype;  // of step_size and bias_correction2_sqrt
     Tensor next_count, step_size, bias_correction2_sqrt;
   };
-  const StepScalars& step_scalars(const Tensor& count, DType dtype);
+  const StepScalars& step_scalars(size_t group, const Tensor& count, DType dtype);
   std::vector<StepScalars> step_scalars_;
   std::vector<Tensor> zero_counts_;  // this step's new counts, one per device
+  // The next count each count became this step (a count shared by groups steps once).
+  std::vector<std::pair<const LazyValue*, Tensor>> next_counts_;
 };
 
 class AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor> parameters, AdamWOptions options = AdamWOptions());
+  AdamW(std::vector<OptimizerParamGroup> param_groups, AdamWOptions defaults = AdamWOptions());
 };
 
 }  // namespace lazyfuse::optim
+
+namespace lazyfuse::nn::utils {
+// Scales every gradient so that their norm together (over all of them, of type `norm_type`: 2,
+// any p > 0, or infinity) is at most `max_norm`, as torch.nn.utils.clip_grad_norm_: by
+// max_norm / (norm + 1e-6) where that is below 1. Returns the norm before clipping, a 0-d tensor,
+// pending: nothing waits for the GPU, and the scaling fuses into the optimizer's step. With
+// `error_if_nonfinite`, a norm that is NaN or infinite is a ValueError (this reads the norm).
+Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm,
+                       double norm_type = 2.0, bool error_if_nonfinite = false);
+}  // namespace lazyfuse::nn::utils

@@ -74,6 +74,12 @@ class GradError : public Error {
 class IndexError : public Error {
   using Error::Error;
 };
+// An argument outside the values it may take, where no other type says more (PyTorch's
+// ValueError): a label smoothing above 1, a negative learning rate, a parameter given to an
+// optimizer twice, a scheduler's milestones out of order.
+class ValueError : public Error {
+  using Error::Error;
+};
 // Something valid that this build cannot do (for example a backend it was built without).
 class UnsupportedError : public Error {
   using Error::Error;

@@ -122,6 +122,202 @@ TEST(Optim, AdamAndAdamWMatchTheUpdateRule) {
                     reference_adam(0.02, 0.9, 0.999, 1e-8, 0.3, true));
 }
 
+// Adam(W) as torch.optim.AdamW documents it, with the rate of each step given (a schedule).
+std::vector<Vec> reference_adamw_scheduled(const Vec& lrs, double weight_decay) {
+  const double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  Vec p = kStart, m(2, 0), v(2, 0);
+  std::vector<Vec> out;
+  for (size_t t = 1; t <= kGrads.size(); ++t) {
+    const double lr = lrs[t - 1];
+    for (int i = 0; i < 2; ++i) {
+      const double g = kGrads[t - 1][i];
+      p[i] *= 1 - lr * weight_decay;
+      m[i] = beta1 * m[i] + (1 - beta1) * g;
+      v[i] = beta2 * v[i] + (1 - beta2) * g * g;
+      p[i] -= lr * (m[i] / (1 - std::pow(beta1, t))) /
+              (std::sqrt(v[i] / (1 - std::pow(beta2, t))) + eps);
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+// Each parameter group steps with its own options; a group without options takes the
+// optimizer's defaults, as torch.optim's param groups do.
+TEST(Optim, ParameterGroupsStepWithTheirOwnOptions) {
+  Tensor decayed = from_vector(kStart, {2}, kFloat64).requires_grad_();
+  Tensor plain = from_vector(kStart, {2}, kFloat64).requires_grad_();
+  Tensor added = from_vector(kStart, {2}, kFloat64).requires_grad_();
+  std::vector<optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<Tensor>{decayed},
+                      std::make_unique<optim::AdamWOptions>(optim::AdamWOptions(0.02).weight_decay(0.3)));
+  groups.emplace_back(std::vector<Tensor>{plain});  // the defaults: lr 0.01, weight decay 0
+  optim::AdamW optimizer(groups, optim::AdamWOptions(0.01).weight_decay(0));
+  optimizer.add_param_group(optim::OptimizerParamGroup(
+      {added}, std::make_unique<optim::AdamWOptions>(optim::AdamWOptions(0.05))));
+  ASSERT_EQ(optimizer.param_groups().size(), 3u);
+  EXPECT_EQ(optimizer.param_groups()[1].options().get_lr(), 0.01);
+  std::vector<Vec> got_decayed, got_plain, got_added;
+  for (const Vec& g : kGrads) {
+    optimizer.zero_grad();
+    for (Tensor* p : {&decayed, &plain, &added}) p->mutable_grad() = from_vector(g, {2}, kFloat64);
+    optimizer.step();
+    got_decayed.push_back(decayed.to_vector<double>());
+    got_plain.push_back(plain.to_vector<double>());
+    got_added.push_back(added.to_vector<double>());
+  }
+  expect_trajectory(got_decayed, reference_adam(0.02, 0.9, 0.999, 1e-8, 0.3, true));
+  expect_trajectory(got_plain, reference_adam(0.01, 0.9, 0.999, 1e-8, 0, true));
+  expect_trajectory(got_added, reference_adam(0.05, 0.9, 0.999, 1e-8, 1e-2, true));
+  // A parameter in two groups, a negative rate and options of another optimizer are errors.
+  EXPECT_THROW(optimizer.add_param_group(optim::OptimizerParamGroup({plain})), ValueError);
+  EXPECT_THROW(optim::SGD({plain}, optim::SGDOptions(-1)), ValueError);
+  std::vector<optim::OptimizerParamGroup> wrong;
+  wrong.emplace_back(std::vector<Tensor>{plain},
+                     std::make_unique<optim::SGDOptions>(optim::SGDOptions(0.1)));
+  optim::Adam mismatched(wrong);
+  plain.mutable_grad() = from_vector({1.0, 1.0}, {2}, kFloat64);
+  EXPECT_THROW(mismatched.step(), ValueError);
+  EXPECT_EQ(plain.to_vector<double>(), got_plain.back());  // the failed step changed nothing
+}
+
+// PyTorch's schedulers step recursively, each rate from the last (their get_lr()); lazyfuse's
+// compute each step's rate in closed form. The recursive forms, restated here, are the
+// reference.
+TEST(LRScheduler, RatesMatchPyTorchsRecursiveForms) {
+  const double base = 0.1, pi = std::acos(-1.0);
+  auto rates = [](optim::Optimizer& optimizer, optim::LRScheduler& scheduler, int steps) {
+    Vec out = {optimizer.param_groups()[0].options().get_lr()};
+    for (int i = 1; i < steps; ++i) {
+      scheduler.step();
+      out.push_back(optimizer.param_groups()[0].options().get_lr());
+      EXPECT_EQ(scheduler.get_last_lr(), Vec{out.back()});
+    }
+    return out;
+  };
+  auto expect_rates = [](const Vec& got, const Vec& want, const char* what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-15 + 1e-12 * std::abs(want[i])) << what << " step " << i;
+  };
+  Tensor p = zeros({2}, kFloat64).requires_grad_();
+  const int steps = 40;
+  {  // StepLR(step_size 7, gamma 0.5)
+    optim::SGD sgd({p}, optim::SGDOptions(base));
+    optim::StepLR scheduler(sgd, 7, 0.5);
+    Vec want = {base};
+    for (int e = 1; e < steps; ++e) want.push_back(e % 7 == 0 ? want.back() * 0.5 : want.back());
+    expect_rates(rates(sgd, scheduler, steps), want, "StepLR");
+  }
+  {  // CosineAnnealingLR(T_max 10, eta_min 0.01): past T_max it rises again, as PyTorch's does.
+    optim::SGD sgd({p}, optim::SGDOptions(base));
+    optim::CosineAnnealingLR scheduler(sgd, 10, 0.01);
+    const double T = 10, eta = 0.01;
+    Vec want = {base};
+    for (int e = 1; e < steps; ++e) {
+      const double last = want.back();
+      if ((e - 1 - 10) % 20 == 0)
+        want.push_back(last + (base - eta) * (1 - std::cos(pi / T)) / 2);
+      else
+        want.push_back((1 + std::cos(pi * e / T)) / (1 + std::cos(pi * (e - 1) / T)) *
+                           (last - eta) +
+                       eta);
+    }
+    expect_rates(rates(sgd, scheduler, steps), want, "CosineAnnealingLR");
+  }
+  {  // LinearLR(start 0.25, end 1, total 8)
+    optim::SGD sgd({p}, optim::SGDOptions(base));
+    optim::LinearLR scheduler(sgd, 0.25, 1.0, 8);
+    Vec want = {base * 0.25};
+    for (int e = 1; e < steps; ++e)
+      want.push_back(e > 8 ? want.back()
+                           : want.back() * (1 + 0.75 / (8 * 0.25 + (e - 1) * 0.75)));
+    expect_rates(rates(sgd, scheduler, steps), want, "LinearLR");
+  }
+  {  // LambdaLR: the lambda times the initial rate.
+    optim::SGD sgd({p}, optim::SGDOptions(base));
+    optim::LambdaLR scheduler(sgd, [](int64_t e) { return 1.0 / (1 + e); });
+    Vec want;
+    for (int e = 0; e < steps; ++e) want.push_back(base / (1 + e));
+    expect_rates(rates(sgd, scheduler, steps), want, "LambdaLR");
+  }
+  {  // nanoGPT's schedule: linear warmup over 5 steps, then cosine over 20.
+    optim::SGD sgd({p}, optim::SGDOptions(base));
+    auto warmup = std::make_shared<optim::LinearLR>(sgd, 0.2, 1.0, 5);
+    auto cosine = std::make_shared<optim::CosineAnnealingLR>(sgd, 20);
+    optim::SequentialLR scheduler(sgd, {warmup, cosine}, {5});
+    Vec want;
+    for (int e = 0; e < steps; ++e)
+      want.push_back(e < 5 ? base * (0.2 + 0.8 * e / 5)
+                           : base * (1 + std::cos(pi * (e - 5) / 20)) / 2);
+    expect_rates(rates(sgd, scheduler, steps), want, "SequentialLR");
+  }
+  optim::SGD sgd({p}, optim::SGDOptions(base));
+  EXPECT_THROW(optim::StepLR(sgd, 0), ValueError);
+  EXPECT_THROW(optim::LinearLR(sgd, 0.0), ValueError);
+  EXPECT_THROW(optim::SequentialLR(sgd, {std::make_shared<optim::StepLR>(sgd, 2)}, {3}),
+               ValueError);
+}
+
+// A rate that changes every step is a value the step's kernels read, not a constant in its
+// graph: a cosine-scheduled AdamW step reuses one schedule from its third step on, writes its
+// state in place, and follows the update rule with each step's rate.
+TEST(LRScheduler, AScheduledStepIsTheSameGraphEveryStep) {
+  Tensor p = from_vector(kStart, {2}, kFloat64).requires_grad_();
+  optim::AdamW optimizer({p}, optim::AdamWOptions(0.1).weight_decay(0.2));
+  optim::CosineAnnealingLR scheduler(optimizer, 4);
+  Vec lrs;
+  std::vector<Vec> got;
+  for (size_t step = 0; step < kGrads.size(); ++step) {
+    optimizer.zero_grad();
+    p.mutable_grad() = from_vector(kGrads[step], {2}, kFloat64);
+    lrs.push_back(optimizer.param_groups()[0].options().get_lr());
+    reset_eval_stats();
+    optimizer.step();
+    scheduler.step();
+    got.push_back(p.to_vector<double>());
+    if (step >= 2) {
+      EXPECT_EQ(eval_stats().schedule_cache_hits, 1) << "step " << step;
+      EXPECT_EQ(eval_stats().in_place_outputs, 3) << "step " << step;
+    }
+  }
+  EXPECT_NE(lrs[1], lrs[2]);
+  expect_trajectory(got, reference_adamw_scheduled(lrs, 0.2));
+}
+
+// clip_grad_norm_ against the norms computed here in float64.
+TEST(Optim, ClipGradNormScalesToTheMaxNorm) {
+  const Vec ga = {3.0, -4.0}, gb = {12.0};
+  auto make = [&](std::vector<Tensor>& params) {
+    params = {zeros({2}, kFloat64).requires_grad_(), zeros({1}, kFloat64).requires_grad_(),
+              zeros({1}, kFloat64).requires_grad_()};  // the last has no gradient
+    params[0].mutable_grad() = from_vector(ga, {2}, kFloat64);
+    params[1].mutable_grad() = from_vector(gb, {1}, kFloat64);
+  };
+  std::vector<Tensor> params;
+  make(params);
+  Tensor norm = nn::utils::clip_grad_norm_(params, 6.5);
+  EXPECT_DOUBLE_EQ(norm.item<double>(), 13.0);  // sqrt(9 + 16 + 144)
+  const double c = 6.5 / (13.0 + 1e-6);
+  EXPECT_NEAR(params[0].grad().to_vector<double>()[1], -4.0 * c, 1e-14);
+  EXPECT_NEAR(params[1].grad().to_vector<double>()[0], 12.0 * c, 1e-14);
+  EXPECT_FALSE(params[2].grad().defined());
+  make(params);
+  norm = nn::utils::clip_grad_norm_(params, 100.0);  // below the max: unchanged
+  EXPECT_EQ(params[0].grad().to_vector<double>(), ga);
+  make(params);
+  norm = nn::utils::clip_grad_norm_(params, 6.0, std::numeric_limits<double>::infinity());
+  EXPECT_DOUBLE_EQ(norm.item<double>(), 12.0);
+  EXPECT_NEAR(params[1].grad().to_vector<double>()[0], 12.0 * 6.0 / (12.0 + 1e-6), 1e-14);
+  make(params);
+  norm = nn::utils::clip_grad_norm_(params, 1.0, 1.0);
+  EXPECT_DOUBLE_EQ(norm.item<double>(), 19.0);
+  make(params);
+  params[1].mutable_grad() = from_vector({std::nan("")}, {1}, kFloat64);
+  EXPECT_THROW(nn::utils::clip_grad_norm_(params, 1.0, 2.0, true), ValueError);
+  EXPECT_EQ(params[0].grad().to_vector<double>(), ga);  // nothing scaled
+}
+
 // Adam's step count and bias corrections are written once for the parameters stepped together
 // (they share one count), while a parameter that misses a step keeps its own count: each
 // parameter's trajectory against the float64 rule with its own count, and the evaluation's
@@ -216,6 +412,58 @@ TEST(Optim, AStepIsOneEvaluationReusesItsScheduleAndKeepsItsBuffers) {
     }
     buffers = now;
   }
+}
+
+// A residual network of pre-LayerNorm blocks (x + fc2(gelu(fc1(ln(x))))), as a transformer's
+// MLP half is written: each block reads the stream twice. Its training step, forward, backward
+// and AdamW, is one evaluation of the same graph every step: the same kernels, its schedule
+// reused from the third step, every parameter and moment written into its own buffer. (The
+// pending bound once counted the stream's nodes once per path, doubling per block, and cut
+// this step into dozens of evaluations.)
+TEST(Optim, AResidualNetworksStepIsOneEvaluationOfTheSameGraph) {
+  manual_seed(5);
+  const int64_t width = 16, blocks = 12;
+  struct Block {
+    nn::LayerNorm norm;
+    nn::Linear fc1, fc2;
+  };
+  std::vector<Block> net;
+  std::vector<Tensor> parameters;
+  for (int64_t b = 0; b < blocks; ++b) {
+    net.push_back({nn::LayerNorm({width}), nn::Linear(width, 2 * width), nn::Linear(2 * width, width)});
+    for (nn::Module* m : {static_cast<nn::Module*>(&net.back().norm),
+                          static_cast<nn::Module*>(&net.back().fc1),
+                          static_cast<nn::Module*>(&net.back().fc2)})
+      for (const Tensor& p : m->parameters()) parameters.push_back(p);
+  }
+  optim::AdamW optimizer(parameters, optim::AdamWOptions(1e-3));
+  Tensor x = randn({8, width}), target = randn({8, width});
+  eval({x, target});
+  int64_t kernels = -1;
+  for (int step = 0; step < 4; ++step) {
+    optimizer.zero_grad();
+    // The stream is not held past the loss: a pending value the user holds would still read
+    // the parameters' old values, which then could not be overwritten.
+    Tensor loss = [&] {
+      Tensor h = x;
+      for (Block& block : net) h = h + block.fc2(nn::functional::gelu(block.fc1(block.norm(h))));
+      return nn::functional::mse_loss(h, target);
+    }();
+    loss.backward();
+    reset_eval_stats();
+    optimizer.step();
+    SCOPED_TRACE("step " + std::to_string(step));
+    EXPECT_EQ(eval_stats().evaluations, 1);
+    EXPECT_TRUE(loss.is_computed());
+    // The first step also starts AdamW's state from zeros; every later one is the same graph.
+    if (step >= 2) EXPECT_EQ(eval_stats().kernels, kernels);
+    kernels = eval_stats().kernels;
+    if (step >= 2) {
+      EXPECT_EQ(eval_stats().schedule_cache_hits, 1);
+      EXPECT_EQ(eval_stats().in_place_outputs, 3 * static_cast<int64_t>(parameters.size()));
+    }
+  }
+  EXPECT_EQ(pending_values(), 0);
 }
 
 // SGD's momentum buffer starts as the first gradient's value and is then updated in place: a

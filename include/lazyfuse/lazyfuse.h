@@ -6,6 +6,7 @@
 #include "lazyfuse/frontend/distributed.h"
 #include "lazyfuse/frontend/functional.h"
 #include "lazyfuse/frontend/interop.h"
+#include "lazyfuse/frontend/lr_scheduler.h"
 #include "lazyfuse/frontend/nn.h"
 #include "lazyfuse/frontend/optim.h"
 #include "lazyfuse/frontend/parallel.h"
