@@ -182,8 +182,26 @@ Tensor Tensor::reshape(Shape shape, Loc where) const {
   return make_op(Op::Reshape, {*this}, {}, where, std::move(shape));
 }
 
+namespace {
+// Whether the strides the frontend foresaw for the pending view `value` are the ones it will
+// have: a view's are derived from its operand's, so they hold when its chain of views ends on a
+// computed value. A chain over a pending value may end otherwise: the passes may store that
+// value in another layout (sink_views computes (x + 1).t() as x.t() + 1), and a reshape over it
+// then copies (Note [Reshape of any layout] in runtime/executor.cc).
+bool view_layout_is_settled(const LazyValue* value) {
+  while (!value->computed() && is_view(value->node.op)) value = value->inputs[0].get();
+  return value->computed();
+}
+}  // namespace
+
+// Honest whether or not the value is computed: *this only where its layout is settled and
+// dense (computed values have their buffer's strides, and a pending value that is not a view is
+// stored densely), so that after evaluation is_contiguous() still holds and data_ptr() walks the
+// elements in order; otherwise a copy, which evaluation stores densely.
 Tensor Tensor::contiguous(Loc where) const {
-  if (is_contiguous()) return *this;
+  const LazyValue* v = value().get();
+  const bool pending_view = !v->computed() && is_view(v->node.op);
+  if (is_contiguous() && (!pending_view || view_layout_is_settled(v))) return *this;
   return make_op(Op::Copy, {*this}, {}, where);
 }
 

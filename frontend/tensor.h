@@ -74,18 +74,27 @@ class Scalar {
 class TensorOptions {
  public:
   TensorOptions() = default;
-  TensorOptions(DType dtype) : dtype_(dtype) {}                   // NOLINT
-  TensorOptions(Device device) : device_(device) {}               // NOLINT
-  TensorOptions(const char* device) : device_(Device(device)) {}  // NOLINT
+  TensorOptions(DType dtype) : dtype_(dtype) {}                          // NOLINT
+  TensorOptions(Device device) : device_(device) {}                      // NOLINT
+  TensorOptions(const char* device) : device_(Device(device)) {}         // NOLINT
+  TensorOptions(const std::string& device) : device_(Device(device)) {}  // NOLINT
   TensorOptions dtype(DType dtype) const {
     TensorOptions o = *this;
     o.dtype_ = dtype;
     return o;
   }
+  // A Device, or what makes one, as LibTorch's: device("cuda:0"), device(std::string),
+  // device(DeviceType::CUDA, 1). (The string overloads are here rather than a Device
+  // constructor from std::string, which would make other overloads on Device ambiguous.)
   TensorOptions device(Device device) const {
     TensorOptions o = *this;
     o.device_ = device;
     return o;
+  }
+  TensorOptions device(const char* device) const { return this->device(Device(device)); }
+  TensorOptions device(const std::string& device) const { return this->device(Device(device)); }
+  TensorOptions device(DeviceType type, int index = -1) const {
+    return device(Device(type, index));
   }
   // Whether the new tensor is a leaf whose gradient backward() accumulates (floating only).
   TensorOptions requires_grad(bool requires_grad) const {
@@ -169,6 +178,9 @@ class Tensor {
   Tensor to(const char* device, Loc where = Loc::current()) const {
     return to(Device(device), where);
   }
+  Tensor to(const std::string& device, Loc where = Loc::current()) const {
+    return to(Device(device), where);
+  }
   Tensor to(DType dtype, Loc where = Loc::current()) const;
   Tensor cpu(Loc where = Loc::current()) const { return to(Device::cpu(), where); }
 
@@ -222,8 +234,34 @@ class Tensor {
   Tensor squeeze(int64_t dim, Loc where = Loc::current()) const;
   Tensor expand(Shape shape, Loc where = Loc::current()) const;
   Tensor narrow(int64_t dim, int64_t start, int64_t length, Loc where = Loc::current()) const;
+  // A tensor whose elements lie densely in row-major order once computed: this one where that
+  // is certain, else a copy. Certain means computed and dense, pending and not a view
+  // (evaluation stores such a value densely), or a dense view of views of a computed value. A
+  // view of a pending value is copied even where is_contiguous() says true, since the passes
+  // may store that value in another layout than foreseen (Note [Reshape of any layout] in
+  // runtime/executor.cc). So is_contiguous() of the result holds before and after evaluation,
+  // and data_ptr() of it walks the elements in order.
   Tensor contiguous(Loc where = Loc::current()) const;
+  // Whether the strides are the dense ones: the buffer's for a computed value, the frontend's
+  // forecast for a pending one (exact except for views of pending values, as above).
   bool is_contiguous() const;
+  // Pieces along `dim`, views sharing this tensor's storage (frontend/split_and_mask.cc):
+  // split(n) into pieces of n (the last smaller), split({2, 3}) into pieces of those sizes
+  // (summing to the dim's size), chunk(k) into at most k pieces of ceil(size / k).
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0, Loc where = Loc::current()) const;
+  std::vector<Tensor> split(IntArrayRef split_sizes, int64_t dim = 0,
+                            Loc where = Loc::current()) const;
+  std::vector<Tensor> split_with_sizes(IntArrayRef split_sizes, int64_t dim = 0,
+                                       Loc where = Loc::current()) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0, Loc where = Loc::current()) const;
+  // The lower (upper) triangle of the last two dims: elements with col - row <= diagonal
+  // (>= diagonal) kept, the rest zero.
+  Tensor tril(int64_t diagonal = 0, Loc where = Loc::current()) const;
+  Tensor triu(int64_t diagonal = 0, Loc where = Loc::current()) const;
+  // `value` where the bool `mask` (broadcast with this tensor) is true; this tensor's dtype.
+  // value is a number or a 0-d tensor (whose gradient is the sum over the masked elements).
+  Tensor masked_fill(const Tensor& mask, Scalar value, Loc where = Loc::current()) const;
+  Tensor masked_fill(const Tensor& mask, const Tensor& value, Loc where = Loc::current()) const;
   // Elements between neighbours along each dim, as the value lies (or will lie) in memory.
   const Strides& strides() const;
   int64_t stride(int64_t dim) const;
@@ -374,6 +412,18 @@ Tensor where(const Tensor& condition, Scalar a, Scalar b, Loc where = Loc::curre
 Tensor where(const Tensor& condition, const Tensor& a, Scalar b, Loc where = Loc::current());
 Tensor where(const Tensor& condition, Scalar a, const Tensor& b, Loc where = Loc::current());
 Tensor matmul(const Tensor& a, const Tensor& b, Loc where = Loc::current());
+// As the methods of the same names.
+std::vector<Tensor> split(const Tensor& t, int64_t split_size, int64_t dim = 0,
+                          Loc where = Loc::current());
+std::vector<Tensor> split(const Tensor& t, IntArrayRef split_sizes, int64_t dim = 0,
+                          Loc where = Loc::current());
+std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim = 0,
+                          Loc where = Loc::current());
+Tensor tril(const Tensor& t, int64_t diagonal = 0, Loc where = Loc::current());
+Tensor triu(const Tensor& t, int64_t diagonal = 0, Loc where = Loc::current());
+Tensor masked_fill(const Tensor& t, const Tensor& mask, Scalar value, Loc where = Loc::current());
+Tensor masked_fill(const Tensor& t, const Tensor& mask, const Tensor& value,
+                   Loc where = Loc::current());
 
 // Index ops, as PyTorch's (frontend/indexing.cc). Indices are int64 (index_select also takes
 // int32); one outside its dim is an IndexError when the value is computed.
