@@ -233,23 +233,83 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, 
   return reduce_loss(diff * diff, reduction, where);
 }
 
-Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction, Loc where) {
-  const bool batched = input.dim() == 2;
-  if (!(batched || input.dim() == 1) || target.dim() != input.dim() - 1 ||
-      (batched && target.size(0) != input.size(0)))
-    fail(absl::StrCat("cross_entropy: expected input [N, C] with target [N], or input [C] with "
-                      "target [], got input ",
-                      shape_str(input.sizes()), " and target ", shape_str(target.sizes())),
+namespace {
+
+// The class dim of cross_entropy's input ([C]: 0, else 1), after checking the input and target
+// against each other as PyTorch does.
+int64_t check_cross_entropy(const Tensor& input, const Tensor& target,
+                            const CrossEntropyFuncOptions& options, const Loc& where) {
+  if (input.dim() == 0)
+    fail(
+        "cross_entropy: input must have a dim of classes ([C], [N, C] or [N, C, d1, ...]), got "
+        "a 0-d tensor",
+        where);
+  const int64_t class_dim = input.dim() == 1 ? 0 : 1;
+  Shape expected = input.sizes();
+  expected.erase(expected.begin() + class_dim);
+  if (target.sizes() != expected)
+    fail(absl::StrCat("cross_entropy: input of shape ", shape_str(input.sizes()),
+                      " (classes along dim ", class_dim, ") needs a target of shape ",
+                      shape_str(expected), ", got ", shape_str(target.sizes())),
          where);
   if (!is_integral(target.dtype()))
     throw DTypeError(
-        absl::StrCat("cross_entropy: target must hold class indices (an integer "
-                     "dtype), got ",
+        absl::StrCat("cross_entropy: target must hold class indices (int64 or int32), "
+                     "got ",
                      dtype_torch_name(target.dtype()), " (at ", SourceLoc::from(where).str(), ")"));
-  const int64_t class_dim = input.dim() - 1;
+  if (!is_floating(input.dtype()))
+    throw DTypeError(absl::StrCat("cross_entropy: input must be floating (logits), got ",
+                                  dtype_torch_name(input.dtype()), " (at ",
+                                  SourceLoc::from(where).str(), ")"));
+  if (!(options.label_smoothing() >= 0 && options.label_smoothing() <= 1))
+    throw ValueError(
+        absl::StrCat("cross_entropy: label_smoothing must be between 0.0 and 1.0, got ",
+                     options.label_smoothing(), " (at ", SourceLoc::from(where).str(), ")"));
+  return class_dim;
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& input, const Tensor& target,
+                     const CrossEntropyFuncOptions& options, Loc where) {
+  const int64_t class_dim = check_cross_entropy(input, target, options, where);
+  const int64_t classes = input.size(class_dim);
+  const double smoothing = options.label_smoothing();
   const Tensor log_probabilities = lazyfuse::log_softmax(input, class_dim, where);
-  const Tensor chosen = one_hot(target, input.size(class_dim), where) > 0;
+  // An ignored target is made -1, which no class matches, so its element's sum below is 0
+  // without a select after it: per-element ops between the row sums and the loss would cut the
+  // row kernel that computes the loss and its gradient with the softmax.
+  const Tensor ignored = target == options.ignore_index();
+  const Tensor label = lazyfuse::where(ignored, -1, target.to(kInt64, where), where);
+  // The target's class picked by comparing it with each class's index: a select rather than a
+  // gather, so that the loss and its gradient fuse with the softmax around them.
+  const Tensor chosen = label.unsqueeze(class_dim, where) ==
+                        positions(classes, class_dim, input.dim(), input.device(), where);
   // where, not a product with the one-hot: a -inf log-probability of another class stays out.
+  Tensor loss =
+      -lazyfuse::where(chosen, log_probabilities, 0, where).sum({class_dim}, false, where);
+  if (smoothing > 0) {
+    const Tensor uniform = -log_probabilities.sum({class_dim}, false, where);
+    loss = loss * (1 - smoothing) +
+           lazyfuse::where(ignored, 0, uniform, where) * (smoothing / static_cast<double>(classes));
+  }
+  if (options.reduction() != Reduction::Mean) return reduce_loss(loss, options.reduction(), where);
+  // PyTorch's mean counts the targets not ignored (all ignored: 0 / 0). Each element is weighted
+  // by 1 / count before the sum, rather than the sum divided: its gradient is then that
+  // per-element weight, computed from the targets alone before the row kernel, which reads it
+  // as it reads the labels, instead of a scalar computed after the forward sums.
+  const Tensor kept = lazyfuse::where(ignored, 0, 1, where).to(loss.dtype(), where);
+  return (loss * (kept / kept.sum(where))).sum(where);
+}
+
+Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction, Loc where) {
+  const int64_t class_dim = check_cross_entropy(input, target, CrossEntropyFuncOptions(), where);
+  // No target ignored: the mean is over every element, whose gradient scale 1/numel is a
+  // constant, so the passes fuse the loss, its gradient and the softmax into one row kernel.
+  const Tensor log_probabilities = lazyfuse::log_softmax(input, class_dim, where);
+  const Tensor chosen =
+      target.unsqueeze(class_dim, where).to(kInt64, where) ==
+      positions(input.size(class_dim), class_dim, input.dim(), input.device(), where);
   const Tensor loss =
       -lazyfuse::where(chosen, log_probabilities, 0, where).sum({class_dim}, false, where);
   return reduce_loss(loss, reduction, where);

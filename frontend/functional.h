@@ -31,7 +31,41 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false, Loc where = Lo
 // [..., num_classes] int64 with a 1 at each label.
 Tensor one_hot(const Tensor& labels, int64_t num_classes, Loc where = Loc::current());
 
+namespace nn {
+
+// cross_entropy's options, as LibTorch's torch::nn::CrossEntropyLossOptions (defaults as
+// PyTorch's): setters chain, CrossEntropyLossOptions().ignore_index(0).label_smoothing(0.1).
+class CrossEntropyLossOptions {
+ public:
+  // Targets equal to it add nothing and are not counted by the mean.
+  CrossEntropyLossOptions& ignore_index(int64_t value) {
+    ignore_index_ = value;
+    return *this;
+  }
+  // In [0, 1]: the target distribution is (1 - s) one-hot + s / C uniform.
+  CrossEntropyLossOptions& label_smoothing(double value) {
+    label_smoothing_ = value;
+    return *this;
+  }
+  CrossEntropyLossOptions& reduction(Reduction value) {
+    reduction_ = value;
+    return *this;
+  }
+  int64_t ignore_index() const { return ignore_index_; }
+  double label_smoothing() const { return label_smoothing_; }
+  Reduction reduction() const { return reduction_; }
+
+ private:
+  int64_t ignore_index_ = -100;
+  double label_smoothing_ = 0.0;
+  Reduction reduction_ = kMean;
+};
+
+}  // namespace nn
+
 namespace nn::functional {
+
+using CrossEntropyFuncOptions = CrossEntropyLossOptions;
 
 Tensor relu(const Tensor& x, Loc where = Loc::current());
 // Exact GELU, x * Phi(x) (approximate = "none"), or its tanh approximation ("tanh").
@@ -64,7 +98,19 @@ Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Loc where 
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = kMean,
                 Loc where = Loc::current());
-// input [N, C] logits (or [C]), target [N] (or []) int64 class indices.
+// PyTorch's cross_entropy with class-index targets: input logits [N, C, d1, ..., dk] (the
+// classes along dim 1; [N, C] and [C] too), target integer classes [N, d1, ..., dk] ([] for
+// [C]). Each element's loss is -(1 - s) log p[target] - s/C sum_c log p[c] (s the label
+// smoothing), 0 where target == ignore_index; kMean divides the sum by the number of targets
+// not ignored (NaN when all are, as PyTorch). A target outside [0, C) that is not ignored
+// matches no class and adds 0 (its smoothing term aside): PyTorch raises there, but the values
+// are not known until computed.
+Tensor cross_entropy(const Tensor& input, const Tensor& target,
+                     const CrossEntropyFuncOptions& options, Loc where = Loc::current());
+// The same with no target ignored (a target outside [0, C) adds 0) and no smoothing: the mean
+// is over every element, a constant scale that lets a training step's loss, gradient and
+// softmax fuse into one row kernel, where the mean over targets not ignored needs a count
+// computed at run time and today costs several passes over [N, C].
 Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction = kMean,
                      Loc where = Loc::current());
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,

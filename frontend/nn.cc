@@ -1,76 +1,30 @@
-// Module, Linear, Embedding, Sequential.
+// The layers: Linear, the activations, LayerNorm, RMSNorm, Embedding, Sequential.
 #include "lazyfuse/frontend/nn.h"
 
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "lazyfuse/frontend/autograd.h"
 #include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse::nn {
 
-std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
-  std::vector<std::pair<std::string, Tensor>> out;
-  // own_parameters() hands out pointers so that to() can replace parameters; here they are
-  // only copied (handles), so a const module may use it.
-  for (auto& [name, parameter] : const_cast<Module*>(this)->own_parameters())
-    if (parameter->defined()) out.emplace_back(name, *parameter);
-  for (const auto& [prefix, child] : children_)
-    for (auto& [name, parameter] : child->named_parameters())
-      out.emplace_back(absl::StrCat(prefix, ".", name), std::move(parameter));
-  return out;
+namespace {
+
+// A new parameter's initial value: `draw()`, or zeros of its shape when the module is made by
+// skip_init: nothing is drawn then, so the random stream is as if the module were not made.
+template <typename Draw>
+Tensor initial(const Shape& shape, Draw draw) {
+  return detail::skipping_init() ? zeros(shape) : draw();
 }
 
-std::vector<Tensor> Module::parameters() const {
-  std::vector<Tensor> out;
-  for (auto& named : named_parameters()) out.push_back(std::move(named.second));
-  return out;
+// Computes a new module's parameters in one evaluation, unless they are skip_init's zeros, which
+// stay uncomputed until a loaded value replaces them.
+void compute_initial(const std::vector<Tensor>& parameters) {
+  if (!detail::skipping_init()) lazyfuse::eval(parameters);
 }
 
-void Module::to(Device device) {
-  // Every copy first, in one evaluation; only then does any parameter change, so a failed move
-  // (a missing GPU) leaves the module as it was.
-  NoGradGuard no_grad;
-  std::vector<Tensor> parameters = this->parameters(), moved, moved_grads;
-  for (const Tensor& parameter : parameters) {
-    moved.push_back(parameter.to(device));
-    moved_grads.push_back(parameter.grad().defined() ? parameter.grad().to(device) : Tensor());
-  }
-  std::vector<Tensor> all = moved;
-  for (const Tensor& grad : moved_grads)
-    if (grad.defined()) all.push_back(grad);
-  lazyfuse::eval(all);
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    if (moved[i].is_same(parameters[i])) continue;  // already there
-    parameters[i].set_data(moved[i]);
-    if (moved_grads[i].defined()) parameters[i].mutable_grad() = moved_grads[i];
-  }
-}
-
-void Module::to(DType dtype) {
-  NoGradGuard no_grad;
-  std::vector<Tensor> parameters = this->parameters(), converted;
-  for (const Tensor& parameter : parameters) converted.push_back(parameter.to(dtype));
-  lazyfuse::eval(converted);
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    if (converted[i].is_same(parameters[i])) continue;
-    parameters[i].set_data(converted[i]);
-    if (parameters[i].grad().defined()) parameters[i].mutable_grad() = Tensor();
-  }
-}
-
-void Module::train(bool on) {
-  training_ = on;
-  for (auto& child : children_) child.second->train(on);
-}
-
-void Module::zero_grad() {
-  for (Tensor& parameter : parameters())
-    if (parameter.grad().defined()) parameter.mutable_grad() = Tensor();
-}
-
-std::ostream& operator<<(std::ostream& os, const Module& module) { return os << module.repr(); }
+}  // namespace
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
     : in_features_(in_features), out_features_(out_features) {
@@ -79,11 +33,12 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
                                   ", out_features=", out_features, ")"));
   // PyTorch's kaiming_uniform_(a=sqrt(5)) comes down to this bound for both.
   double bound = in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(in_features)) : 0.0;
-  weight_ = rand({out_features, in_features}) * (2 * bound) - bound;
-  if (bias) {
-    bias_ = rand({out_features}) * (2 * bound) - bound;
-  }
-  lazyfuse::eval(parameters());
+  weight_ = initial({out_features, in_features}, [&] {
+    return rand({out_features, in_features}) * (2 * bound) - bound;
+  });
+  if (bias)
+    bias_ = initial({out_features}, [&] { return rand({out_features}) * (2 * bound) - bound; });
+  compute_initial(parameters());
   weight_.requires_grad_();
   if (bias) bias_.requires_grad_();
 }
@@ -147,9 +102,9 @@ LayerNorm::LayerNorm(std::vector<int64_t> normalized_shape, double eps, bool ele
     : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
   if (elementwise_affine) {
     const Shape shape(normalized_shape_.begin(), normalized_shape_.end());
-    weight_ = ones(shape);
+    weight_ = initial(shape, [&] { return ones(shape); });
     bias_ = zeros(shape);
-    lazyfuse::eval({weight_, bias_});
+    compute_initial({weight_, bias_});
     weight_.requires_grad_();
     bias_.requires_grad_();
   }
@@ -179,8 +134,9 @@ RMSNorm::RMSNorm(std::vector<int64_t> normalized_shape, std::optional<double> ep
                  bool elementwise_affine)
     : normalized_shape_(std::move(normalized_shape)), eps_(eps) {
   if (elementwise_affine) {
-    weight_ = ones(Shape(normalized_shape_.begin(), normalized_shape_.end()));
-    lazyfuse::eval({weight_});
+    const Shape shape(normalized_shape_.begin(), normalized_shape_.end());
+    weight_ = initial(shape, [&] { return ones(shape); });
+    compute_initial({weight_});
     weight_.requires_grad_();
   }
 }
@@ -201,8 +157,10 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim)
   if (num_embeddings < 0 || embedding_dim < 0)
     throw ShapeError(absl::StrCat("Embedding: negative size (num_embeddings=", num_embeddings,
                                   ", embedding_dim=", embedding_dim, ")"));
-  weight_ = randn({num_embeddings, embedding_dim});
-  lazyfuse::eval(weight_);
+  weight_ = initial({num_embeddings, embedding_dim}, [&] {
+    return randn({num_embeddings, embedding_dim});
+  });
+  compute_initial({weight_});
   weight_.requires_grad_();
 }
 Tensor Embedding::forward(const Tensor& input) { return functional::embedding(input, weight_); }
@@ -224,17 +182,6 @@ std::shared_ptr<Module> Sequential::operator[](size_t index) const {
     throw Error(absl::StrCat("index ", index, " is out of range for Sequential with ",
                              children_.size(), " modules"));
   return children_[index].second;
-}
-
-std::string Sequential::repr() const {
-  std::string out = "Sequential(";
-  for (size_t i = 0; i < children_.size(); ++i) {
-    // Children's own lines are indented under their index, as PyTorch's _addindent.
-    std::string child = absl::StrReplaceAll(children_[i].second->repr(), {{"\n", "\n  "}});
-    absl::StrAppend(&out, "\n  (", i, "): ", child);
-  }
-  absl::StrAppend(&out, children_.empty() ? "" : "\n", ")");
-  return out;
 }
 
 }  // namespace lazyfuse::nn

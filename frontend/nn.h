@@ -1,4 +1,5 @@
-// A small nn library in LibTorch's shape: Module and its layers, Sequential, and the losses.
+// A small nn library in LibTorch's shape: the layers, Sequential, and the losses (Module,
+// ModuleList and ModuleDict are in module.h).
 #pragma once
 
 #include <memory>
@@ -9,45 +10,10 @@
 #include <vector>
 
 #include "lazyfuse/frontend/functional.h"
+#include "lazyfuse/frontend/module.h"
 #include "lazyfuse/frontend/tensor.h"
 
 namespace lazyfuse::nn {
-
-class Module {
- public:
-  virtual ~Module() = default;
-  virtual Tensor forward(const Tensor& input) = 0;
-  Tensor operator()(const Tensor& input) { return forward(input); }
-
-  // Every parameter, this module's and its children's, in registration order.
-  std::vector<Tensor> parameters() const;
-  // The same, with PyTorch's dotted names: "0.weight", "encoder.bias".
-  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
-  // Moves every parameter to `device` (computing them there). The parameters stay the same
-  // tensors (an optimizer made before still holds them), with their requires_grad.
-  virtual void to(Device device);
-  // Converts every floating parameter to `dtype`, keeping them the same tensors.
-  void to(DType dtype);
-  // Training mode (the default) or evaluation mode, for this module and its children: what
-  // Dropout looks at.
-  void train(bool on = true);
-  void eval() { train(false); }
-  bool is_training() const { return training_; }
-  // Forgets every parameter's gradient.
-  void zero_grad();
-  // PyTorch's repr: "Linear(in_features=3, out_features=1, bias=True)".
-  virtual std::string repr() const = 0;
-
- protected:
-  // This module's own parameters (not its children's), named. Asked for each time rather than
-  // stored, so that a module that is copied or moved never points into its old self.
-  virtual std::vector<std::pair<std::string, Tensor*>> own_parameters() { return {}; }
-  // Children, named as named_parameters() prefixes them.
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
-  bool training_ = true;
-};
-
-std::ostream& operator<<(std::ostream& os, const Module& module);
 
 // y = x W^T + b, initialised as PyTorch's: W and b uniform in +-1/sqrt(in_features).
 class Linear : public Module {
@@ -174,18 +140,34 @@ class Embedding : public Module {
   Tensor weight_;
 };
 
+// Modules applied one after another. Each must have a one-tensor forward: one whose forward
+// takes other arguments is refused when the Sequential is built (or, given as a
+// shared_ptr<Module>, is an UnsupportedError when forward reaches it).
 class Sequential : public Module {
  public:
   Sequential() = default;
-  template <typename... M>
-  explicit Sequential(M&&... modules) {
-    (push_back(std::make_shared<std::decay_t<M>>(std::forward<M>(modules))), ...);
+  template <NotA<Sequential> M>
+  explicit Sequential(M&& module) {
+    push_back(std::forward<M>(module));
+  }
+  template <typename M1, typename M2, typename... M>
+  Sequential(M1&& first, M2&& second, M&&... more) {
+    push_back(std::forward<M1>(first));
+    push_back(std::forward<M2>(second));
+    (push_back(std::forward<M>(more)), ...);
   }
   void push_back(std::shared_ptr<Module> module) {
     children_.emplace_back(std::to_string(children_.size()), std::move(module));
   }
+  template <ModuleValue M>
+  void push_back(M&& module) {
+    static_assert(OneTensorModule<M>,
+                  "Sequential chains modules with a forward(const Tensor&); this module's "
+                  "forward takes other arguments");
+    push_back(std::make_shared<std::decay_t<M>>(std::forward<M>(module)));
+  }
   Tensor forward(const Tensor& input) override;
-  std::string repr() const override;
+  std::string repr() const override { return repr_with_children("Sequential"); }
   size_t size() const { return children_.size(); }
   // net[0]: the module, so net[0]->as<Linear>()->weight().
   std::shared_ptr<Module> operator[](size_t index) const;
@@ -207,16 +189,21 @@ class MSELoss {
  private:
   Reduction reduction_;
 };
+// CrossEntropyLoss(CrossEntropyLossOptions().ignore_index(0).label_smoothing(0.1)), or with a
+// reduction alone: CrossEntropyLoss(kSum).
 class CrossEntropyLoss {
  public:
-  explicit CrossEntropyLoss(Reduction reduction = kMean) : reduction_(reduction) {}
+  explicit CrossEntropyLoss(CrossEntropyLossOptions options = {}) : options_(options) {}
+  explicit CrossEntropyLoss(Reduction reduction)
+      : options_(CrossEntropyLossOptions().reduction(reduction)) {}
   Tensor operator()(const Tensor& input, const Tensor& target) const {
-    return functional::cross_entropy(input, target, reduction_);
+    return functional::cross_entropy(input, target, options_);
   }
+  const CrossEntropyLossOptions& options() const { return options_; }
   std::string repr() const { return "CrossEntropyLoss()"; }
 
  private:
-  Reduction reduction_;
+  CrossEntropyLossOptions options_;
 };
 
 }  // namespace lazyfuse::nn

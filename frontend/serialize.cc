@@ -656,27 +656,62 @@ std::map<std::string, std::string> load_safetensors_metadata(const std::string& 
   return read_header(source).first.metadata;
 }
 
+namespace {
+
+// A module's state as torch.nn.Module.state_dict() names it: parameters, then buffers. With
+// `aliases`, every name of a tensor held under several (tied weights) is listed; without, its
+// first alone.
+NamedTensors module_state(const nn::Module& module, bool aliases) {
+  NamedTensors state = module.named_parameters(true, !aliases);
+  NamedTensors buffers = module.named_buffers(true, !aliases);
+  for (auto& [name, buffer] : buffers) {
+    const bool is_parameter = std::any_of(state.begin(), state.end(), [&](const auto& entry) {
+      return entry.second.is_same(buffer);
+    });
+    if (aliases || !is_parameter) state.emplace_back(std::move(name), std::move(buffer));
+  }
+  return state;
+}
+
+}  // namespace
+
 void save_safetensors(const std::string& path, const nn::Module& module,
                       const std::map<std::string, std::string>& metadata) {
-  save_safetensors(path, module.named_parameters(), metadata);
+  save_safetensors(path, module_state(module, /*aliases=*/false), metadata);
 }
 
 void load_safetensors(nn::Module& module, const std::string& path) {
   NamedTensors loaded = load_safetensors(path);
   std::map<std::string, Tensor> by_name(loaded.begin(), loaded.end());
-  std::vector<std::pair<std::string, Tensor>> parameters = module.named_parameters();
+  // One entry per tensor, with every name it is held under: a tied weight is loaded from
+  // whichever of its names the file holds (the first that it holds), so files that kept either
+  // name load.
+  struct Target {
+    Tensor tensor;
+    std::vector<std::string> names;
+    std::string found;  // the name it is loaded from
+  };
+  std::vector<Target> targets;
+  for (auto& [name, tensor] : module_state(module, /*aliases=*/true)) {
+    auto same = std::find_if(targets.begin(), targets.end(),
+                             [&](const Target& t) { return t.tensor.is_same(tensor); });
+    if (same == targets.end()) same = targets.insert(targets.end(), Target{tensor, {}, ""});
+    same->names.push_back(name);
+  }
   std::vector<std::string> missing, unexpected, mismatched;
   std::set<std::string> expected;
-  for (const auto& [name, parameter] : parameters) {
-    expected.insert(name);
-    auto found = by_name.find(name);
-    if (found == by_name.end()) {
-      missing.push_back(absl::StrCat("\"", name, "\""));
-    } else if (found->second.sizes() != parameter.sizes()) {
-      mismatched.push_back(absl::StrCat("size mismatch for ", name, ": copying a param with shape ",
-                                        shape_str(found->second.sizes()),
-                                        " from checkpoint, the shape in current model is ",
-                                        shape_str(parameter.sizes())));
+  for (Target& target : targets) {
+    for (const std::string& name : target.names) {
+      expected.insert(name);
+      if (target.found.empty() && by_name.contains(name)) target.found = name;
+    }
+    if (target.found.empty()) {
+      missing.push_back(absl::StrCat("\"", target.names[0], "\""));
+    } else if (by_name.at(target.found).sizes() != target.tensor.sizes()) {
+      mismatched.push_back(absl::StrCat(
+          "size mismatch for ", target.found, ": copying a param with shape ",
+          shape_str(by_name.at(target.found).sizes()),
+          " from checkpoint, the shape in current model is ", shape_str(target.tensor.sizes())));
     }
   }
   for (const auto& [name, tensor] : loaded)
@@ -691,13 +726,13 @@ void load_safetensors(nn::Module& module, const std::string& path) {
     for (const std::string& m : mismatched) absl::StrAppend(&message, " ", m, ".");
     throw SerializationError(message);
   }
-  // Every value converted first, in one evaluation; only then does any parameter change.
+  // Every value converted first, in one evaluation; only then does any tensor change.
   NoGradGuard no_grad;
   std::vector<Tensor> values;
-  for (const auto& [name, parameter] : parameters)
-    values.push_back(by_name.at(name).to(parameter.device()).to(parameter.dtype()));
+  for (const Target& target : targets)
+    values.push_back(by_name.at(target.found).to(target.tensor.device()).to(target.tensor.dtype()));
   eval(values);
-  for (size_t i = 0; i < parameters.size(); ++i) parameters[i].second.set_data(values[i]);
+  for (size_t i = 0; i < targets.size(); ++i) targets[i].tensor.set_data(values[i]);
 }
 
 }  // namespace lazyfuse

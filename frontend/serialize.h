@@ -60,16 +60,19 @@ NamedTensors load_safetensors_from_memory(std::string_view bytes, Device device 
 // A file's "__metadata__" (empty when it has none), read from the header alone.
 std::map<std::string, std::string> load_safetensors_metadata(const std::string& path);
 
-// A module's parameters under named_parameters()'s names ("0.weight", "0.bias"): what
-// torch.nn.Module.state_dict() holds for the same architecture, so PyTorch's load_state_dict
-// reads the file and this reads PyTorch's.
+// A module's state: its parameters and buffers under named_parameters()'s and
+// named_buffers()'s names ("0.weight", "attn.mask"), what torch.nn.Module.state_dict() holds
+// for the same architecture, so PyTorch's load_state_dict reads the file and this reads
+// PyTorch's. A tensor held under several names (a tied weight) is written once, under its
+// first name, as safetensors' save_model writes a tied model (save_file refuses shared tensors).
 void save_safetensors(const std::string& path, const nn::Module& module,
                       const std::map<std::string, std::string>& metadata = {});
-// Sets every parameter of `module` from `path`, as load_state_dict(strict=True): each name must
-// be in the file with the parameter's shape, and the file must hold nothing else; values are
-// converted to each parameter's dtype and device. The parameters stay the same tensors (an
-// optimizer holding them sees the new values). Anything amiss is a SerializationError naming the
-// file and the keys, and then no parameter has changed.
+// Sets every parameter and buffer of `module` from `path`, as load_state_dict(strict=True):
+// each must be in the file with its shape, and the file must hold nothing else; a tied tensor is
+// read from any one of its names (the first the file holds), as safetensors' load_model does.
+// Values are converted to each tensor's dtype and device. The tensors stay the same tensors (an
+// optimizer holding them sees the new values). Anything amiss is a SerializationError naming
+// the file and the keys, and then nothing has changed.
 void load_safetensors(nn::Module& module, const std::string& path);
 
 }  // namespace lazyfuse

@@ -74,6 +74,12 @@ class GradError : public Error {
 class IndexError : public Error {
   using Error::Error;
 };
+// A name that may not be registered, or that is not held: an empty or dotted module name, a
+// name already held as another kind (a parameter's name for a buffer), a ModuleDict key that is
+// missing. The message names the name, as PyTorch's KeyError does.
+class KeyError : public Error {
+  using Error::Error;
+};
 // An argument outside the values it may take, where no other type says more (PyTorch's
 // ValueError): a label smoothing above 1, a negative learning rate, a parameter given to an
 // optimizer twice, a scheduler's milestones out of order.
