@@ -168,8 +168,16 @@ class GradientRule {
     return sum_to(grad, a2.sizes()).reshape(a.sizes());
   }
   Tensor matmul_grad_b(const Tensor& x) const {
-    const Tensor b2 = as_matrix_b(b);
-    Tensor grad = matmul(as_matrix_a(a).transpose(-1, -2), as_matrix_result(x));
+    const Tensor a2 = as_matrix_a(a), b2 = as_matrix_b(b);
+    if (b2.dim() == 2 && a2.dim() > 2) {
+      // A batch of matrices times one (a Linear layer over [B, T, C]): the batch folds into the
+      // rows, so the gradient is one product over B * T rows, not B products summed after (a
+      // reduction over leading dims, and B times the memory).
+      const Tensor r = as_matrix_result(x);
+      return matmul(a2.reshape({-1, a2.size(-1)}).transpose(0, 1), r.reshape({-1, r.size(-1)}))
+          .reshape(b.sizes());
+    }
+    Tensor grad = matmul(a2.transpose(-1, -2), as_matrix_result(x));
     return sum_to(grad, b2.sizes()).reshape(b.sizes());
   }
 

@@ -144,6 +144,99 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
   });
 }
 
+// Note [Column reductions]
+// A sum over leading dims (a bias's gradient, a LayerNorm weight's: [B, T, C] summed to [C]) has
+// rows (one per kept column) whose elements lie a whole row of the operand apart. Walked a row at
+// a time, each element is a load from another cache line, a scalar addition and a division for
+// its lane: the CPU's transformer step spent most of its time so. Here a tile of adjacent
+// columns is reduced together instead, walking the operand's rows in memory order: each column
+// keeps its own lanes and stretches (CpuReduceState's, one per column of the tile), element p of
+// the column goes into lane p % kCpuReduceLanes, stretches are flushed at the same positions, and
+// the lanes are combined in the same tree, so every column's bits are those reduce_rows gives it;
+// only the order of the loops changes, and the loop over the tile's columns is vector code.
+constexpr int64_t kColumnTile = 64;
+
+template <typename S>
+void reduce_columns(const Node& node, const S* base, int64_t columns, int64_t inner,
+                    int64_t inner_stride, const BufferView& out, const RowRange& rows) {
+  const int64_t first = rows.end < 0 ? 0 : rows.begin, end = rows.end < 0 ? columns : rows.end;
+  const int64_t tiles = (end - first + kColumnTile - 1) / kColumnTile;
+  dispatch_reduction(node.op, [&]<Op kOp>() {
+    using Meaning = CpuReduction<kOp>;
+    using Acc = CpuAccumulator<kOp, S>;
+    constexpr bool kStretches = kCpuSumsInStretches<kOp, S>;
+    const Acc identity = reduction_identity_value<Acc>(Meaning::identity);
+    auto reduce_tile = [&]<int64_t kWidth>(int64_t c0, int64_t width) {
+      const int64_t w = kWidth > 0 ? kWidth : width;
+      alignas(64) Acc lanes[kCpuReduceLanes][kColumnTile];
+      alignas(64) float stretch[kCpuReduceLanes][kColumnTile];
+      Acc total[kColumnTile];
+      std::fill_n(total, w, identity);
+      auto flush = [&] {
+        for (int l = 0; l < kCpuReduceLanes; ++l)
+          for (int64_t c = 0; c < w; ++c) {
+            lanes[l][c] = static_cast<Acc>(lanes[l][c] + static_cast<Acc>(stretch[l][c]));
+            stretch[l][c] = 0.0f;
+          }
+      };
+      for (int64_t start = 0; start < inner; start += kCpuReduceBlock) {
+        for (int l = 0; l < kCpuReduceLanes; ++l) {
+          std::fill_n(lanes[l], w, identity);
+          std::fill_n(stretch[l], w, 0.0f);
+        }
+        const int64_t count = std::min(kCpuReduceBlock, inner - start);
+        for (int64_t p = 0; p < count; ++p) {
+          const S* row = base + (start + p) * inner_stride + c0;
+          const int l = static_cast<int>(p % kCpuReduceLanes);
+          if constexpr (kStretches) {
+            for (int64_t c = 0; c < w; ++c)
+              stretch[l][c] = stretch[l][c] + convert_value<float>(row[c]);
+            if ((p + 1) % kCpuReduceStretchSpan == 0) flush();
+          } else {
+            for (int64_t c = 0; c < w; ++c)
+              lanes[l][c] = Meaning::combine(lanes[l][c], convert_value<Acc>(row[c]));
+          }
+        }
+        if constexpr (kStretches) flush();
+        for (int half = kCpuReduceLanes / 2; half >= 1; half /= 2)
+          for (int l = 0; l < half; ++l)
+            for (int64_t c = 0; c < w; ++c)
+              lanes[l][c] = Meaning::combine(lanes[l][c], lanes[l + half][c]);
+        for (int64_t c = 0; c < w; ++c) total[c] = Meaning::combine(total[c], lanes[0][c]);
+      }
+      dispatch_storage(node.dtype, [&]<typename R>() {
+        R* dst = static_cast<R*>(out.data()) + c0;
+        for (int64_t c = 0; c < w; ++c) {
+          // finish_row's, for a row of `inner` elements.
+          Acc acc = total[c];
+          if constexpr (Meaning::finish == ReductionFinish::DivideByCount) {
+            if constexpr (std::is_floating_point_v<Acc>)
+              acc = inner == 0 ? std::numeric_limits<Acc>::quiet_NaN()
+                               : acc / static_cast<Acc>(inner);
+            else
+              acc = inner == 0 ? Acc(0) : acc / static_cast<Acc>(inner);
+          }
+          dst[c] = convert_value<R>(acc);
+        }
+      });
+    };
+    auto run_tile = [&](int64_t tile) {
+      const int64_t c0 = first + tile * kColumnTile, width = std::min(kColumnTile, end - c0);
+      // A full tile's loops have a constant trip count, which the compiler turns into vector code.
+      if (width == kColumnTile)
+        reduce_tile.template operator()<kColumnTile>(c0, width);
+      else
+        reduce_tile.template operator()<0>(c0, width);
+    };
+    if (rows.end < 0 && (end - first) * inner > 32768 && tiles > 1) {
+#pragma omp parallel for schedule(static)
+      for (int64_t tile = 0; tile < tiles; ++tile) run_tile(tile);
+    } else {
+      for (int64_t tile = 0; tile < tiles; ++tile) run_tile(tile);
+    }
+  });
+}
+
 }  // namespace
 
 BufferView cpu_reduce(const Node& node, const BufferView& input, const RowRange& rows,
@@ -164,8 +257,19 @@ BufferView cpu_reduce(const Node& node, const BufferView& input, const RowRange&
     inner_strides = std::move(runs.strides[0]);
   }
   BufferView out = into ? *into : allocate_buffer(node.device, node.dtype, node.shape);
+  // Kept dims that memory walks in order, one element apart, and reduced dims that merge into
+  // one stride: a reduction of columns (Note [Column reductions]).
+  const IterationSpace kept =
+      outer_shape.empty() ? IterationSpace{} : merge_dims(outer_shape, {outer_strides});
+  const bool columns = kept.sizes.size() == 1 && kept.strides[0][0] == 1 &&
+                       inner_shape.size() == 1 && inner_strides[0] != 1 &&
+                       kept.sizes[0] >= kCpuReduceLanes;
   dispatch_storage(input.dtype, [&]<typename S>() {
     const S* base = static_cast<const S*>(input.data());
+    if (columns) {
+      reduce_columns<S>(node, base, kept.sizes[0], inner_shape[0], inner_strides[0], out, rows);
+      return;
+    }
     const int inner_rank = static_cast<int>(inner_shape.size());
     // Walks a row's elements through the strides, a run along the innermost dim at a time.
     auto visit = [&](int64_t row, int64_t begin, int64_t end, auto&& consume) {

@@ -110,6 +110,32 @@ TEST(OpsReduction, SumMeanMaxMinOverDimsAndLayouts) {
   }
 }
 
+// A reduction over leading dims reduces a tile of columns at a time (Note [Column reductions]
+// in runtime/cpu_library.cc), in place of a row per column: every column must keep the bits its
+// row gives, here the same column read as a row of the transposed copy. 33,000 rows: two
+// reduction blocks, several stretches; 20 and 80 columns: a partial tile, and a full one too.
+TEST(OpsReduction, ColumnsReduceToTheBitsOfTheirRows) {
+  std::mt19937 rng(11);
+  for (int64_t columns : {20, 80}) {
+    for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float64}) {
+      const Host h = random_host(rng, {33000, columns}, dtype, {-1, 1, -50, 50});
+      const Tensor x = to_tensor(h, dtype);
+      const Tensor rows = x.t().contiguous();
+      eval(rows);
+      const std::string what = std::to_string(columns) + " columns of " + name_of(dtype);
+      auto bits = [](const Tensor& t) { return t.to(kFloat64).to_vector<double>(); };
+      EXPECT_EQ(bits(x.sum({0})), bits(rows.sum({1}))) << "sum, " << what;
+      EXPECT_EQ(bits(x.mean({0})), bits(rows.mean({1}))) << "mean, " << what;
+      EXPECT_EQ(bits(x.max(0)), bits(rows.max(1))) << "max, " << what;
+      EXPECT_EQ(bits(x.min(0)), bits(rows.min(1))) << "min, " << what;
+      // And against float64, within the sum's tolerance.
+      Reduced sum = host_reduce(h, {0}, false, Reduce::Sum);
+      expect_matches(x.sum({0}), sum.value, dtype, tol_for(dtype), "column sum, " + what,
+                     sum_slack(sum));
+    }
+  }
+}
+
 TEST(OpsReduction, ReductionsOfPendingExpressions) {
   // A reduction reading a fused producer, and a reduction feeding further elementwise work.
   std::mt19937 rng(10);
