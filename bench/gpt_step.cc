@@ -9,8 +9,9 @@
 //   lazyfuse_gpt_step [--device=cpu] [--layers=2] [--width=128] [--heads=4] [--seq=64]
 //                     [--batch=4] [--vocab=65] [--steps=20] [--warmup=5]
 //
-// Prints one JSON line: the median and mean milliseconds per step, evaluations, kernels and
-// values written in place per step, and the first three losses.
+// Prints one JSON line: the median and mean milliseconds per step; of the last step, its
+// evaluations, kernels, values written in place, schedule-cache hits and programs the CPU JIT
+// compiled; and the first three losses.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "lazyfuse/codegen/cpu_jit.h"
 #include "lazyfuse/lazyfuse.h"
 
 namespace {
@@ -167,8 +169,10 @@ int main(int argc, char** argv) {
 
   std::vector<double> times, losses;
   EvalStats per_step;
+  int64_t jit_compiles = 0;  // in the last step
   for (int64_t s = 0; s < c.warmup + c.steps; ++s) {
     const Tensor idx = tokens(c, s, 0), targets = tokens(c, s, 1);
+    const int64_t compiled_before = cpu_jit_stats().compiled;
     const auto start = std::chrono::steady_clock::now();
     reset_eval_stats();
     optimizer.zero_grad();
@@ -182,6 +186,7 @@ int main(int argc, char** argv) {
     if (losses.size() < 3) losses.push_back(value);
     if (s >= c.warmup) times.push_back(ms);
     per_step = eval_stats();
+    jit_compiles = cpu_jit_stats().compiled - compiled_before;
   }
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());
@@ -192,10 +197,11 @@ int main(int argc, char** argv) {
       absl::StrFormat("{\"impl\": \"lazyfuse\", \"device\": \"%s\", \"layers\": %d, \"width\": %d, "
                       "\"seq\": %d, \"batch\": %d, \"ms_per_step_median\": %.3f, "
                       "\"ms_per_step_mean\": %.3f, \"evaluations\": %d, \"kernels\": %d, "
-                      "\"in_place\": %d, \"cache_hits\": %d, \"losses\": [%.7f, %.7f, %.7f]}",
+                      "\"in_place\": %d, \"cache_hits\": %d, \"jit_compiles\": %d, "
+                      "\"losses\": [%.7f, %.7f, %.7f]}",
                       c.device.str(), c.layers, c.width, c.seq, c.batch, sorted[sorted.size() / 2],
                       mean, per_step.evaluations, per_step.kernels, per_step.in_place_outputs,
-                      per_step.schedule_cache_hits, losses[0], losses[1], losses[2])
+                      per_step.schedule_cache_hits, jit_compiles, losses[0], losses[1], losses[2])
           .c_str());
   return 0;
 }

@@ -241,6 +241,48 @@ TEST_F(CudaGraphs, AnEmptiedAllocatorCacheRecordsAnew) {
   EXPECT_EQ(held.size(0), 64);
 }
 
+// A learning rate that changes every step (a cosine schedule) is a value the step's kernels
+// read (Note [Scalars that change between steps] in frontend/optim.cc): from the third step on,
+// every AdamW step is the same schedule and one CUDA graph (recorded in the third, replayed from
+// the fourth), and the parameters have the
+// bits of the same steps launched kernel by kernel.
+TEST_F(CudaGraphs, ACosineScheduledStepReplaysOneGraphFromTheThirdStep) {
+  auto train = [](cuda::GraphMode mode, int steps) {
+    cuda::set_graph_mode(mode);
+    manual_seed(4);
+    nn::Sequential net(nn::Linear(24, 32), nn::ReLU(), nn::Linear(32, 5));
+    net.to(Device("cuda"));
+    optim::AdamW optimizer(net.parameters(), optim::AdamWOptions(0.01).weight_decay(0.1));
+    optim::CosineAnnealingLR schedule(optimizer, steps);
+    const TensorOptions gpu = TensorOptions(kFloat32).device("cuda");
+    Tensor x = from_vector(random_floats(16 * 24, 41), {16, 24}, gpu);
+    std::vector<double> classes(16);
+    for (size_t i = 0; i < classes.size(); ++i) classes[i] = static_cast<double>(i * 3 % 5);
+    Tensor y = from_vector(classes, {16}, TensorOptions(kInt64).device("cuda"));
+    eval({x, y});
+    for (int step = 0; step < steps; ++step) {
+      optimizer.zero_grad();
+      Tensor loss = nn::functional::cross_entropy(net(x), y);
+      loss.backward();
+      cuda::reset_graph_stats();
+      reset_eval_stats();
+      optimizer.step();
+      schedule.step();
+      if (mode == cuda::GraphMode::On && step >= 2) {
+        // The schedule's first run was step 1's; its second (step 2) records the graph, and
+        // every later step replays it.
+        EXPECT_EQ(eval_stats().evaluations, 1) << "step " << step;
+        EXPECT_EQ(eval_stats().schedule_cache_hits, 1) << "step " << step;
+        EXPECT_EQ(cuda::graph_stats().captures, step == 2 ? 1 : 0) << "step " << step;
+        EXPECT_EQ(cuda::graph_stats().replays, step == 2 ? 0 : 1) << "step " << step;
+      }
+    }
+    return host_values(net.parameters());
+  };
+  const std::vector<std::vector<float>> launched = train(cuda::GraphMode::Off, 12);
+  EXPECT_EQ(train(cuda::GraphMode::On, 12), launched);
+}
+
 // A training loop as users write it: batches read in turn (each a view of one tensor of all of
 // them, at its own offset, sliced before the loop or in the step), Adam (whose step count
 // alternates between two buffers), the loss read back, and between steps tensors the program makes
