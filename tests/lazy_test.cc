@@ -309,6 +309,44 @@ TEST(Lazy, PendingValuesCountEachValueOnce) {
   EXPECT_EQ(pending_values() - held, 0);
 }
 
+// A training step too large for the pending bound is cut into several evaluations, at the same
+// ops every step (Note [Bounding pending work] in runtime/lazy.cc): from the third step on,
+// every piece is a schedule seen before. Run by ctest under LAZYFUSE_MAX_PENDING=300
+// (tests/CMakeLists.txt, lazy_cut_steps); skipped where the bound is too large to cut the step.
+TEST(Lazy, ACutStepIsCutAtTheSameOpsEveryStep) {
+  if (env_config().max_pending > 1000) GTEST_SKIP() << "LAZYFUSE_MAX_PENDING above 1000";
+  manual_seed(6);
+  std::vector<nn::Linear> layers;
+  std::vector<Tensor> parameters;
+  for (int i = 0; i < 10; ++i) {
+    layers.emplace_back(8, 8);
+    for (const Tensor& p : layers.back().parameters()) parameters.push_back(p);
+  }
+  optim::AdamW optimizer(parameters, optim::AdamWOptions(1e-2));
+  optim::CosineAnnealingLR schedule(optimizer, 10);
+  Tensor x = randn({4, 8});
+  eval(x);
+  std::vector<int64_t> evaluations;
+  for (int step = 0; step < 5; ++step) {
+    optimizer.zero_grad();
+    Tensor loss = [&] {
+      Tensor h = x;
+      for (nn::Linear& layer : layers) h = h + layer(h).tanh();
+      return (h * h).mean();
+    }();
+    loss.backward();
+    reset_eval_stats();
+    optimizer.step();
+    schedule.step();
+    evaluations.push_back(eval_stats().evaluations);
+    if (step >= 2) {
+      EXPECT_GT(eval_stats().evaluations, 1) << "step " << step;  // cut
+      EXPECT_EQ(eval_stats().evaluations, evaluations[step - 1]) << "step " << step;
+      EXPECT_EQ(eval_stats().schedule_cache_hits, eval_stats().evaluations) << "step " << step;
+    }
+  }
+}
+
 TEST(Lazy, DeepChainIrText) {
   Tensor x = tensor({1, -2});
   Tensor y = x;
