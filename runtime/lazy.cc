@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <iterator>
 #include <mutex>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
@@ -86,7 +88,25 @@ void leave_census(LazyValue& value) {
 void rebase_pending_cut() { pending_cut_at.store(-1, std::memory_order_relaxed); }
 }  // namespace
 
-LazyValue::~LazyValue() { leave_census(*this); }
+// A value holds its inputs, so a pending chain would be destroyed recursively, a value's
+// destructor releasing its input's: a chain as long as the pending bound allows overflowed the
+// stack (under AddressSanitizer, whose frames are larger, at 65,536). The inputs this value was
+// the last to hold are released here, one at a time, each emptied of its own first.
+LazyValue::~LazyValue() {
+  leave_census(*this);
+  if (inputs.empty()) return;
+  std::vector<LazyRef> doomed(std::make_move_iterator(inputs.begin()),
+                              std::make_move_iterator(inputs.end()));
+  inputs.clear();
+  while (!doomed.empty()) {
+    LazyRef value = std::move(doomed.back());
+    doomed.pop_back();
+    if (value.use_count() == 1) {
+      for (LazyRef& input : value->inputs) doomed.push_back(std::move(input));
+      value->inputs.clear();
+    }
+  }
+}
 
 int64_t pending_values() { return pending_census.load(std::memory_order_relaxed); }
 
