@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "lazyfuse/frontend/autograd.h"
 #include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/devices.h"
+#include "lazyfuse/runtime/executor.h"
 
 namespace lazyfuse::optim {
 
@@ -108,9 +110,12 @@ const Tensor& Optimizer::lr_tensor(size_t group, const Device& device) {
   }
   if (!(it->lr == lr)) {
     it->lr = lr;
-    // Computed now, so that a GPU step reads it where it lies rather than copying it in.
-    it->tensor = from_vector({lr}, {}, TensorOptions(kFloat64).device(device));
-    eval(it->tensor);
+    // Copied to the device now, outside any evaluation: a GPU step reads it where it lies,
+    // rather than copying it in from the host as part of its graph (which a CUDA graph cannot
+    // replay), and the step stays one evaluation.
+    const Tensor host = from_vector({lr}, {}, TensorOptions(kFloat64));
+    it->tensor = Tensor(make_leaf(copy_to_device(*host.value()->buffer, resolve_device(device)),
+                                  host.value()->node.where));
   }
   return it->tensor;
 }
