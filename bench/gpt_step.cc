@@ -58,8 +58,8 @@ Config parse(int argc, char** argv) {
 Tensor draw(int64_t id, Shape shape, double scale, const Device& device) {
   std::vector<double> values(static_cast<size_t>(numel(shape)));
   for (size_t i = 0; i < values.size(); ++i) {
-    const double x = std::sin(static_cast<double>(i) * 12.9898 + static_cast<double>(id) * 78.233) *
-                     43758.5453;
+    const double x =
+        std::sin(static_cast<double>(i) * 12.9898 + static_cast<double>(id) * 78.233) * 43758.5453;
     values[i] = (2 * (x - std::floor(x)) - 1) * scale;
   }
   Tensor t = from_vector(values, std::move(shape), TensorOptions(kFloat32).device(device));
@@ -71,7 +71,8 @@ Tensor draw(int64_t id, Shape shape, double scale, const Device& device) {
 Tensor tokens(const Config& c, int64_t step, int64_t shift) {
   std::vector<double> ids(static_cast<size_t>(c.batch * c.seq));
   for (size_t i = 0; i < ids.size(); ++i)
-    ids[i] = static_cast<double>((static_cast<int64_t>(i + shift) * 7919 + step * 104729) % c.vocab);
+    ids[i] =
+        static_cast<double>((static_cast<int64_t>(i + shift) * 7919 + step * 104729) % c.vocab);
   Tensor t = from_vector(ids, {c.batch, c.seq}, TensorOptions(kInt64).device(c.device));
   eval(t);
   return t;
@@ -136,8 +137,8 @@ Tensor loss_of(const Config& c, const Gpt& g, const Tensor& idx, const Tensor& t
   Tensor x = F::embedding(idx, g.wte) + g.wpe;
   for (const Block& b : g.blocks) {
     x = x + attention(c, b, F::layer_norm(x, {C}, b.ln1_w, b.ln1_b), future);
-    const Tensor h = F::gelu(F::linear(F::layer_norm(x, {C}, b.ln2_w, b.ln2_b), b.fc_w, b.fc_b),
-                             "tanh");
+    const Tensor h =
+        F::gelu(F::linear(F::layer_norm(x, {C}, b.ln2_w, b.ln2_b), b.fc_w, b.fc_b), "tanh");
     x = x + F::linear(h, b.mlp_proj_w, b.mlp_proj_b);
   }
   const Tensor logits = F::linear(F::layer_norm(x, {C}, g.lnf_w, g.lnf_b), g.wte);
@@ -153,8 +154,8 @@ int main(int argc, char** argv) {
   std::vector<Tensor> decayed = {gpt.wte, gpt.wpe}, plain = {gpt.lnf_w, gpt.lnf_b};
   for (const Block& b : gpt.blocks) {
     for (const Tensor& t : {b.attn_w, b.attn_proj_w, b.fc_w, b.mlp_proj_w}) decayed.push_back(t);
-    for (const Tensor& t : {b.ln1_w, b.ln1_b, b.attn_b, b.attn_proj_b, b.ln2_w, b.ln2_b, b.fc_b,
-                            b.mlp_proj_b})
+    for (const Tensor& t :
+         {b.ln1_w, b.ln1_b, b.attn_b, b.attn_proj_b, b.ln2_w, b.ln2_b, b.fc_b, b.mlp_proj_b})
       plain.push_back(t);
   }
   std::vector<optim::OptimizerParamGroup> groups;
@@ -181,8 +182,7 @@ int main(int argc, char** argv) {
     optimizer.step();
     const double value = loss.item<double>();
     const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (losses.size() < 3) losses.push_back(value);
     if (s >= c.warmup) times.push_back(ms);
     per_step = eval_stats();

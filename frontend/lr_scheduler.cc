@@ -79,15 +79,17 @@ LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
   start();
 }
 double LinearLR::lr_at(double base, int64_t epoch) const {
-  const double done = static_cast<double>(std::min(epoch, total_iters_)) /
-                      static_cast<double>(total_iters_);
+  const double done =
+      static_cast<double>(std::min(epoch, total_iters_)) / static_cast<double>(total_iters_);
   return base * (start_factor_ + (end_factor_ - start_factor_) * done);
 }
 
 SequentialLR::SequentialLR(Optimizer& optimizer,
                            std::vector<std::shared_ptr<LRScheduler>> schedulers,
                            std::vector<int64_t> milestones)
-    : LRScheduler(optimizer), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
+    : LRScheduler(optimizer),
+      schedulers_(std::move(schedulers)),
+      milestones_(std::move(milestones)) {
   if (schedulers_.empty()) throw ValueError("SequentialLR expects at least one scheduler");
   if (milestones_.size() + 1 != schedulers_.size())
     throw ValueError(absl::StrCat(

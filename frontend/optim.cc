@@ -46,8 +46,7 @@ void Optimizer::add_param_group(OptimizerParamGroup group) {
   for (const Tensor& parameter : group.params()) {
     if (!parameter.defined()) throw ValueError("optimizer got an undefined parameter");
     if (!seen.insert(parameter.value().get()).second)
-      throw ValueError(
-          "some parameters appear in more than one parameter group (or twice in one)");
+      throw ValueError("some parameters appear in more than one parameter group (or twice in one)");
   }
   if (!group.has_options()) group.set_options(defaults_->clone());
   if (group.options().get_lr() < 0)
@@ -101,9 +100,8 @@ void Optimizer::step() {
 // the same bits as before.
 const Tensor& Optimizer::lr_tensor(size_t group, const Device& device) {
   const double lr = param_groups_[group].options().get_lr();
-  auto it = std::find_if(lr_values_.begin(), lr_values_.end(), [&](const LrValue& v) {
-    return v.group == group && v.device == device;
-  });
+  auto it = std::find_if(lr_values_.begin(), lr_values_.end(),
+                         [&](const LrValue& v) { return v.group == group && v.device == device; });
   if (it == lr_values_.end()) {
     lr_values_.push_back({group, device, std::numeric_limits<double>::quiet_NaN(), Tensor()});
     it = std::prev(lr_values_.end());
@@ -169,8 +167,7 @@ std::vector<Tensor> SGD::update(size_t group, size_t state_index, Tensor& parame
 }
 
 Adam::Adam(std::vector<Tensor> parameters, AdamOptions options)
-    : Adam(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(parameters))}, options) {
-}
+    : Adam(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(parameters))}, options) {}
 
 Adam::Adam(std::vector<OptimizerParamGroup> param_groups, AdamOptions defaults)
     : Adam(std::move(param_groups), std::make_unique<AdamOptions>(defaults), false) {}
@@ -268,8 +265,8 @@ std::vector<Tensor> Adam::update(size_t group, size_t state_index, Tensor& param
 }
 
 AdamW::AdamW(std::vector<Tensor> parameters, AdamWOptions options)
-    : AdamW(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(parameters))},
-            options) {}
+    : AdamW(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(parameters))}, options) {
+}
 
 AdamW::AdamW(std::vector<OptimizerParamGroup> param_groups, AdamWOptions defaults)
     : Adam(std::move(param_groups), std::make_unique<AdamWOptions>(defaults), true) {}

@@ -38,11 +38,11 @@ class OptimizerOptions {
   }                                    \
   type name() const { return name##_; }
 
-#define LF_OPTIONS_BASE(Options)                                                   \
-  double get_lr() const override { return lr_; }                                  \
-  void set_lr(double lr) override { lr_ = lr; }                                   \
-  std::unique_ptr<OptimizerOptions> clone() const override {                      \
-    return std::make_unique<Options>(*this);                                      \
+#define LF_OPTIONS_BASE(Options)                             \
+  double get_lr() const override { return lr_; }             \
+  void set_lr(double lr) override { lr_ = lr; }              \
+  std::unique_ptr<OptimizerOptions> clone() const override { \
+    return std::make_unique<Options>(*this);                 \
   }
 
 struct SGDOptions : OptimizerOptions {

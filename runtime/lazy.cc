@@ -61,17 +61,18 @@ void note_replaced(const LazyRef& result, const LazyRef& old_value) {
 
 // Note [Bounding pending work]
 // Work that is never asked for would pile up without end (a loop that only adds), and a graph
-// costs host memory and pass time in proportion to its nodes. So a pending graph is cut, ArrayFire's
-// rule, once the process holds more than LAZYFUSE_MAX_PENDING pending values beyond what it held
-// when the last evaluation ended: the value just made is evaluated, and with it what it reads.
-// What is counted is a census of values, each once, not a sum over each value's inputs: in a
-// residual network every block reads the stream twice, and a sum doubles per block (a GPT step
+// costs host memory and pass time in proportion to its nodes. So a pending graph is cut,
+// ArrayFire's rule, once the process holds more than LAZYFUSE_MAX_PENDING pending values beyond
+// what it held when the last evaluation ended: the value just made is evaluated, and with it what
+// it reads. What is counted is a census of values, each once, not a sum over each value's inputs:
+// in a residual network every block reads the stream twice, and a sum doubles per block (a GPT step
 // of ~5k nodes "held" 2^30 and was cut into 169 evaluations). A value leaves the census when it
 // is computed or destroyed. The cut waits for a value that reads pending work: a constant made
-// past the bound would be evaluated alone. Cutting at a count of values made since an evaluation ended puts
-// the cuts of a loop's every iteration at the same op, so a cut step repeats the same graphs and
-// hits the schedule cache. The default bound (env.h) keeps a whole large model's training step
-// in one evaluation: its graph is built and scheduled in a time and memory linear in its nodes.
+// past the bound would be evaluated alone. Cutting at a count of values made since an evaluation
+// ended puts the cuts of a loop's every iteration at the same op, so a cut step repeats the same
+// graphs and hits the schedule cache. The default bound (env.h) keeps a whole large model's
+// training step in one evaluation: its graph is built and scheduled in a time and memory linear in
+// its nodes.
 namespace {
 std::atomic<int64_t> pending_census{0};
 // The census above which the node made is evaluated; -1 after an evaluation, so that the next

@@ -45,11 +45,21 @@ Tensor attention(const std::vector<Tensor>& x, KSpelling spelling) {
   const Tensor k_rows = matmul(x[0], x[2]);
   Tensor k_t;
   switch (spelling) {
-    case kTransposeDims: k_t = heads(k_rows).transpose(2, 3); break;
-    case kTransposeNegative: k_t = heads(k_rows).transpose(-2, -1); break;
-    case kPermuteLastTwo: k_t = heads(k_rows).permute({0, 1, 3, 2}); break;
-    case kContiguousFirst: k_t = heads(k_rows).contiguous().transpose(2, 3); break;
-    case kPermuteFromRows: k_t = k_rows.reshape({B, T, H, hd}).permute({0, 2, 3, 1}); break;
+    case kTransposeDims:
+      k_t = heads(k_rows).transpose(2, 3);
+      break;
+    case kTransposeNegative:
+      k_t = heads(k_rows).transpose(-2, -1);
+      break;
+    case kPermuteLastTwo:
+      k_t = heads(k_rows).permute({0, 1, 3, 2});
+      break;
+    case kContiguousFirst:
+      k_t = heads(k_rows).contiguous().transpose(2, 3);
+      break;
+    case kPermuteFromRows:
+      k_t = k_rows.reshape({B, T, H, hd}).permute({0, 2, 3, 1});
+      break;
   }
   const Tensor positions = arange(T, TensorOptions(kInt64).device(x[0].device()));
   const Tensor future = positions.reshape({1, T}) > positions.reshape({T, 1});

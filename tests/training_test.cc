@@ -149,8 +149,9 @@ TEST(Optim, ParameterGroupsStepWithTheirOwnOptions) {
   Tensor plain = from_vector(kStart, {2}, kFloat64).requires_grad_();
   Tensor added = from_vector(kStart, {2}, kFloat64).requires_grad_();
   std::vector<optim::OptimizerParamGroup> groups;
-  groups.emplace_back(std::vector<Tensor>{decayed},
-                      std::make_unique<optim::AdamWOptions>(optim::AdamWOptions(0.02).weight_decay(0.3)));
+  groups.emplace_back(
+      std::vector<Tensor>{decayed},
+      std::make_unique<optim::AdamWOptions>(optim::AdamWOptions(0.02).weight_decay(0.3)));
   groups.emplace_back(std::vector<Tensor>{plain});  // the defaults: lr 0.01, weight decay 0
   optim::AdamW optimizer(groups, optim::AdamWOptions(0.01).weight_decay(0));
   optimizer.add_param_group(optim::OptimizerParamGroup(
@@ -219,9 +220,8 @@ TEST(LRScheduler, RatesMatchPyTorchsRecursiveForms) {
       if ((e - 1 - 10) % 20 == 0)
         want.push_back(last + (base - eta) * (1 - std::cos(pi / T)) / 2);
       else
-        want.push_back((1 + std::cos(pi * e / T)) / (1 + std::cos(pi * (e - 1) / T)) *
-                           (last - eta) +
-                       eta);
+        want.push_back(
+            (1 + std::cos(pi * e / T)) / (1 + std::cos(pi * (e - 1) / T)) * (last - eta) + eta);
     }
     expect_rates(rates(sgd, scheduler, steps), want, "CosineAnnealingLR");
   }
@@ -230,8 +230,7 @@ TEST(LRScheduler, RatesMatchPyTorchsRecursiveForms) {
     optim::LinearLR scheduler(sgd, 0.25, 1.0, 8);
     Vec want = {base * 0.25};
     for (int e = 1; e < steps; ++e)
-      want.push_back(e > 8 ? want.back()
-                           : want.back() * (1 + 0.75 / (8 * 0.25 + (e - 1) * 0.75)));
+      want.push_back(e > 8 ? want.back() : want.back() * (1 + 0.75 / (8 * 0.25 + (e - 1) * 0.75)));
     expect_rates(rates(sgd, scheduler, steps), want, "LinearLR");
   }
   {  // LambdaLR: the lambda times the initial rate.
@@ -430,10 +429,11 @@ TEST(Optim, AResidualNetworksStepIsOneEvaluationOfTheSameGraph) {
   std::vector<Block> net;
   std::vector<Tensor> parameters;
   for (int64_t b = 0; b < blocks; ++b) {
-    net.push_back({nn::LayerNorm({width}), nn::Linear(width, 2 * width), nn::Linear(2 * width, width)});
-    for (nn::Module* m : {static_cast<nn::Module*>(&net.back().norm),
-                          static_cast<nn::Module*>(&net.back().fc1),
-                          static_cast<nn::Module*>(&net.back().fc2)})
+    net.push_back(
+        {nn::LayerNorm({width}), nn::Linear(width, 2 * width), nn::Linear(2 * width, width)});
+    for (nn::Module* m :
+         {static_cast<nn::Module*>(&net.back().norm), static_cast<nn::Module*>(&net.back().fc1),
+          static_cast<nn::Module*>(&net.back().fc2)})
       for (const Tensor& p : m->parameters()) parameters.push_back(p);
   }
   optim::AdamW optimizer(parameters, optim::AdamWOptions(1e-3));

@@ -45,7 +45,8 @@ Tensor random_view(const Tensor& t, const std::function<int(int)>& pick) {
     case 1: {
       std::vector<int64_t> dims(static_cast<size_t>(rank));
       for (int64_t i = 0; i < rank; ++i) dims[i] = i;
-      for (int64_t i = rank - 1; i > 0; --i) std::swap(dims[i], dims[pick(static_cast<int>(i + 1))]);
+      for (int64_t i = rank - 1; i > 0; --i)
+        std::swap(dims[i], dims[pick(static_cast<int>(i + 1))]);
       return t.permute(dims);
     }
     case 2: {  // split dim d where a factor divides it
@@ -245,7 +246,8 @@ Graph build(uint64_t seed, const Device& device, bool rows) {
     for (const Tensor& r : results) {
       if (!r.requires_grad()) continue;
       std::vector<double> cotangent(static_cast<size_t>(r.numel()), 1.0);
-      roots.push_back((r * from_vector(cotangent, r.sizes(), TensorOptions(r.dtype()).device(device))).sum());
+      roots.push_back(
+          (r * from_vector(cotangent, r.sizes(), TensorOptions(r.dtype()).device(device))).sum());
     }
     if (!roots.empty()) {
       for (const Tensor& g : grad(roots, leaves, {}, std::nullopt, false, /*allow_unused=*/true))
