@@ -212,8 +212,9 @@ const Adam::StepScalars& Adam::step_scalars(size_t group, const Tensor& count, D
     // The next count replaces this one, as an in-place increment would.
     note_replaced(next->second.value(), count.value());
   }
-  const auto [beta1, beta2] = adam_hyper(param_groups()[group], decoupled_).betas;
-  StepScalars scalars{count.value().get(), group, dtype, next->second, {}, {}};
+  const AdamHyper hyper = adam_hyper(param_groups()[group], decoupled_);
+  const auto [beta1, beta2] = hyper.betas;
+  StepScalars scalars{count.value().get(), group, dtype, next->second, {}, {}, {}};
   // The bias corrections in float64 from the step count on the device, as PyTorch computes
   // them in Python floats; rounded once to the update's dtype.
   const TensorOptions wide = TensorOptions(kFloat64).device(count.device());
@@ -221,6 +222,8 @@ const Adam::StepScalars& Adam::step_scalars(size_t group, const Tensor& count, D
   const Tensor bias_correction2 = 1 - full({}, beta2, wide).pow(scalars.next_count);
   scalars.step_size = (lr_tensor(group, count.device()) / bias_correction1).to(dtype);
   scalars.bias_correction2_sqrt = bias_correction2.sqrt().to(dtype);
+  if (decoupled_ && hyper.weight_decay != 0)
+    scalars.decay = (1 - lr_tensor(group, count.device()) * hyper.weight_decay).to(dtype);
   return step_scalars_.emplace_back(std::move(scalars));
 }
 
@@ -248,8 +251,7 @@ std::vector<Tensor> Adam::update(size_t group, size_t state_index, Tensor& param
   Tensor g = grad;
   if (hyper.weight_decay != 0) {
     if (decoupled_) {
-      const Tensor& lr = lr_tensor(group, parameter.device());
-      parameter.mul_((1 - lr * hyper.weight_decay).to(scalar_dtype(parameter)));
+      parameter.mul_(scalars.decay);
     } else {
       g = g + parameter * hyper.weight_decay;
     }

@@ -200,19 +200,20 @@ class Adam : public Optimizer {
     Tensor step, exp_avg, exp_avg_sq;
   };
   std::vector<State> state_;
-  // What one step count gives every parameter of a group stepped from it: the next count and
-  // the bias corrections. Parameters stepped together share their count tensor, so these are
-  // written once per group and optimizer step, not once per parameter (15 of the ~30 nodes of a
-  // parameter's update, and nodes are most of a small model's step on the host: docs/bench/
-  // 2026-12-04-1001-h200-train.md). Kept for the current step() only.
+  // What one step count gives every parameter of a group stepped from it: the next count, the
+  // bias corrections and AdamW's decay factor. Parameters stepped together share their count
+  // tensor, so these are written once per group and optimizer step, not once per parameter (15 of
+  // the ~30 nodes of a parameter's update, and nodes are most of a small model's step on the host:
+  // docs/bench/ 2026-12-04-1001-h200-train.md). Kept for the current step() only.
   struct StepScalars {
     // The count they follow from, by identity. Not held: the pending next count holds it for
     // the step, and holding it here would keep the next count out of its buffer (Note [Writing
     // an update into its own buffer] in runtime/lazy.cc).
     const LazyValue* count;
     size_t group;
-    DType dtype;  // of step_size and bias_correction2_sqrt
+    DType dtype;  // of step_size, bias_correction2_sqrt and decay
     Tensor next_count, step_size, bias_correction2_sqrt;
+    Tensor decay;  // 1 - lr * weight_decay, for AdamW with a weight decay; undefined otherwise
   };
   const StepScalars& step_scalars(size_t group, const Tensor& count, DType dtype);
   std::vector<StepScalars> step_scalars_;
