@@ -61,22 +61,32 @@ CpuAccumulator<kOp, S> reduce_part(CpuReduceRunFn reduce_run, Visit&& visit) {
   return lanes[0];
 }
 
+// A row's combined value finished: a mean divides by the row's `inner` elements.
+template <Op kOp, typename Acc>
+Acc finish_value(Acc acc, int64_t inner) {
+  if constexpr (CpuReduction<kOp>::finish == ReductionFinish::DivideByCount) {
+    if constexpr (std::is_floating_point_v<Acc>)
+      return inner == 0 ? std::numeric_limits<Acc>::quiet_NaN() : acc / static_cast<Acc>(inner);
+    else
+      return inner == 0 ? Acc(0) : acc / static_cast<Acc>(inner);
+  }
+  return acc;
+}
+
 // A row's result from its parts' partial results, combined in order onto the identity, then
-// finished (a mean divides by the row's `inner` elements).
+// finished.
 template <Op kOp, typename S, typename Partial>
 CpuAccumulator<kOp, S> finish_row(int64_t parts, int64_t inner, Partial&& partial) {
   using Meaning = CpuReduction<kOp>;
   using Acc = CpuAccumulator<kOp, S>;
   Acc acc = reduction_identity_value<Acc>(Meaning::identity);
   for (int64_t b = 0; b < parts; ++b) acc = Meaning::combine(acc, partial(b));
-  if constexpr (Meaning::finish == ReductionFinish::DivideByCount) {
-    if constexpr (std::is_floating_point_v<Acc>)
-      acc = inner == 0 ? std::numeric_limits<Acc>::quiet_NaN() : acc / static_cast<Acc>(inner);
-    else
-      acc = inner == 0 ? Acc(0) : acc / static_cast<Acc>(inner);
-  }
-  return acc;
+  return finish_value<kOp>(acc, inner);
 }
+
+// Below this many elements a reduction runs on the calling thread: opening a parallel region
+// costs more than the threads save.
+constexpr int64_t kParallelReduceElements = 32768;
 
 // Reduces `outer` rows of `inner` elements each. `visit(row, begin, end, consume)` hands
 // elements [begin, end) of a row to consume(values, count, stride) in runs, in order, as values
@@ -113,7 +123,7 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
         });
       }
     };
-    if (all_rows && outer * inner > 32768) {
+    if (all_rows && outer * inner > kParallelReduceElements) {
       // A contiguous range of parts per thread, so that each thread streams through memory of
       // its own and the lines its compiled prologue asks for ahead are the ones it reads next.
       // Parts handed out one at a time alternated between the threads: on the 2-core Intel
@@ -206,18 +216,8 @@ void reduce_columns(const Node& node, const S* base, int64_t columns, int64_t in
       }
       dispatch_storage(node.dtype, [&]<typename R>() {
         R* dst = static_cast<R*>(out.data()) + c0;
-        for (int64_t c = 0; c < w; ++c) {
-          // finish_row's, for a row of `inner` elements.
-          Acc acc = total[c];
-          if constexpr (Meaning::finish == ReductionFinish::DivideByCount) {
-            if constexpr (std::is_floating_point_v<Acc>)
-              acc = inner == 0 ? std::numeric_limits<Acc>::quiet_NaN()
-                               : acc / static_cast<Acc>(inner);
-            else
-              acc = inner == 0 ? Acc(0) : acc / static_cast<Acc>(inner);
-          }
-          dst[c] = convert_value<R>(acc);
-        }
+        for (int64_t c = 0; c < w; ++c)
+          dst[c] = convert_value<R>(finish_value<kOp>(total[c], inner));
       });
     };
     auto run_tile = [&](int64_t tile) {
@@ -228,7 +228,7 @@ void reduce_columns(const Node& node, const S* base, int64_t columns, int64_t in
       else
         reduce_tile.template operator()<0>(c0, width);
     };
-    if (rows.end < 0 && (end - first) * inner > 32768 && tiles > 1) {
+    if (rows.end < 0 && (end - first) * inner > kParallelReduceElements && tiles > 1) {
 #pragma omp parallel for schedule(static)
       for (int64_t tile = 0; tile < tiles; ++tile) run_tile(tile);
     } else {
