@@ -65,8 +65,8 @@ void note_replaced(const LazyRef& result, const LazyRef& old_value) {
 // ArrayFire's rule, once the process holds more than LAZYFUSE_MAX_PENDING pending values beyond
 // what it held when the last evaluation ended: the value just made is evaluated, and with it what
 // it reads. What is counted is a census of values, each once, not a sum over each value's inputs:
-// in a residual network every block reads the stream twice, and a sum doubles per block (a GPT step
-// of ~5k nodes "held" 2^30 and was cut into 169 evaluations). A value leaves the census when it
+// in a residual network every block reads the stream twice, and a sum doubles per block (GPT-2's
+// step of ~5k nodes was cut into 169 evaluations: issue 43). A value leaves the census when it
 // is computed or destroyed. The cut waits for a value that reads pending work: a constant made
 // past the bound would be evaluated alone. Cutting at a count of values made since an evaluation
 // ended puts the cuts of a loop's every iteration at the same op, so a cut step repeats the same
