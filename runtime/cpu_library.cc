@@ -521,23 +521,44 @@ BufferView cpu_matmul(const Node& node, const BufferView& a, const BufferView& b
     c = c_staged.data();
   }
   const size_t element = dtype_size(work);
-  for (int64_t i = 0; i < batches; ++i) {
+  const CBLAS_TRANSPOSE a_trans = a_work.transposed ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE b_trans = b_work.transposed ? CblasTrans : CblasNoTrans;
+  // Note [Batched products on the CPU]
+  // A batch of products over one matrix B (a Linear layer applied to [B, T, C]: B broadcast
+  // over the batch) whose A matrices are stacked rows, each batch's right after the last, is one
+  // product of all the rows: one gemm of batches * n rows rather than `batches` of n, which
+  // OpenBLAS threads and blocks far better (PyTorch's matmul folds the same way). Other batches
+  // (attention's per-head products, many and small) go to the threads a product each, each
+  // product on one thread: OpenBLAS runs single-threaded inside a parallel region, and a
+  // product of 64 x 64 by 64 x 32 is too small for its threads to pay. A product's bits do not
+  // depend on its thread: gemm splits rows and columns among threads, never the sum over k.
+  const bool b_shared = std::all_of(b_work.offsets.begin(), b_work.offsets.end(),
+                                    [](int64_t offset) { return offset == 0; });
+  bool a_stacked = batches > 1 && !a_work.transposed && b_shared;
+  for (int64_t i = 1; a_stacked && i < batches; ++i)
+    a_stacked = a_work.offsets[static_cast<size_t>(i)] == i * n * a_work.ld;
+  const int64_t products = a_stacked ? 1 : batches, rows = a_stacked ? batches * n : n;
+  auto product = [&](int64_t i) {
     const std::byte* a_i = a_work.data + a_work.offsets[static_cast<size_t>(i)] * element;
     const std::byte* b_i = b_work.data + b_work.offsets[static_cast<size_t>(i)] * element;
     std::byte* c_i = c + static_cast<size_t>(i * n * m) * element;
-    const CBLAS_TRANSPOSE a_trans = a_work.transposed ? CblasTrans : CblasNoTrans;
-    const CBLAS_TRANSPOSE b_trans = b_work.transposed ? CblasTrans : CblasNoTrans;
     if (use_float) {
-      cblas_sgemm(CblasRowMajor, a_trans, b_trans, n, m, k, 1.0f,
+      cblas_sgemm(CblasRowMajor, a_trans, b_trans, rows, m, k, 1.0f,
                   reinterpret_cast<const float*>(a_i), a_work.ld,
                   reinterpret_cast<const float*>(b_i), b_work.ld, 0.0f,
                   reinterpret_cast<float*>(c_i), std::max<int64_t>(m, 1));
     } else {
-      cblas_dgemm(CblasRowMajor, a_trans, b_trans, n, m, k, 1.0,
+      cblas_dgemm(CblasRowMajor, a_trans, b_trans, rows, m, k, 1.0,
                   reinterpret_cast<const double*>(a_i), a_work.ld,
                   reinterpret_cast<const double*>(b_i), b_work.ld, 0.0,
                   reinterpret_cast<double*>(c_i), std::max<int64_t>(m, 1));
     }
+  };
+  if (products > 1 && omp_get_max_threads() > 1) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < products; ++i) product(i);
+  } else {
+    for (int64_t i = 0; i < products; ++i) product(i);
   }
   if (node.dtype == work) return out;
   Shape flat = {batches * n * m};

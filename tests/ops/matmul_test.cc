@@ -103,6 +103,18 @@ TEST(OpsMatmul, ReadsEveryOperandLayout) {
       {{7, 6}, {5, 7}, transposed(dense), transposed(dense)},        // both column-major
       {{3, 7, 6}, {7, 5}, transposed(dense), dense},                 // batched transposes
       {{1, 6}, {4, 5, 6}, dense, transposed(dense)},                 // n = 1; batched B^T
+      // Stacked A matrices over one B: one product of all their rows (Note [Batched products
+      // on the CPU]), also with a leading dimension past the columns.
+      {{4, 6, 7}, {5, 7}, dense, transposed(dense)},
+      {{3, 6, 9}, {7, 5}, narrow_cols(7), dense},
+      // Batches that are not stacked rows, and many small products: a product per batch,
+      // spread over the threads.
+      {{6, 3, 7},
+       {7, 5},
+       View{"batches interleaved", [](const Tensor& t) { return t.transpose(0, 1); },
+            [](const Host& h) { return host_transpose(h, 0, 1); }},
+       dense},
+      {{16, 9, 8}, {16, 8, 5}, dense, dense},
       {{6, 5},
        {3, 5, 4},
        View{"expanded over a batch",
