@@ -180,12 +180,68 @@ struct CpuProgram::JitState {
                     (instr.kind == Kind::Store && is_half(instr.dtype));
     }
     if (!dtype) return nullptr;
+    // The state of an equal program that is still alive, else a new one (Note [Programs that
+    // share their compiled loops]).
+    const std::vector<int64_t> key = code_key(code);
+    static std::mutex registry_mutex;
+    static auto* registry = new absl::flat_hash_map<std::vector<int64_t>, std::weak_ptr<JitState>>;
+    static size_t swept_at = 0;
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    std::weak_ptr<JitState>& entry = (*registry)[key];
+    if (std::shared_ptr<JitState> alive = entry.lock()) return alive;
     auto state = std::make_shared<JitState>();
     state->double_precision = *dtype == DType::Float64;
     state->half_types = half_types;
+    entry = state;
+    // The entries of programs gone, dropped once they could be half the registry.
+    if (registry->size() >= 2 * swept_at + 64) {
+      absl::erase_if(*registry, [](const auto& kept) { return kept.second.expired(); });
+      swept_at = registry->size();
+    }
     return state;
   }
+
+  // Everything about a program's instructions that its compiled loops depend on.
+  static std::vector<int64_t> code_key(const std::vector<Instr>& code) {
+    std::vector<int64_t> key;
+    key.reserve(code.size() * 20);
+    for (const Instr& instr : code) {
+      int64_t value_bits = 0, step_bits = 0;
+      std::memcpy(&value_bits, &instr.value, sizeof(double));
+      std::memcpy(&step_bits, &instr.step, sizeof(double));
+      key.insert(key.end(), {static_cast<int64_t>(instr.kind),
+                             instr.dst,
+                             instr.src[0],
+                             instr.src[1],
+                             instr.src[2],
+                             instr.slot,
+                             static_cast<int64_t>(instr.dtype),
+                             static_cast<int64_t>(instr.from),
+                             static_cast<int64_t>(instr.op),
+                             value_bits,
+                             step_bits,
+                             instr.period,
+                             instr.int_value,
+                             static_cast<int64_t>(instr.seed),
+                             static_cast<int64_t>(instr.offset),
+                             instr.bits,
+                             instr.once,
+                             instr.store_slot,
+                             instr.stored_directly,
+                             instr.read_only_by_store});
+    }
+    return key;
+  }
 };
+
+// Note [Programs that share their compiled loops]
+// A model repeats its programs: each layer's LayerNorm backward is the same code over buffers of
+// its own, and a schedule built again (a new batch size) compiles the same steps. What the JIT
+// keeps for a program (its compiled loop for each layout, and the work counted towards
+// compiling it) belongs to its code, not to each copy: programs of equal instructions share one
+// JitState while any of them lives. So the layers together earn one compile and all run the loop
+// it made, where each copy used to interpret until it had done a compile's work on its own and
+// then compile the same loop again.
 
 CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
   const CpuKernelTable& table = cpu_kernel_table();
@@ -383,7 +439,6 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
     if (virtual_dst >= 0 && last_use[virtual_dst] == static_cast<int>(i))
       free_list.push_back(physical[virtual_dst]);
   }
-  program.jit_ = JitState::for_program(program.code_);
   // An op's result stored as computed, in its own type: written where it is stored.
   for (size_t i = 1; i < code.size(); ++i) {
     Instr& store = code[i];
@@ -395,6 +450,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
       store.stored_directly = true;
     }
   }
+  program.jit_ = JitState::for_program(program.code_);
   return program;
 }
 

@@ -119,6 +119,9 @@ class CpuProgram {
   std::vector<LfJitInstr> jit_instrs(std::span<const JitLayout> layouts, int32_t operand_base,
                                      int32_t result_base) const;
   int num_registers() const { return num_registers_; }
+  // Equal for two living programs exactly when their code is, which then share their compiled
+  // loops; null where the JIT cannot compile the program.
+  const void* code_identity() const { return jit_.get(); }
   // The JIT's vector lanes for the program's dtype (0 where it has none), and that dtype.
   int64_t jit_lanes() const;
   bool double_precision() const;
@@ -174,7 +177,8 @@ class CpuProgram {
   int num_registers_ = 0;
   int64_t numel_ = 0;
   // The compiled forms of the program, one per layout of its operands; null where the JIT
-  // cannot compile it. Shared by copies of the program.
+  // cannot compile it. Shared by every program of equal code (Note [Programs that share their
+  // compiled loops] in cpu_program.cc).
   std::shared_ptr<JitState> jit_;
 };
 

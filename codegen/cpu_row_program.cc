@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <array>
+#include <mutex>
 
+#include "absl/container/flat_hash_map.h"
 #include "lazyfuse/codegen/cpu_kernels.h"
 #include "lazyfuse/codegen/cpu_reduction.h"
 
@@ -90,6 +92,31 @@ CpuRowProgram::CpuRowProgram(std::vector<Part> parts, int64_t length, int64_t nu
       length_(length),
       numel_(numel),
       double_precision_(double_precision) {}
+
+std::shared_ptr<CpuRowProgram> CpuRowProgram::shared(std::vector<Part> parts, int64_t length,
+                                                     int64_t numel, bool double_precision) {
+  // The parts' programs are told apart by their code (CpuProgram::code_identity), which the
+  // entry's own parts keep alive as long as it lives.
+  std::vector<int64_t> key = {length, numel, double_precision};
+  for (const Part& part : parts)
+    key.insert(key.end(),
+               {reinterpret_cast<int64_t>(part.program ? part.program->code_identity() : nullptr),
+                part.reduction, static_cast<int64_t>(part.op), part.once_a_row});
+  static std::mutex registry_mutex;
+  static auto* registry =
+      new absl::flat_hash_map<std::vector<int64_t>, std::weak_ptr<CpuRowProgram>>;
+  static size_t swept_at = 0;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  std::weak_ptr<CpuRowProgram>& entry = (*registry)[key];
+  if (std::shared_ptr<CpuRowProgram> alive = entry.lock()) return alive;
+  auto program = std::make_shared<CpuRowProgram>(std::move(parts), length, numel, double_precision);
+  entry = program;
+  if (registry->size() >= 2 * swept_at + 64) {
+    absl::erase_if(*registry, [](const auto& kept) { return kept.second.expired(); });
+    swept_at = registry->size();
+  }
+  return program;
+}
 
 CpuRowProgram::~CpuRowProgram() {
   for (const Entry& entry : kernels_) cpu_jit_release(entry.compiled);

@@ -41,6 +41,11 @@ class CpuRowProgram {
   // the JIT can compile as a row program, as far as it can tell before seeing the operands.
   static bool fits(std::span<const Part> parts, int64_t length, bool double_precision);
   CpuRowProgram(std::vector<Part> parts, int64_t length, int64_t numel, bool double_precision);
+  // The row program of these parts: one made earlier for parts of the same code, rows and
+  // elements while it lives (every layer's LayerNorm shares one, its work towards compiling
+  // and its compiled loops), else a new one.
+  static std::shared_ptr<CpuRowProgram> shared(std::vector<Part> parts, int64_t length,
+                                               int64_t numel, bool double_precision);
   CpuRowProgram(const CpuRowProgram&) = delete;
   CpuRowProgram& operator=(const CpuRowProgram&) = delete;
   ~CpuRowProgram();

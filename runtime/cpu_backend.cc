@@ -379,8 +379,8 @@ std::shared_ptr<CpuRowProgram> make_row_program(
   if (dtype != DType::Float32 && dtype != DType::Float64) return nullptr;
   const bool double_precision = dtype == DType::Float64;
   if (!CpuRowProgram::fits(row_parts, length, double_precision)) return nullptr;
-  return std::make_shared<CpuRowProgram>(std::move(row_parts), length, numel(parts.front().shape),
-                                         double_precision);
+  return CpuRowProgram::shared(std::move(row_parts), length, numel(parts.front().shape),
+                               double_precision);
 }
 
 // Elements of a row program's rows per parallel item.

@@ -290,7 +290,9 @@ TEST(CpuJit, FusedChainsMatchTheFloat64Reference) {
 
 // By default a program is compiled once it has computed one evaluation's elements and
 // kCpuJitWorkElements in all: a large one on its second evaluation, a small one after as many
-// evaluations as make that work; one under kCpuJitMinElements never. Each layout once.
+// evaluations as make that work; one under kCpuJitMinElements never. Each layout once. Programs
+// of equal code share their work and their loops (Note [Programs that share their compiled
+// loops]): the same code over another shape is hot at once.
 TEST(CpuJit, HotModeCompilesProgramsOnceTheyHaveDoneACompilesWorth) {
   REQUIRE_JIT();
   JitModeGuard hot(CpuJitMode::Hot);
@@ -298,8 +300,9 @@ TEST(CpuJit, HotModeCompilesProgramsOnceTheyHaveDoneACompilesWorth) {
   const Tensor big = rand({kCpuJitWorkElements}), small = rand({kSmall}),
                tiny = rand({kCpuJitMinElements - 24});
   eval({big, small, tiny});
-  // A structure of its own (a constant no other test uses), so its schedule and program are new.
+  // Structures of their own (constants no other test uses), so their programs are new.
   auto run = [](const Tensor& t) { eval((t * 1.8125f + 0.4375f).tanh()); };
+  auto run_other = [](const Tensor& t) { eval((t * 1.6875f + 0.3125f).tanh()); };
   reset_cpu_jit_stats();
   run(big);
   EXPECT_EQ(cpu_jit_stats().compiled, 0);
@@ -309,23 +312,33 @@ TEST(CpuJit, HotModeCompilesProgramsOnceTheyHaveDoneACompilesWorth) {
   EXPECT_GT(cpu_jit_stats().runs, 0);
   run(big);
   EXPECT_EQ(cpu_jit_stats().compiled, 1);
-
-  // Another program (its own shape): compiled on the evaluation whose elements pass the work.
+  // The same code over a small shape is hot from its first evaluation: it compiles the loop of
+  // its own layout (its result kept in the caches, where the big one's streamed past them)
+  // rather than interpreting a compile's work first.
   reset_cpu_jit_stats();
-  const int64_t interpreted = kCpuJitWorkElements / kSmall;
-  for (int64_t i = 0; i < interpreted; ++i) run(small);
-  EXPECT_EQ(cpu_jit_stats().compiled, 0) << "compiled before the interpreter did a compile's work";
-  EXPECT_EQ(cpu_jit_stats().runs, 0);
   run(small);
   EXPECT_EQ(cpu_jit_stats().compiled, 1);
   EXPECT_GT(cpu_jit_stats().runs, 0);
-  const std::vector<float> got = (small * 1.8125f + 0.4375f).tanh().to_vector<float>();
+  run(small);
+  EXPECT_EQ(cpu_jit_stats().compiled, 1);
+
+  // Other code: compiled on the evaluation whose elements pass the work.
+  reset_cpu_jit_stats();
+  const int64_t interpreted = kCpuJitWorkElements / kSmall;
+  for (int64_t i = 0; i < interpreted; ++i) run_other(small);
+  EXPECT_EQ(cpu_jit_stats().compiled, 0) << "compiled before the interpreter did a compile's work";
+  EXPECT_EQ(cpu_jit_stats().runs, 0);
+  run_other(small);
+  EXPECT_EQ(cpu_jit_stats().compiled, 1);
+  EXPECT_GT(cpu_jit_stats().runs, 0);
+  const std::vector<float> got = (small * 1.6875f + 0.3125f).tanh().to_vector<float>();
   const std::vector<float> inputs = small.to_vector<float>();
   for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], std::tanh(1.8125 * inputs[i] + 0.4375), 2e-7) << "at " << i;
+    EXPECT_NEAR(got[i], std::tanh(1.6875 * inputs[i] + 0.3125), 2e-7) << "at " << i;
 
   reset_cpu_jit_stats();
-  for (int64_t i = 0; i <= kCpuJitWorkElements / (kCpuJitMinElements - 24); ++i) run(tiny);
+  auto run_tiny = [](const Tensor& t) { eval((t * 1.5625f + 0.1875f).tanh()); };
+  for (int64_t i = 0; i <= kCpuJitWorkElements / (kCpuJitMinElements - 24); ++i) run_tiny(tiny);
   EXPECT_EQ(cpu_jit_stats().compiled, 0);
   EXPECT_EQ(cpu_jit_stats().runs, 0);
 }
@@ -356,6 +369,51 @@ TEST(CpuJit, AReductionFromMemoryTriesBothPathsWithTheSameBits) {
   }
   EXPECT_GT(cpu_jit_stats().runs, 0) << "the compiled loop never ran";
   for (int i = 1; i < 8; ++i) EXPECT_EQ(bits[i], bits[0]) << "evaluation " << i;
+}
+
+// Every layer of a model runs its own copy of the same row step: the copies share one row
+// program (CpuRowProgram::shared), so they compile one loop between them and earn it together,
+// and each still gives the float64 reference's values within float32 rounding.
+TEST(CpuJit, EqualRowStepsShareOneRowProgram) {
+  REQUIRE_JIT();
+  JitModeGuard always(CpuJitMode::Always);
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<double> uniform(-4, 4);
+  constexpr int64_t kRows = 512, kLength = 128, kLayers = 3;
+  std::vector<std::vector<double>> inputs(kLayers);
+  std::vector<Tensor> xs, outs;
+  for (auto& values : inputs) {
+    for (int64_t i = 0; i < kRows * kLength; ++i) values.push_back(uniform(rng));
+    xs.push_back(from_vector(values, {kRows, kLength}));
+  }
+  eval(xs);
+  // A scale no other test uses, so that the row program is new here.
+  for (const Tensor& x : xs) outs.push_back(nn::functional::softmax(x * 1.4375f, 1));
+  reset_cpu_jit_stats();
+  eval(outs);
+  EXPECT_EQ(cpu_jit_stats().row_programs, 1);
+  EXPECT_GT(cpu_jit_stats().runs, 0);
+  for (int64_t layer = 0; layer < kLayers; ++layer) {
+    const std::vector<float> got = outs[layer].to_vector<float>();
+    for (int64_t r = 0; r < kRows; ++r) {
+      double max = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < kLength; ++j)
+        max = std::max(
+            max, static_cast<double>(static_cast<float>(inputs[layer][r * kLength + j])) * 1.4375);
+      for (int64_t j = 0; j < kLength; ++j)
+        sum += std::exp(
+            static_cast<double>(static_cast<float>(inputs[layer][r * kLength + j])) * 1.4375 - max);
+      for (int64_t j = 0; j < kLength; ++j) {
+        const double want =
+            std::exp(static_cast<double>(static_cast<float>(inputs[layer][r * kLength + j])) *
+                         1.4375 -
+                     max) /
+            sum;
+        ASSERT_NEAR(got[r * kLength + j], want, 1e-6 + 1e-5 * want)
+            << "layer " << layer << " row " << r << " element " << j;
+      }
+    }
+  }
 }
 
 // A row step's parts compiled into one loop over rows (Note [Row programs] in
