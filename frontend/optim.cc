@@ -110,10 +110,15 @@ const Tensor& Optimizer::lr_tensor(size_t group, const Device& device) {
     it->lr = lr;
     // Copied to the device now, outside any evaluation: a GPU step reads it where it lies,
     // rather than copying it in from the host as part of its graph (which a CUDA graph cannot
-    // replay), and the step stays one evaluation.
+    // replay), and the step stays one evaluation. A new rate is written into the buffer of the
+    // last, so every step reads it at one address, and a CUDA graph recorded from one step
+    // reads the rate of each step it replays.
     const Tensor host = from_vector({lr}, {}, TensorOptions(kFloat64));
-    it->tensor = Tensor(make_leaf(copy_to_device(*host.value()->buffer, resolve_device(device)),
-                                  host.value()->node.where));
+    if (it->tensor.defined())
+      copy_into(*host.value()->buffer, *it->tensor.value()->buffer);
+    else
+      it->tensor = Tensor(make_leaf(copy_to_device(*host.value()->buffer, resolve_device(device)),
+                                    host.value()->node.where));
   }
   return it->tensor;
 }

@@ -57,21 +57,31 @@ BufferView contiguous(const BufferView& source) {
 }
 
 BufferView copy_to_device(const BufferView& source, const Device& device) {
+  if (source.storage->device() == device) return contiguous(source);
+  BufferView out = allocate_buffer(device, source.dtype, source.shape);
+  copy_into(source, out);
+  return out;
+}
+
+void copy_into(const BufferView& source, const BufferView& target) {
   const Device& from = source.storage->device();
-  if (from == device) return contiguous(source);
+  const Device& to = target.storage->device();
+  if (source.dtype != target.dtype || numel(source.shape) != numel(target.shape) ||
+      !target.is_contiguous())
+    throw ShapeError(absl::StrCat("copy_into: ", shape_str(source.shape), " ",
+                                  dtype_torch_name(source.dtype), " into a buffer of ",
+                                  shape_str(target.shape), " ", dtype_torch_name(target.dtype),
+                                  target.is_contiguous() ? "" : " (not contiguous)"));
   // Whichever side's backend can move the bytes does: a GPU's backend copies to and from the
   // host.
-  Backend& target = backend_for(device);
-  Backend& copier = target.can_copy(from, device) ? target : backend_for(from);
-  if (!copier.can_copy(from, device))
-    throw UnsupportedError(
-        absl::StrCat("no backend copies from ", from.str(), " to ", device.str()));
+  Backend& target_backend = backend_for(to);
+  Backend& copier = target_backend.can_copy(from, to) ? target_backend : backend_for(from);
+  if (!copier.can_copy(from, to))
+    throw UnsupportedError(absl::StrCat("no backend copies from ", from.str(), " to ", to.str()));
   // Transfers move dense bytes: make the source dense where it lives first.
   BufferView dense = contiguous(source);
-  BufferView out = allocate_buffer(device, source.dtype, source.shape);
   const size_t bytes = static_cast<size_t>(numel(source.shape) * dtype_size(source.dtype));
-  if (bytes > 0) copier.copy(dense.data(), from, out.data(), device, bytes);
-  return out;
+  if (bytes > 0) copier.copy(dense.data(), from, target.data(), to, bytes);
 }
 
 // Note [Overlapped collectives]

@@ -23,6 +23,10 @@ void run_schedule(const Schedule& schedule, ValueBuffers& values,
 // peer copies where the driver can, host to host). Returns `source` itself when it is already
 // contiguous there.
 BufferView copy_to_device(const BufferView& source, const Device& device);
+// Copies `source`'s elements into `target`'s buffer where it lies (any devices; the same dtype
+// and element count, `target` contiguous): a value that kernels, schedules and CUDA graphs read
+// at one address, changed between evaluations.
+void copy_into(const BufferView& source, const BufferView& target);
 // A view step on any device: the operand's storage with the view's sizes, strides and offset;
 // a reshape that no strides of the operand express reads a contiguous copy of it (Note [Reshape
 // of any layout] in executor.cc).

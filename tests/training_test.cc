@@ -258,12 +258,21 @@ TEST(LRScheduler, RatesMatchPyTorchsRecursiveForms) {
                ValueError);
 }
 
+// AdamW with the rate tensor its step reads in view.
+class AdamWShowingItsRate : public optim::AdamW {
+ public:
+  using AdamW::AdamW;
+  using Optimizer::lr_tensor;
+};
+
 // A rate that changes every step is a value the step's kernels read, not a constant in its
 // graph: a cosine-scheduled AdamW step reuses one schedule from its third step on, writes its
-// state in place, and follows the update rule with each step's rate.
+// state in place, and follows the update rule with each step's rate. Each new rate is written
+// where the last lay, so a step (and a CUDA graph recorded from one) reads it at one address.
 TEST(LRScheduler, AScheduledStepIsTheSameGraphEveryStep) {
   Tensor p = from_vector(kStart, {2}, kFloat64).requires_grad_();
-  optim::AdamW optimizer({p}, optim::AdamWOptions(0.1).weight_decay(0.2));
+  AdamWShowingItsRate optimizer({p}, optim::AdamWOptions(0.1).weight_decay(0.2));
+  std::vector<const void*> rate_addresses;
   optim::CosineAnnealingLR scheduler(optimizer, 4);
   Vec lrs;
   std::vector<Vec> got;
@@ -273,6 +282,9 @@ TEST(LRScheduler, AScheduledStepIsTheSameGraphEveryStep) {
     lrs.push_back(optimizer.param_groups()[0].options().get_lr());
     reset_eval_stats();
     optimizer.step();
+    const Tensor& rate = optimizer.lr_tensor(0, Device::cpu());
+    rate_addresses.push_back(rate.value()->buffer->data());
+    EXPECT_EQ(rate.item<double>(), lrs.back()) << "step " << step;
     scheduler.step();
     got.push_back(p.to_vector<double>());
     if (step >= 2) {
@@ -281,6 +293,8 @@ TEST(LRScheduler, AScheduledStepIsTheSameGraphEveryStep) {
     }
   }
   EXPECT_NE(lrs[1], lrs[2]);
+  for (size_t step = 1; step < rate_addresses.size(); ++step)
+    EXPECT_EQ(rate_addresses[step], rate_addresses[0]) << "step " << step;
   expect_trajectory(got, reference_adamw_scheduled(lrs, 0.2));
 }
 
