@@ -330,6 +330,7 @@ class Engine {
     const std::vector<AutogradMeta*> order = topological_order();
     AutoGradMode mode(create_graph_);
     for (AutogradMeta* meta : order) {
+      add_narrowed_parts(meta);
       auto found = grads_.find(meta);
       if (found == grads_.end() || !found->second.defined()) continue;
       Tensor gradient = found->second;
@@ -361,6 +362,55 @@ class Engine {
   void accumulate(AutogradMeta* meta, const Tensor& gradient) {
     Tensor& slot = grads_[meta];
     slot = slot.defined() ? slot + gradient : gradient;
+  }
+
+  // Note [The gradients of narrowed parts]
+  // A tensor read in parts (a fused q, k, v projection split three ways; chunk, split) gets a
+  // gradient from each part: by narrow's rule, the part's gradient with zeros before and after
+  // it. Summed as they arrived, three parts made three full-size cats, mostly of zeros, and two
+  // additions (the tiny GPT's step spent more on them than on its attention's products). The
+  // engine keeps a part's gradient apart instead, and when the tensor's gradient is read sums
+  // the parts along one dim that do not overlap as one cat, zeros only in the gaps: the sum of
+  // the rule's results, without adding zeros (so a -0 stays -0, as in PyTorch's split
+  // backward, where the sum of zeros made it +0).
+  struct NarrowedPart {
+    int64_t dim = 0, start = 0;
+    Tensor gradient;  // the part's, of its shape and the operand's dtype
+    Shape whole;      // the operand's shape
+  };
+  absl::flat_hash_map<AutogradMeta*, std::vector<NarrowedPart>> narrowed_parts_;
+
+  // Adds the gradients of `meta`'s narrowed parts to its gradient: parts along one dim that do
+  // not overlap as one cat, each run of such parts its own.
+  void add_narrowed_parts(AutogradMeta* meta) {
+    auto found = narrowed_parts_.find(meta);
+    if (found == narrowed_parts_.end()) return;
+    std::vector<NarrowedPart> parts = std::move(found->second);
+    narrowed_parts_.erase(found);
+    std::stable_sort(parts.begin(), parts.end(), [](const NarrowedPart& a, const NarrowedPart& b) {
+      return a.dim != b.dim ? a.dim < b.dim : a.start < b.start;
+    });
+    for (size_t first = 0; first < parts.size();) {
+      const int64_t dim = parts[first].dim;
+      std::vector<Tensor> pieces;
+      int64_t at = 0;  // along dim, where the pieces so far end
+      size_t next = first;
+      for (; next < parts.size() && parts[next].dim == dim && parts[next].start >= at; ++next) {
+        const NarrowedPart& part = parts[next];
+        if (part.start > at) pieces.push_back(zeros_along(part, dim, part.start - at));
+        pieces.push_back(part.gradient);
+        at = part.start + part.gradient.size(dim);
+      }
+      const NarrowedPart& last = parts[next - 1];
+      if (at < last.whole[dim]) pieces.push_back(zeros_along(last, dim, last.whole[dim] - at));
+      accumulate(meta, pieces.size() == 1 ? pieces[0] : cat(pieces, dim));
+      first = next;
+    }
+  }
+  static Tensor zeros_along(const NarrowedPart& like, int64_t dim, int64_t length) {
+    Shape shape = like.whole;
+    shape[dim] = length;
+    return zeros(shape, TensorOptions(like.gradient.dtype()).device(like.gradient.device()));
   }
 
   // Every meta the roots reach whose gradient matters, each after every meta that feeds it.
@@ -417,6 +467,19 @@ class Engine {
         continue;  // the rule must not read it
       }
       operands[i] = saved_tensor(operand.value, create_graph_ ? operand.edge : nullptr);
+    }
+    if (node.op == Op::Narrow) {
+      // Kept apart until the operand's gradient is read (Note [The gradients of narrowed
+      // parts]).
+      const SavedOperand& operand = node.operands[0];
+      if (needed[0]) {
+        const int64_t rank = static_cast<int64_t>(operand.shape.size());
+        const int64_t dim = node.attrs.get_int("dim");
+        narrowed_parts_[operand.edge.get()].push_back({dim < 0 ? dim + rank : dim,
+                                                       node.attrs.get_int("start"),
+                                                       gradient.to(operand.dtype), operand.shape});
+      }
+      return;
     }
     Tensor result = saved_tensor(node.result, create_graph_ ? meta.shared_from_this() : nullptr);
     absl::InlinedVector<Tensor, 3> grads;

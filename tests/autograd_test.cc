@@ -146,6 +146,20 @@ std::vector<Case> cases() {
       {"narrow", [](auto& x) { return x[0].narrow(1, 1, 2) * x[1]; }, {{3, 4}, {2}}},
       {"narrow negative start", [](auto& x) { return x[0].narrow(0, -2, 1).exp(); }, {{3, 2}}},
       {"narrow twice", [](auto& x) { return x[0].narrow(0, 1, 2) + x[0].narrow(0, 0, 2); }, {{3}}},
+      // Parts' gradients summed as one cat (Note [The gradients of narrowed parts]): a split,
+      // and parts with a gap, an overlap, a whole-dim part and a use of the whole.
+      {"chunk three ways",
+       [](auto& x) {
+         const std::vector<Tensor> parts = x[0].chunk(3, 1);
+         return parts[0] * parts[1] + parts[2].exp();
+       },
+       {{2, 9}}},
+      {"narrows with a gap and an overlap",
+       [](auto& x) {
+         return x[0].narrow(1, 0, 2) + x[0].narrow(1, 3, 2) * x[0].narrow(1, 4, 2) +
+                x[0].sum({1}, true) + x[0].narrow(0, 0, 3).narrow(1, 1, 2);
+       },
+       {{3, 6}}},
       // One tensor used many times, through views and in fused chains.
       {"repeated use", [](auto& x) { return x[0] * x[0] + x[0].exp() * x[0]; }, {{5}}},
       {"use through two views",
@@ -252,6 +266,41 @@ TEST(Autograd, Float32GradientsAgreeWithFloat64) {
 
 std::vector<double> grad_of(const Tensor& x, const Tensor& y) {
   return grad({y.sum()}, {x})[0].to_vector<double>();
+}
+
+// A tensor read in three parts gets its gradient as one cat of the parts' gradients, with no
+// addition of zeros: the IR of the gradient has one cat and no add, and a part's -0 stays -0,
+// as in PyTorch's split backward.
+TEST(Autograd, APartsGradientsAreOneCat) {
+  const std::vector<double> values = {0.5, -1.25, 2.0, 0.75, -0.5, 1.5, 0.25,  -2.0, 1.0,
+                                      3.0, -0.25, 0.1, -1.5, 0.2,  2.5, -0.75, 0.4,  -3.0};
+  Tensor x = from_vector(values, {2, 9}, kFloat64).requires_grad_();
+  const std::vector<Tensor> parts = x.chunk(3, 1);
+  (parts[0] * -0.0 + parts[1].exp() + parts[2].sin()).sum().backward();
+  const std::string ir = x.grad().ir();
+  auto count = [&](const std::string& op) {
+    size_t n = 0;
+    for (size_t at = ir.find("= " + op + " "); at != std::string::npos;
+         at = ir.find("= " + op + " ", at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count("cat"), 1u) << ir;
+  EXPECT_EQ(count("add"), 0u) << ir;
+  const std::vector<double> got = x.grad().to_vector<double>();
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t c = 0; c < 9; ++c) {
+      const double v = values[r * 9 + c], g = got[r * 9 + c];
+      if (c < 3) {
+        EXPECT_EQ(g, 0.0) << r << ", " << c;
+        EXPECT_TRUE(std::signbit(g)) << "the part's -0 at " << r << ", " << c;
+      } else if (c < 6) {
+        EXPECT_DOUBLE_EQ(g, std::exp(v)) << r << ", " << c;
+      } else {
+        EXPECT_DOUBLE_EQ(g, std::cos(v)) << r << ", " << c;
+      }
+    }
+  }
 }
 
 TEST(Autograd, KinksFollowPyTorch) {
