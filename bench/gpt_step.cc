@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
 
   std::vector<double> times, losses;
   EvalStats per_step;
-  int64_t jit_compiles = 0;  // in the last step
+  int64_t jit_compiles = 0;  // in the timed steps: 0 once the CPU JIT has compiled the step's loops
   for (int64_t s = 0; s < c.warmup + c.steps; ++s) {
     const Tensor idx = tokens(c, s, 0), targets = tokens(c, s, 1);
     const int64_t compiled_before = cpu_jit_stats().compiled;
@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
     if (losses.size() < 3) losses.push_back(value);
     if (s >= c.warmup) times.push_back(ms);
     per_step = eval_stats();
-    jit_compiles = cpu_jit_stats().compiled - compiled_before;
+    if (s >= c.warmup) jit_compiles += cpu_jit_stats().compiled - compiled_before;
   }
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());

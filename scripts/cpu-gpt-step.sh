@@ -13,8 +13,11 @@ venv=${LAZYFUSE_PEERS_VENV:-$HOME/.cache/lazyfuse/cpu-peers}
 [ -x build/bin/lazyfuse_gpt_step ] || { echo "build first: make" >&2; exit 1; }
 [ -x "$venv/bin/python" ] || { echo "no peers environment: run scripts/cpu-bench.sh once" >&2; exit 1; }
 echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
-# A large step's programs turn hot for the CPU JIT over its first steps: warm up past them.
-configs=("--layers=2 --width=128 --heads=4 --seq=64 --batch=4 --steps=20 --warmup=5"
+# A training run's steady state: the step's programs are compiled by the CPU JIT once each has
+# interpreted a compile's work (Note [The CPU JIT]), which a large step's do in its first steps
+# and the tiny step's (32k to 131k elements each) in its first ~50; lazyfuse's line counts the
+# compiles that fell in the timed steps (jit_compiles).
+configs=("--layers=2 --width=128 --heads=4 --seq=64 --batch=4 --steps=20 --warmup=60"
          "--layers=6 --width=384 --heads=6 --seq=256 --batch=16 --steps=3 --warmup=6")
 for round in $(seq 1 "$rounds"); do
   for config in "${configs[@]}"; do
