@@ -862,7 +862,7 @@ std::string cpu_step_listing(const Graph& graph, const Step& step) {
       absl::StrAppend(&out, "// ", member.kernel_name(), "\n", cpu_step_listing(graph, member));
     return out;
   }
-  if (step.kind != StepKind::Reduction)
+  if (!is_reduction_kind(step.kind))
     return "// (no CPU program: a library call, a view or a transfer)\n";
   std::string out;
   for (const Step& part : split_reduction_step(graph, step)) {
@@ -876,6 +876,7 @@ std::string cpu_step_listing(const Graph& graph, const Step& step) {
     Step operand = part;
     operand.kind = StepKind::Elementwise;
     std::erase(operand.nodes, reduction);
+    operand.roles.assign(operand.nodes.size(), Role::Work);
     operand.outputs = {graph.nodes[reduction].inputs[0]};
     out += CpuProgram::compile(graph, operand).listing();
   }

@@ -381,17 +381,17 @@ CudaElementwiseSpec spec_for_fresh_operands(const Graph& graph, const Step& step
     outputs.push_back(address += 1 << 20);
     sizes.push_back(dtype_size(graph.nodes[v].dtype));
   }
-  if (step.kind != StepKind::Reduction)
+  if (!is_reduction_kind(step.kind))
     return plan_cuda_elementwise(step, layouts, outputs, sizes).spec;
   CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
-  const ReductionParts parts = reduction_parts(graph, step);
+  const ReductionParts parts = reduction_parts(step);
   const int64_t rows = numel(graph.nodes[parts.reduction].shape);
   const int64_t columns = rows == 0 ? 0 : plan.numel / rows;
-  if (parts.is_row_program()) {
+  if (step.kind == StepKind::Row) {
     choose_cuda_row_layout(plan, columns, step.inputs.size(), /*outputs_aligned=*/true);
     return plan.spec;
   }
-  choose_cuda_fused_reduction_layout(plan, parts.columns, columns,
+  choose_cuda_fused_reduction_layout(plan, step.kind == StepKind::Column, columns,
                                      cuda_reduce_chunk(rows, columns));
   return plan.spec;
 }
@@ -409,7 +409,7 @@ CudaSource cuda_source_for_fresh_operands(const Graph& graph, const Step& step) 
     if (member.kind == StepKind::Elementwise || member.nodes.size() > 1) {
       m.spec = spec_for_fresh_operands(graph, member);
       // A group's reduction with fused work reads element by element (the runtime's run_group).
-      if (member.kind == StepKind::Reduction) m.spec.vectorized = false;
+      if (is_reduction_kind(member.kind)) m.spec.vectorized = false;
     } else {
       const Node& node = graph.nodes[member.nodes.back()];
       const int64_t rank = static_cast<int64_t>(graph.nodes[node.inputs[0]].shape.size());

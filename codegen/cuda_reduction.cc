@@ -324,7 +324,7 @@ std::string column_reduction_body(Op op, DType in, DType out, DType acc, const s
 // reduces the operand.
 std::string fused_column_body(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,
                               const std::string& block) {
-  const ReductionParts parts = reduction_parts(graph, step);
+  const ReductionParts parts = reduction_parts(step);
   const Node& node = graph.nodes[parts.reduction];
   const ValueId operand = node.inputs[0];
   const DType acc = step_accumulator(graph, step, node);
@@ -387,7 +387,7 @@ namespace {
 // and the closing brace.
 std::string fused_reduction_body(const Graph& graph, const Step& step,
                                  const CudaElementwiseSpec& spec, const std::string& block) {
-  const ReductionParts parts = reduction_parts(graph, step);
+  const ReductionParts parts = reduction_parts(step);
   const Node& node = graph.nodes[parts.reduction];
   const ValueId operand = node.inputs[0];
   const DType acc = step_accumulator(graph, step, node);
@@ -454,9 +454,9 @@ struct FusedReductionKind {
   std::string (*body)(const Graph&, const Step&, const CudaElementwiseSpec&, const std::string&);
 };
 FusedReductionKind fused_reduction_kind(const Graph& graph, const Step& step) {
-  const ReductionParts parts = reduction_parts(graph, step);
+  const ReductionParts parts = reduction_parts(step);
   const Node& node = graph.nodes[parts.reduction];
-  if (!parts.columns)
+  if (step.kind != StepKind::Column)
     return {absl::StrCat(op_name(node.op), " of ", parts.prologue.size(), " fused nodes"),
             add_reduction_fields, fused_reduction_body};
   const int outputs = static_cast<int>(step.outputs.size());
@@ -466,7 +466,7 @@ FusedReductionKind fused_reduction_kind(const Graph& graph, const Step& step) {
 }
 
 DType fused_reduction_accumulator(const Graph& graph, const Step& step) {
-  return step_accumulator(graph, step, graph.nodes[reduction_parts(graph, step).reduction]);
+  return step_accumulator(graph, step, graph.nodes[reduction_parts(step).reduction]);
 }
 
 }  // namespace
@@ -474,7 +474,7 @@ DType fused_reduction_accumulator(const Graph& graph, const Step& step) {
 CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
                                          const CudaElementwiseSpec& spec, bool fast_math) {
   const FusedReductionKind kind = fused_reduction_kind(graph, step);
-  const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
+  const Node& node = graph.nodes[reduction_parts(step).reduction];
   CudaSource source =
       begin_row_kernel(graph, step, spec, fast_math,
                        reduction_preamble(node.op, fused_reduction_accumulator(graph, step)),
@@ -487,7 +487,7 @@ std::string cuda_emit::fused_reduction_member_function(const Graph& graph, const
                                                        const CudaElementwiseSpec& spec,
                                                        const std::string& name) {
   const FusedReductionKind kind = fused_reduction_kind(graph, step);
-  const Node& node = graph.nodes[reduction_parts(graph, step).reduction];
+  const Node& node = graph.nodes[reduction_parts(step).reduction];
   const DType acc = fused_reduction_accumulator(graph, step);
   const char* a = type_name(acc);
   ArgLayout layout;
@@ -587,7 +587,7 @@ int64_t cuda_row_blocks(const CudaElementwiseSpec& spec, int64_t rows) {
 
 CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
                                     const CudaElementwiseSpec& spec, bool fast_math) {
-  const ReductionParts parts = reduction_parts(graph, step);
+  const ReductionParts parts = reduction_parts(step);
   std::string preamble, names;
   for (size_t k = 0; k < parts.reductions.size(); ++k) {
     const Node& node = graph.nodes[parts.reductions[k]];
@@ -703,7 +703,7 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
   bool stores = false;
   for (size_t o = 0; o < step.outputs.size(); ++o) {
     const ValueId v = step.outputs[o];
-    stored_over_row[o] = !is_reduction(graph.nodes[v].op) && !is_row_value(graph, step, v);
+    stored_over_row[o] = !is_reduction(graph.nodes[v].op) && step.role_of(v) != Role::RowValue;
     stores |= stored_over_row[o];
   }
   const ValueId last_reduction = parts.reductions.back();
@@ -746,7 +746,8 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
     s += cuda_emit::emit_members(graph, {}, ready, {}, "  ", step.round_each_op);
     for (size_t o = 0; o < step.outputs.size(); ++o) {
       const ValueId v = step.outputs[o];
-      if (!is_row_value(graph, step, v) || std::find(ready.begin(), ready.end(), v) == ready.end())
+      if (step.role_of(v) != Role::RowValue ||
+          std::find(ready.begin(), ready.end(), v) == ready.end())
         continue;
       const char* type = type_name(graph.nodes[v].dtype);
       absl::StrAppend(&s, "  if (lane == 0) ((", type, "*)args.out[", o, "])[row] = lf_store<",
@@ -887,10 +888,10 @@ CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaEl
                               bool fast_math) {
   if (step.kind == StepKind::Elementwise)
     return generate_cuda_elementwise(graph, step, spec, fast_math);
-  if (step.kind != StepKind::Reduction)
+  if (!is_reduction_kind(step.kind))
     throw VerifierError("only elementwise and reduction steps have generated kernels");
-  const ReductionParts parts = reduction_parts(graph, step);
-  if (parts.is_row_program()) return generate_cuda_row_kernel(graph, step, spec, fast_math);
+  if (step.kind == StepKind::Row) return generate_cuda_row_kernel(graph, step, spec, fast_math);
+  const ReductionParts parts = reduction_parts(step);
   if (!parts.prologue.empty() || cuda_reduces_stored_half_in_vectors(graph, step))
     return generate_cuda_fused_reduction(graph, step, spec, fast_math);
   const Node& node = graph.nodes[parts.reduction];

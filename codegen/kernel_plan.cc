@@ -49,69 +49,41 @@ OperandAccess classify_access(const Shape& sizes, const Strides& strides, int64_
   return OperandAccess::Repeated;
 }
 
-namespace {
-
-// The members of `step` that `value` depends on, `value` included, in order; a reduction other
-// than `value` is a boundary: its result is read, not recomputed.
-std::vector<ValueId> members_needed_by(const Graph& graph, const Step& step, ValueId value) {
-  std::vector<bool> needed(graph.nodes.size(), false);
-  needed[value] = true;
-  std::vector<ValueId> members;
-  for (auto it = step.nodes.rbegin(); it != step.nodes.rend(); ++it) {
-    const ValueId v = *it;
-    if (!needed[v]) continue;
-    members.push_back(v);
-    if (v != value && is_reduction(graph.nodes[v].op)) continue;
-    for (ValueId in : graph.nodes[v].inputs) needed[in] = true;
-  }
-  std::reverse(members.begin(), members.end());
-  return members;
-}
-
-}  // namespace
-
-bool is_row_value(const Graph& graph, const Step& step, ValueId id) {
-  const Node& node = graph.nodes[id];
-  return !is_reduction(node.op) && !is_scalar_constant(node) && node.shape != step.shape;
-}
-
-ReductionParts reduction_parts(const Graph& graph, const Step& step) {
+ReductionParts reduction_parts(const Step& step) {
   ReductionParts parts;
-  for (ValueId v : step.nodes)
-    if (is_reduction(graph.nodes[v].op)) parts.reductions.push_back(v);
+  for (size_t i = 0; i < step.nodes.size(); ++i) {
+    const ValueId v = step.nodes[i];
+    switch (step.roles[i]) {
+      case Role::Reduction:
+        parts.reductions.push_back(v);
+        break;
+      case Role::RowValue:
+        parts.row_values.push_back(v);
+        break;
+      case Role::Epilogue:
+        parts.epilogue.push_back(v);
+        break;
+      default:
+        parts.prologue.push_back(v);
+        break;
+    }
+  }
   if (!parts.reductions.empty()) parts.reduction = parts.reductions.back();
-  if (parts.reductions.size() == 1) {
-    const Node& node = graph.nodes[parts.reduction];
-    const int64_t rank = static_cast<int64_t>(graph.nodes[node.inputs[0]].shape.size());
-    parts.columns = reduces_leading_dims(reduction_dims(node.attrs, rank), rank);
-  }
-  if (parts.columns) {
-    for (ValueId v : step.nodes)
-      if (v != parts.reduction) parts.prologue.push_back(v);
-    return parts;
-  }
-  std::vector<bool> in_prologue(graph.nodes.size(), false);
-  for (ValueId r : parts.reductions)
-    for (ValueId m : members_needed_by(graph, step, r)) in_prologue[m] = true;
-  for (ValueId v : step.outputs)
-    parts.stores_work |= !is_reduction(graph.nodes[v].op) && !is_row_value(graph, step, v);
-  for (ValueId v : step.nodes) {
-    if (is_reduction(graph.nodes[v].op)) continue;
-    if (is_row_value(graph, step, v))
-      parts.row_values.push_back(v);
-    else
-      (in_prologue[v] ? parts.prologue : parts.epilogue).push_back(v);
-  }
   return parts;
 }
 
 std::vector<Step> split_reduction_step(const Graph& graph, const Step& step) {
-  const ReductionParts parts = reduction_parts(graph, step);
-  // A step over `nodes` that stores `outputs`; its inputs are whatever the nodes read that they
-  // do not compute.
+  const ReductionParts parts = reduction_parts(step);
+  // A part over `nodes` that stores `outputs`; its inputs are whatever the nodes read that they
+  // do not compute. A part is elementwise or one reduction (its last member) of what it
+  // computes before it, over leading dims where the step's is.
+  const StepKind reduction_kind =
+      step.kind == StepKind::Column ? StepKind::Column : StepKind::Reduction;
   auto make = [&](StepKind kind, std::vector<ValueId> nodes, std::vector<ValueId> outputs) {
     Step sub = step;
     sub.kind = kind;
+    sub.roles.assign(nodes.size(), kind == StepKind::Elementwise ? Role::Work : Role::Prologue);
+    if (kind != StepKind::Elementwise) sub.roles.back() = Role::Reduction;
     sub.nodes = std::move(nodes);
     sub.outputs = std::move(outputs);
     sub.inputs.clear();
@@ -217,11 +189,11 @@ std::vector<Step> split_reduction_step(const Graph& graph, const Step& step) {
     }
     // Over leading dims the CPU reduces a stored operand (its fused reductions walk rows).
     const ValueId operand = graph.nodes[r].inputs[0];
-    if (parts.columns && nodes.size() > 1 &&
+    if (step.kind == StepKind::Column && nodes.size() > 1 &&
         std::find(carried.begin(), carried.end(), operand) == carried.end())
       carried.push_back(operand);
     if (carried.empty()) {
-      steps.push_back(make(StepKind::Reduction, std::move(nodes), {r}));
+      steps.push_back(make(reduction_kind, std::move(nodes), {r}));
     } else {
       // The elementwise members as a step of their own that also stores the operand, then the
       // reduction of the stored operand.
@@ -230,7 +202,7 @@ std::vector<Step> split_reduction_step(const Graph& graph, const Step& step) {
       std::erase(nodes, r);
       steps.push_back(make(StepKind::Elementwise, std::move(nodes), carried));
       for (ValueId m : carried) available[m] = true;
-      steps.push_back(make(StepKind::Reduction, {r}, {r}));
+      steps.push_back(make(reduction_kind, {r}, {r}));
     }
     available[r] = true;
   }
@@ -251,15 +223,19 @@ std::vector<Step> split_reduction_step(const Graph& graph, const Step& step) {
 }
 
 std::optional<MatmulEpilogue> matmul_epilogue(const Graph& graph, const Step& step) {
-  if (step.kind != StepKind::Matmul || step.nodes.size() < 2) return std::nullopt;
+  if (step.kind != StepKind::Matmul) return std::nullopt;
+  const ValueId add = step.first_with_role(Role::Bias);
+  if (add < 0) return std::nullopt;
   MatmulEpilogue epilogue;
-  epilogue.matmul = step.nodes[0];
-  const Node& add = graph.nodes[step.nodes[1]];
-  epilogue.bias = add.inputs[0] == epilogue.matmul ? add.inputs[1] : add.inputs[0];
-  epilogue.relu = step.nodes.size() > 2;
+  epilogue.matmul = step.first_with_role(Role::Product);
+  const std::vector<ValueId>& operands = graph.nodes[add].inputs;
+  epilogue.bias = operands[0] == epilogue.matmul ? operands[1] : operands[0];
+  epilogue.relu = step.first_with_role(Role::Activation) >= 0;
   Step& elementwise = epilogue.elementwise;
   elementwise.kind = StepKind::Elementwise;
-  elementwise.nodes.assign(step.nodes.begin() + 1, step.nodes.end());
+  for (size_t i = 0; i < step.nodes.size(); ++i)
+    if (step.roles[i] != Role::Product) elementwise.nodes.push_back(step.nodes[i]);
+  elementwise.roles.assign(elementwise.nodes.size(), Role::Work);
   elementwise.inputs = {epilogue.matmul, epilogue.bias};
   elementwise.outputs = step.outputs;
   elementwise.shape = graph.nodes[epilogue.matmul].shape;

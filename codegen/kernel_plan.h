@@ -83,34 +83,22 @@ class StridedCursor {
   int64_t offset_ = 0;
 };
 
-// A reduction step's members by role. A step holds one reduction or, as a row step, reductions
-// over the same rows, each reading values computed from the step's inputs and the results of
-// those before it (softmax's max, then its sum). Row values are members with one value per row
-// (a LayerNorm's rsqrt(var + eps)), computed from the reductions before them and from constants
-// alone. The prologue is what the reductions read over the step's space; the epilogue the
-// members over that space that no reduction needs (softmax's normalisation), computed in a last
-// pass over each row. Lists in topological order.
+// A reduction kind's members grouped by the roles fusion recorded (Role, ir/schedule.h): a
+// Reduction or Column step holds one reduction; a Row step reductions over the same rows, each
+// reading values computed from the step's inputs and the results of those before it (softmax's
+// max, then its sum). Row values have one value per row (a LayerNorm's rsqrt(var + eps)),
+// computed from the reductions before them and from constants alone. The prologue is what the
+// reductions read over the step's space; the epilogue the members over that space that no
+// reduction needs (softmax's normalisation), computed in a last pass over each row. Lists in
+// topological order.
 struct ReductionParts {
   ValueId reduction = -1;           // the last of `reductions`
   std::vector<ValueId> reductions;  // in order
   std::vector<ValueId> row_values;
   std::vector<ValueId> prologue;
   std::vector<ValueId> epilogue;
-  // One reduction over leading dims (fusion's phase 7): every other member is prologue,
-  // computed as the columns are walked, and stored where the step stores it.
-  bool columns = false;
-  // Work over the step's space that the step stores besides reducing it (not for columns).
-  bool stores_work = false;
-  // One block program per row (a pass per reduction, then the epilogue, which stores the work),
-  // rather than a reduction of a computed operand.
-  bool is_row_program() const {
-    return reductions.size() > 1 || !epilogue.empty() || !row_values.empty() || stores_work;
-  }
 };
-// Whether member `id` of reduction step `step` is a row value: not a reduction, not a scalar
-// constant, and of another shape than the step's space.
-bool is_row_value(const Graph& graph, const Step& step, ValueId id);
-ReductionParts reduction_parts(const Graph& graph, const Step& step);
+ReductionParts reduction_parts(const Step& step);
 
 // A reduction step as steps of one reduction each, in order, every one with the members it
 // needs (what earlier parts computed becomes an input); members that a later part reads or
@@ -121,9 +109,10 @@ ReductionParts reduction_parts(const Graph& graph, const Step& step);
 // one that is stored is stored once per row). Backends without a row program run these.
 std::vector<Step> split_reduction_step(const Graph& graph, const Step& step);
 
-// A matmul step with an epilogue (ir/passes/fusion.cc, phase 0): the product, the bias added to
-// each of its rows, and whether a relu follows; `elementwise` is the epilogue as a step of its
-// own over the product and the bias (its kernel_key set), for backends that run the two apart.
+// A matmul step with an epilogue (ir/passes/fusion.cc, phase 0), by its members' roles: the
+// product, the bias added to each of its rows, and whether a relu follows; `elementwise` is the
+// epilogue as a step of its own over the product and the bias (its kernel_key set), for
+// backends that run the two apart.
 struct MatmulEpilogue {
   ValueId matmul = -1;
   ValueId bias = -1;

@@ -7,8 +7,8 @@
 //   graph  := 'graph' '@' NAME '(' [param (',' param)*] ')' '{' (node | kernel)* return '}'
 //   param  := '%N' ':' type [loc]
 //   node   := '%N' '=' OP [value (',' value)*] ['{' [attr (',' attr)*] '}'] ':' type [loc]
-//   kernel := 'kernel' '@' NAME '(' [value (',' value)*] ')' '->' '(' [value (',' value)*] ')'
-//             '{' node* '}'
+//   kernel := 'kernel' [KIND] '@' NAME '(' [value (',' value)*] ')' '->'
+//             '(' [value (',' value)*] ')' '{' node* '}'
 //   return := 'return' [value (',' value)*]
 //   type   := DTYPE '[' [INT (',' INT)*] ']' '@' DEVICE
 //   attr   := KEY '=' (INT | FLOAT | 'true' | 'false' | '[' [INT (',' INT)*] ']')
@@ -22,7 +22,8 @@
 // numbers must run from %0 without gaps, so the Graph is the one that was printed.
 //
 // A kernel region groups nodes and defines no values of its own: its members are ordinary
-// nodes, and the Graph does not keep the grouping (fusion recomputes it). Its header is checked
+// nodes, and the Graph does not keep the grouping, the kind (a step_kind_name) or the roles
+// printed beside the members as comments (fusion recomputes them). Its header is checked
 // against the members: each operand is a value defined before the region, each result is
 // computed in the region (or is a constant defined before it: a scalar constant that several
 // kernels recompute prints once, outside them), and a member reads only the operands, other
@@ -41,6 +42,7 @@
 
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/graph.h"
+#include "lazyfuse/ir/schedule.h"
 
 namespace lazyfuse {
 namespace {
@@ -390,6 +392,18 @@ class Parser {
   void parse_kernel(const Graph& graph) {
     Region region;
     skip_space();
+    if (peek() != '@') {
+      const size_t kind_at = pos_;
+      const std::string_view kind = read_ident();
+      bool known = false;
+      for (int k = 0; k <= static_cast<int>(StepKind::Group); ++k)
+        known |= kind == step_kind_name(static_cast<StepKind>(k));
+      if (!known)
+        fail(kind_at, cat("expected a kernel kind (elementwise, reduction, row, ...) or '@' and "
+                          "the kernel's name, not '",
+                          kind, "'"));
+      skip_space();
+    }
     size_t name_at = pos_;
     if (peek() != '@') fail(name_at, "expected '@' and the kernel's name");
     ++pos_;

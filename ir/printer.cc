@@ -8,12 +8,17 @@
 //   }
 //
 // A schedule (print_schedule) prints the same graph in the order of its steps, each kernel as a
-// region around its member nodes (Note [Definition order] in parser.cc says why the numbers may
+// region around its member nodes, with the step's kind and, past an elementwise kernel, each
+// member's role as a comment (Note [Definition order] in parser.cc says why the numbers may
 // then come out of order):
 //
-//   kernel @k_3f9a1c0b(%0, %1) -> (%5) {
+//   kernel elementwise @k_3f9a1c0b(%0, %1) -> (%5) {
 //     %2 = const {value = 2.0} : f32[] @cpu
 //     %3 = add %0, %2 : f32[3] @cpu
+//     ...
+//   }
+//   kernel row @k_77d0e2a5(%5) -> (%9) {
+//     %6 = max %5 {dims = [1], keepdim = true} : f32[8, 1] @cpu  // reduction
 //     ...
 //   }
 //
@@ -218,9 +223,13 @@ std::string print_schedule(const Schedule& schedule, const PrintOptions& options
   for (const Step* step : kernels)
     for (ValueId v : step->nodes) ++steps_of[v];
   std::vector<bool> printed(graph.nodes.size(), false);
-  auto print_line = [&](ValueId id, std::string_view indent) {
+  auto print_line = [&](ValueId id, std::string_view indent, const char* role = nullptr) {
     out += indent;
     out += print_node(graph, id, options);
+    if (role != nullptr) {
+      out += "  // ";
+      out += role;
+    }
     out += "\n";
     printed[id] = true;
   };
@@ -234,15 +243,19 @@ std::string print_schedule(const Schedule& schedule, const PrintOptions& options
     }
     for (ValueId v : step.nodes)
       if (steps_of[v] > 1 && !printed[v]) print_line(v, "  ");
-    out += "  kernel @";
+    out += "  kernel ";
+    out += step_kind_name(step.kind);
+    out += " @";
     out += step.kernel_name();
     out += "(";
     append_value_list(&out, step.inputs);
     out += ") -> (";
     append_value_list(&out, step.outputs);
     out += ") {\n";
-    for (ValueId v : step.nodes)
-      if (steps_of[v] == 1) print_line(v, "    ");
+    const bool with_roles = step.kind != StepKind::Elementwise;
+    for (size_t i = 0; i < step.nodes.size(); ++i)
+      if (steps_of[step.nodes[i]] == 1)
+        print_line(step.nodes[i], "    ", with_roles ? role_name(step.roles[i]) : nullptr);
     out += "  }\n";
   };
   for (const Step& step : schedule.steps) {

@@ -3,16 +3,86 @@
 // codegen/kernel_plan.cc's.)
 #include "lazyfuse/ir/schedule.h"
 
+#include <algorithm>
 #include <queue>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/stable_hash.h"
 
 namespace lazyfuse {
+
+const char* step_kind_name(StepKind kind) {
+  switch (kind) {
+    case StepKind::Elementwise:
+      return "elementwise";
+    case StepKind::Reduction:
+      return "reduction";
+    case StepKind::Row:
+      return "row";
+    case StepKind::Column:
+      return "column";
+    case StepKind::Matmul:
+      return "matmul";
+    case StepKind::View:
+      return "view";
+    case StepKind::Transfer:
+      return "transfer";
+    case StepKind::Index:
+      return "index";
+    case StepKind::Collective:
+      return "collective";
+    case StepKind::Group:
+      return "group";
+  }
+  return "?";
+}
+
+const char* role_name(Role role) {
+  switch (role) {
+    case Role::Work:
+      return "work";
+    case Role::Prologue:
+      return "prologue";
+    case Role::Reduction:
+      return "reduction";
+    case Role::RowValue:
+      return "row value";
+    case Role::Epilogue:
+      return "epilogue";
+    case Role::Product:
+      return "product";
+    case Role::Bias:
+      return "bias";
+    case Role::Activation:
+      return "activation";
+  }
+  return "?";
+}
+
+std::vector<ValueId> Step::with_role(Role role) const {
+  std::vector<ValueId> found;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (roles[i] == role) found.push_back(nodes[i]);
+  return found;
+}
+
+ValueId Step::first_with_role(Role role) const {
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (roles[i] == role) return nodes[i];
+  return -1;
+}
+
+Role Step::role_of(ValueId member) const {
+  const auto at = std::find(nodes.begin(), nodes.end(), member);
+  if (at == nodes.end())
+    throw VerifierError(absl::StrCat("%", member, " is not a member of step ", kernel_name()));
+  return roles[at - nodes.begin()];
+}
 
 std::string Step::kernel_name() const {
   return absl::StrFormat("%s_%08x", kind == StepKind::Group ? "g" : "k",
@@ -43,16 +113,14 @@ uint64_t step_kernel_key(const Graph& graph, const Step& step) {
                           step.shape[offset + d] != 1);
     h.add(n.dtype).add(n.shape.size()).add(broadcast);
   }
-  for (ValueId v : step.nodes) {
-    const Node& n = graph.nodes[v];
+  for (size_t i = 0; i < step.nodes.size(); ++i) {
+    const Node& n = graph.nodes[step.nodes[i]];
     std::vector<int> operands;
     for (ValueId in : n.inputs) operands.push_back(local.at(in));
     h.add(n.op).add(n.dtype).add(n.shape.size()).add(operands).add(hash_attrs(n.attrs));
     // A row step's member with one value per row is computed (and stored) once per row: a
     // kernel of its own, even where a step of rows of one element has the same structure.
-    if (step.kind == StepKind::Reduction && !is_reduction(n.op) && !is_scalar_constant(n) &&
-        n.shape != step.shape)
-      h.add(std::string_view("row value"));
+    if (step.roles[i] == Role::RowValue) h.add(std::string_view("row value"));
   }
   for (ValueId v : step.outputs) h.add(local.at(v));
   return h.value();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -10,29 +11,67 @@
 
 namespace lazyfuse {
 
+// What a step is: the kind of kernel (or library call, or no work) a backend runs for it.
+// Fusion decides it (ir/passes/fusion.cc) and every backend switches on it; a kind reads its
+// members' roles (below), never their positions.
 enum class StepKind : uint8_t {
   Elementwise,  // one fused kernel over `shape`: generators, elementwise ops, casts, copies
-  Reduction,    // sum/mean/max/min, of a stored value or of a fused elementwise prologue
-  Matmul,       // a library call (OpenBLAS, cuBLAS)
-  View,         // no work: new sizes and strides over the operand's storage
-  Transfer,     // a copy between devices
-  Index,        // gather, scatter_add or cat: one node over stored operands (a library step)
-  Collective,   // an exchange among a job's processes (runtime/process_group.h)
+  // One reduction, of a stored value or of the elementwise prologue fused before it, storing
+  // only its result; over trailing dims, all dims, or (of a stored value) any.
+  Reduction,
+  // Reductions of the same rows (softmax's max, then its sum), the row values between them
+  // and the epilogue after them: one program per row, a pass per reduction and a last pass for
+  // the epilogue (Note [The fusion algorithm], phases 4-6).
+  Row,
+  // One reduction over leading dims, its prologue computed, and stored where the step stores
+  // it, as the columns are walked (phase 7).
+  Column,
+  Matmul,      // a library call (OpenBLAS, cuBLAS), with its bias and activation epilogue
+  View,        // no work: new sizes and strides over the operand's storage
+  Transfer,    // a copy between devices
+  Index,       // gather, scatter_add or cat: one node over stored operands (a library step)
+  Collective,  // an exchange among a job's processes (runtime/process_group.h)
   // Independent kernels (`members`) launched as one (Note [Horizontal fusion] in
   // ir/passes/horizontal_fusion.cc): an optimizer's update of every parameter in one launch.
   Group,
 };
+// "elementwise", "row", ...: how the fused IR names a kind (print_schedule, parse_graph).
+const char* step_kind_name(StepKind kind);
+inline std::ostream& operator<<(std::ostream& os, StepKind kind) {
+  return os << step_kind_name(kind);
+}
+// Reduction, Row or Column.
+inline bool is_reduction_kind(StepKind kind) {
+  return kind == StepKind::Reduction || kind == StepKind::Row || kind == StepKind::Column;
+}
+
+// What a member does in its step, recorded by fusion beside the member and read by the
+// backends and the printer.
+enum class Role : uint8_t {
+  Work,       // an elementwise step's member; the one node of a view, transfer, index or collective
+  Prologue,   // a reduction kind's member over the step's space that a reduction reads
+  Reduction,  // a reduction
+  RowValue,   // a row step's member with one value per row, computed between the passes
+  Epilogue,   // a row step's member over the space that no reduction reads: the last pass
+  Product,    // a matmul step's product
+  Bias,       // a matmul step's add of a bias vector to each row of the product
+  Activation,  // a matmul step's relu after the bias
+};
+const char* role_name(Role role);  // "prologue", "row value", ...
 
 struct Step {
   StepKind kind = StepKind::Elementwise;
   // Members in topological order. A scalar constant may be a member of several steps: it is
   // recomputed, never stored.
   std::vector<ValueId> nodes;
+  // Each member's role, beside `nodes` (a scalar constant's is that of the members it serves:
+  // Work, Prologue or Epilogue).
+  std::vector<Role> roles;
   // Values read from storage: params or outputs of earlier steps.
   std::vector<ValueId> inputs;
   // Members whose values are stored: graph outputs and values later steps read.
   std::vector<ValueId> outputs;
-  // The iteration space: an elementwise kernel's shape; a reduction's operand's shape; a
+  // The iteration space: an elementwise kernel's shape; a reduction kind's operand's shape; a
   // group's first member's.
   Shape shape;
   Device device = Device::cpu();
@@ -42,11 +81,16 @@ struct Step {
   // Its half-type values rounded after every op rather than where stored (Note [Half precision
   // in fused kernels]).
   bool round_each_op = true;
-  // A group's kernels, each an Elementwise step or a Reduction step of one reduction (the last
-  // node, after its fused prologue), none reading what another computes. The group's nodes, inputs
-  // and outputs are theirs, concatenated in member order.
+  // A group's kernels, each an Elementwise, Reduction or Column step, none reading what another
+  // computes. The group's nodes, inputs and outputs are theirs, concatenated in member order.
   std::vector<Step> members;
 
+  // The members of `role`, in order.
+  std::vector<ValueId> with_role(Role role) const;
+  // The first member of `role`; -1 where there is none.
+  ValueId first_with_role(Role role) const;
+  // The role of member `member`.
+  Role role_of(ValueId member) const;
   std::string kernel_name() const;  // "k_3f9a1c0b", a group's "g_3f9a1c0b"
 };
 

@@ -179,7 +179,7 @@ std::optional<Graph> carried_in_float32(const Graph& graph, const Step& step) {
 // The elements per row of a row step whose reductions all reduce the same trailing dims of its
 // space; 0 where the step is not one.
 int64_t row_length(const Graph& graph, const Step& step) {
-  if (reduction_parts(graph, step).columns) return 0;
+  if (step.kind == StepKind::Column) return 0;
   int64_t length = 0;
   const int64_t rank = static_cast<int64_t>(step.shape.size());
   for (ValueId v : step.nodes) {
@@ -358,7 +358,7 @@ std::shared_ptr<CpuRowProgram> make_row_program(
   for (size_t i = 0; i < parts.size(); ++i) {
     const Step& part = parts[i];
     CpuRowProgram::Part row_part;
-    if (part.kind == StepKind::Reduction) {
+    if (is_reduction_kind(part.kind)) {
       const Node& node = graph.nodes[part.outputs[0]];
       row_part.reduction = true;
       row_part.op = node.op;
@@ -419,7 +419,7 @@ bool run_row_program(const Graph& graph, const std::vector<Step>& parts, const S
   for (size_t i = 0; i < parts.size(); ++i) {
     const Step& part = parts[i];
     CpuRowProgram::PartData& part_data = data[i];
-    const bool plain_reduction = part.kind == StepKind::Reduction && part.nodes.size() == 1;
+    const bool plain_reduction = is_reduction_kind(part.kind) && part.nodes.size() == 1;
     const std::vector<ValueId> inputs =
         plain_reduction ? std::vector<ValueId>{graph.nodes[part.outputs[0]].inputs[0]}
                         : part.inputs;
@@ -435,7 +435,7 @@ bool run_row_program(const Graph& graph, const std::vector<Step>& parts, const S
           make_cpu_operand(in.data(), in.dtype, in.shape, in.strides, part.shape));
     }
     part_data.operands = operands[i];
-    if (part.kind == StepKind::Reduction) {
+    if (is_reduction_kind(part.kind)) {
       const Node& node = graph.nodes[part.outputs[0]];
       if (!values[part.outputs[0]])
         values[part.outputs[0]] = allocate_buffer(node.device, node.dtype, node.shape);
@@ -581,7 +581,9 @@ class CpuBackend final : public Backend {
         run_elementwise(graph, step, values, program);
         return;
       }
-      case StepKind::Reduction: {
+      case StepKind::Reduction:
+      case StepKind::Row:
+      case StepKind::Column: {
         CpuReductionCache* reduction = nullptr;
         if (cache != nullptr) {
           if (*cache == nullptr) *cache = std::make_unique<CpuReductionCache>();
@@ -616,9 +618,9 @@ class CpuBackend final : public Backend {
         return;
       }
       case StepKind::Matmul: {
-        const Node& matmul = graph.nodes[step.nodes[0]];
-        values[step.nodes[0]] =
-            cpu_matmul(matmul, *values[matmul.inputs[0]], *values[matmul.inputs[1]]);
+        const ValueId product = step.first_with_role(Role::Product);
+        const Node& matmul = graph.nodes[product];
+        values[product] = cpu_matmul(matmul, *values[matmul.inputs[0]], *values[matmul.inputs[1]]);
         // The bias and relu fusion gave the step: one pass over the product.
         if (std::optional<MatmulEpilogue> epilogue = matmul_epilogue(graph, step)) {
           std::shared_ptr<const CpuProgram>* program = nullptr;

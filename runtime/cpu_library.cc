@@ -312,6 +312,7 @@ std::shared_ptr<const CpuProgram> compile_reduction_prologue(const Graph& graph,
   Step prologue = step;
   prologue.kind = StepKind::Elementwise;
   std::erase(prologue.nodes, reduction);
+  prologue.roles.assign(prologue.nodes.size(), Role::Work);
   prologue.outputs = {graph.nodes[reduction].inputs[0]};
   return std::make_shared<const CpuProgram>(CpuProgram::compile(graph, prologue));
 }

@@ -300,7 +300,7 @@ int64_t append_reduction_launch(const Device& device, DType acc, uint64_t out, i
 const LaunchMemo& fused_reduction_kernel(const Graph& graph, const Step& step,
                                          const ValueBuffers& values, LaunchMemo* memo,
                                          LaunchMemo& scratch, int64_t rows) {
-  const bool over_columns = reduction_parts(graph, step).columns;
+  const bool over_columns = step.kind == StepKind::Column;
   return planned_kernel(
       step, values, memo, scratch,
       [&](const std::vector<OperandLayout>& layouts) {
@@ -621,7 +621,7 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
     std::vector<int64_t> output_sizes;
     for (ValueId v : member.outputs) output_sizes.push_back(dtype_size(graph.nodes[v].dtype));
     // A reduction with fused work reads its space element by element: never the vector variant.
-    const bool fused = member.kind == StepKind::Reduction;
+    const bool fused = is_reduction_kind(member.kind);
     CudaElementwiseLaunch launch_plan =
         fused ? plan_cuda_elementwise(member, operands.layouts, {}, {})
               : plan_cuda_elementwise(member, operands.layouts, outputs[m], output_sizes);
@@ -637,14 +637,10 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
   std::vector<bool> over_columns(count, false);
   for (size_t m = 0; m < count; ++m) {
     const Step& member = step.members[m];
-    if (member.kind != StepKind::Reduction || reductions[m]) continue;
-    const int64_t rows = numel(graph.nodes[member.nodes.back()].shape);
+    if (!is_reduction_kind(member.kind) || reductions[m]) continue;
+    const int64_t rows = numel(graph.nodes[member.first_with_role(Role::Reduction)].shape);
     const int64_t columns = rows == 0 ? 0 : kept.members[m].elementwise.plan.numel / rows;
-    // Over leading dims (a column step): read from the attributes, not by splitting the step
-    // into parts on every evaluation.
-    const Node& reduction = graph.nodes[member.nodes.back()];
-    const int64_t rank = static_cast<int64_t>(graph.nodes[reduction.inputs[0]].shape.size());
-    if (reduces_leading_dims(reduction_dims(reduction.attrs, rank), rank)) {
+    if (member.kind == StepKind::Column) {
       over_columns[m] = true;
       fused[m] = fused_column_words(rows, columns);
       continue;
@@ -772,7 +768,7 @@ void run_group(const Graph& graph, const Step& step, ValueBuffers& values, Group
                                  counters + static_cast<uint64_t>(counters_used) * 4, partials[m]);
         counters_used += reductions[m]->counters();
       } else if (fused[m]) {
-        const Node& node = graph.nodes[member.nodes.back()];
+        const Node& node = graph.nodes[member.first_with_role(Role::Reduction)];
         ReductionWords reduction = *fused[m];
         if (reduction.chunks > 1) {
           partials[m] = allocate_buffer(node.device, step_accumulator(graph, member, node),
@@ -1121,12 +1117,16 @@ void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, S
     case StepKind::Elementwise:
       run_elementwise(graph, step, values, memo);
       return;
-    case StepKind::Reduction: {
-      const ReductionParts parts = reduction_parts(graph, step);
+    case StepKind::Row: {
+      const Node& reduction = graph.nodes[reduction_parts(step).reduction];
+      run_row_kernel(graph, step, reduction, values, memo);
+      return;
+    }
+    case StepKind::Reduction:
+    case StepKind::Column: {
+      const ReductionParts parts = reduction_parts(step);
       const Node& reduction = graph.nodes[parts.reduction];
-      if (parts.is_row_program()) {
-        run_row_kernel(graph, step, reduction, values, memo);
-      } else if (parts.columns && !parts.prologue.empty()) {
+      if (step.kind == StepKind::Column && !parts.prologue.empty()) {
         run_fused_column_reduction(graph, step, reduction, values, memo);
       } else {
         values[parts.reduction] =
@@ -1138,12 +1138,12 @@ void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, S
       return;
     }
     case StepKind::Matmul: {
-      const Node& matmul = graph.nodes[step.nodes[0]];
+      const ValueId product = step.first_with_role(Role::Product);
+      const Node& matmul = graph.nodes[product];
       const std::optional<MatmulEpilogue> epilogue = matmul_epilogue(graph, step);
-      if (run_skinny_matmul(graph, step.nodes[0], epilogue ? &*epilogue : nullptr, values)) return;
+      if (run_skinny_matmul(graph, product, epilogue ? &*epilogue : nullptr, values)) return;
       if (epilogue && run_matmul_with_epilogue(graph, *epilogue, values)) return;
-      values[step.nodes[0]] =
-          run_matmul(matmul, *values[matmul.inputs[0]], *values[matmul.inputs[1]]);
+      values[product] = run_matmul(matmul, *values[matmul.inputs[0]], *values[matmul.inputs[1]]);
       // An epilogue cuBLASLt does not take: one elementwise kernel over the product.
       if (epilogue) {
         run_elementwise(graph, epilogue->elementwise, values, memo);

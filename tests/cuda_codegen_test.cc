@@ -102,25 +102,21 @@ std::vector<CudaSource> generate_all(const Schedule& schedule, bool strided) {
       sources.push_back(generate_cuda_group(schedule.graph, members));
       continue;
     }
-    if (step.kind != StepKind::Elementwise && step.kind != StepKind::Reduction) continue;
+    if (step.kind != StepKind::Elementwise && !is_reduction_kind(step.kind)) continue;
     CudaElementwiseLaunch plan = plan_step(schedule, step, strided);
     const bool vectorized = plan.spec.vectorized;
-    if (step.kind == StepKind::Reduction) plan.spec.vectorized = false;
-    if (step.kind == StepKind::Elementwise || step.kind == StepKind::Reduction)
-      sources.push_back(generate_cuda_step(schedule.graph, step, plan.spec));
+    if (is_reduction_kind(step.kind)) plan.spec.vectorized = false;
+    sources.push_back(generate_cuda_step(schedule.graph, step, plan.spec));
     // A reduction with fused work over rows also comes reading its operands in vectors.
-    if (step.kind == StepKind::Reduction && vectorized &&
-        !reduction_parts(schedule.graph, step).is_row_program() &&
-        !reduction_parts(schedule.graph, step).columns &&
-        !reduction_parts(schedule.graph, step).prologue.empty() && plan.spec.rank == 1) {
+    if (step.kind == StepKind::Reduction && vectorized && !reduction_parts(step).prologue.empty() &&
+        plan.spec.rank == 1) {
       plan.spec.vectorized = true;
       sources.push_back(generate_cuda_step(schedule.graph, step, plan.spec));
       EXPECT_NE(sources.back().source.find("vector_end"), std::string::npos);
       plan.spec.vectorized = false;
     }
     // A row step also comes with its row held in registers, read one and four at a time.
-    if (step.kind == StepKind::Reduction &&
-        reduction_parts(schedule.graph, step).is_row_program()) {
+    if (step.kind == StepKind::Row) {
       plan.spec.row_in_registers = true;
       sources.push_back(generate_cuda_step(schedule.graph, step, plan.spec));
       EXPECT_NE(sources.back().source.find("row0[t]"), std::string::npos);
@@ -481,7 +477,7 @@ TEST(CudaCodegen, GroupKernelTakesReductionsByRowsAndByColumns) {
   for (const Step& member : group.members) {
     CudaGroupMember m{&member, plan_step(schedule, member, false).spec, false};
     // The sums over dim 0 read columns; the row sum of the bfloat16 operand reads rows.
-    if (member.kind == StepKind::Reduction)
+    if (is_reduction_kind(member.kind))
       m.columns = schedule.graph.nodes[member.nodes[0]].shape != Shape{8};
     members.push_back(m);
   }
@@ -522,7 +518,7 @@ TEST(CudaCodegen, GroupKernelTakesReductionsWithFusedWork) {
     members.clear();
     for (const Step& member : group.members) {
       CudaGroupMember m{&member, plan_step(schedule, member, strided).spec, false};
-      if (member.kind == StepKind::Reduction) m.spec.vectorized = false;
+      if (is_reduction_kind(member.kind)) m.spec.vectorized = false;
       members.push_back(m);
     }
     const CudaSource source = generate_cuda_group(schedule.graph, members);
@@ -726,7 +722,8 @@ TEST(CudaCodegen, RowValuesAreComputedOncePerRowBetweenThePasses) {
     Schedule schedule = lower(text);
     ASSERT_EQ(schedule.steps.size(), 1u) << print_schedule(schedule);
     const Step& step = schedule.steps[0];
-    EXPECT_EQ(reduction_parts(schedule.graph, step).row_values, (std::vector<ValueId>{7, 8}));
+    EXPECT_EQ(step.kind, StepKind::Row);
+    EXPECT_EQ(reduction_parts(step).row_values, (std::vector<ValueId>{7, 8}));
     CudaElementwiseLaunch plan =
         plan_cuda_elementwise(step, contiguous_layouts(schedule, step), {}, {});
     for (bool in_registers : {false, true}) {
@@ -857,8 +854,8 @@ TEST(CudaCodegen, ColumnSumWithFusedWorkCompilesAloneAndInAGroup) {
           plan_cuda_elementwise(member, contiguous_layouts(schedule, member), {}, {});
       plan.spec.vectorized = false;
       members.push_back({&member, plan.spec, false});
-      if (member.kind != StepKind::Reduction) continue;
-      EXPECT_TRUE(reduction_parts(schedule.graph, member).columns);
+      if (member.kind == StepKind::Elementwise) continue;
+      EXPECT_EQ(member.kind, StepKind::Column);
       const CudaSource alone = generate_cuda_step(schedule.graph, member, plan.spec);
       EXPECT_NE(alone.source.find("const IDX i = (IDX)(j * args.rows + column);"),
                 std::string::npos)
@@ -918,7 +915,7 @@ TEST(CudaCodegen, NormalizationsAndLossesWithGradientsCompile) {
         for (const Step& member : step.members) steps.push_back(&member);
       }
       for (const Step* step : steps) {
-        if (step->kind != StepKind::Reduction || step->outputs.size() < 2) continue;
+        if (!is_reduction_kind(step->kind) || step->outputs.size() < 2) continue;
         CudaElementwiseLaunch plan = plan_step(schedule, *step, false);
         plan.spec.vectorized = false;
         const std::string source = generate_cuda_step(schedule.graph, *step, plan.spec).source;
@@ -1045,7 +1042,7 @@ TEST(CudaCodegen, HalfRowsFollowTheRoundingPolicy) {
     const Schedule schedule = run_pipeline(parse_graph(text), options);
     int rows_seen = 0;
     for (const Step& step : schedule.steps) {
-      if (step.kind != StepKind::Reduction) continue;
+      if (step.kind != StepKind::Row) continue;
       ++rows_seen;
       CudaElementwiseLaunch plan = plan_step(schedule, step, false);
       choose_cuda_row_layout(plan, 1024, step.inputs.size(), true);

@@ -90,7 +90,8 @@ TEST(FastMath, SourceDiffersOnlyByTheDefineAndCompiles) {
         ++elementwise;
         variants.emplace_back(generate_cuda_elementwise(schedule.graph, step, spec, false),
                               generate_cuda_elementwise(schedule.graph, step, spec, true));
-      } else if (step.kind == StepKind::Reduction && step.nodes.size() > 1) {
+      } else if ((step.kind == StepKind::Reduction || step.kind == StepKind::Column) &&
+                 step.nodes.size() > 1) {
         ++fused_reductions;
         variants.emplace_back(generate_cuda_fused_reduction(schedule.graph, step, spec, false),
                               generate_cuda_fused_reduction(schedule.graph, step, spec, true));

@@ -16,6 +16,7 @@
 #include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
 #include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/ir/infer.h"
 #include "lazyfuse/ir/passes/passes.h"
 #include "lazyfuse/ir/verifier.h"
 #include "lazyfuse/lazyfuse.h"
@@ -55,34 +56,72 @@ void expect_valid_schedule(const Schedule& schedule) {
             << "step " << s << ": %" << m << " reads %" << in << ", which the step lacks";
       }
     }
-    // A reduction step is one reduction with elementwise work fused around it, or several
-    // keepdim reductions of the same rows; other library steps are one node.
-    if (step.kind == StepKind::Reduction) {
+    ASSERT_EQ(step.roles.size(), step.nodes.size()) << "step " << s;
+    auto role = [&](ValueId m) {
+      return step.roles[absl::c_find(step.nodes, m) - step.nodes.begin()];
+    };
+    // A reduction kind is one reduction with elementwise work fused around it, or several
+    // keepdim reductions of the same rows; each member's role is what it does there.
+    if (is_reduction_kind(step.kind)) {
       std::vector<ValueId> reductions;
       for (ValueId m : step.nodes) {
-        const Op op = graph.nodes[m].op;
-        if (is_reduction(op)) reductions.push_back(m);
-        EXPECT_TRUE(is_reduction(op) || is_fusable_elementwise(op)) << "step " << s << " %" << m;
+        const Node& node = graph.nodes[m];
+        if (is_reduction(node.op)) reductions.push_back(m);
+        EXPECT_TRUE(is_reduction(node.op) || is_fusable_elementwise(node.op))
+            << "step " << s << " %" << m;
+        EXPECT_EQ(role(m) == Role::Reduction, is_reduction(node.op)) << "step " << s << " %" << m;
+        const bool per_row =
+            !is_reduction(node.op) && !is_scalar_constant(node) && node.shape != step.shape;
+        EXPECT_EQ(role(m) == Role::RowValue, per_row && step.kind == StepKind::Row)
+            << "step " << s << " %" << m;
+        if (step.kind != StepKind::Row)
+          EXPECT_TRUE(role(m) == Role::Prologue || role(m) == Role::Reduction)
+              << "step " << s << " %" << m;
       }
       ASSERT_GE(reductions.size(), 1u) << "step " << s;
+      if (step.kind != StepKind::Row) EXPECT_EQ(reductions.size(), 1u) << "step " << s;
+      const Node& first = graph.nodes[reductions[0]];
+      const int64_t rank = static_cast<int64_t>(graph.nodes[first.inputs[0]].shape.size());
+      EXPECT_EQ(
+          step.kind == StepKind::Column,
+          reductions.size() == 1 && reduces_leading_dims(reduction_dims(first.attrs, rank), rank))
+          << "step " << s;
+      // What a reduction reads, through the members it reads, is prologue, never epilogue.
+      absl::flat_hash_set<ValueId> read_by_reductions;
+      std::vector<ValueId> frontier(reductions.begin(), reductions.end());
+      while (!frontier.empty()) {
+        const ValueId v = frontier.back();
+        frontier.pop_back();
+        for (ValueId in : graph.nodes[v].inputs)
+          if (members.contains(in) && !is_reduction(graph.nodes[in].op) &&
+              read_by_reductions.insert(in).second)
+            frontier.push_back(in);
+      }
+      for (ValueId m : read_by_reductions)
+        EXPECT_TRUE(role(m) == Role::Prologue || role(m) == Role::RowValue)
+            << "step " << s << " %" << m;
       // Several reductions reduce the same rows (with keepdim or without).
       for (ValueId r : reductions) {
         if (reductions.size() == 1) break;
-        const Node &first = graph.nodes[reductions[0]], &node = graph.nodes[r];
+        const Node& node = graph.nodes[r];
         EXPECT_EQ(numel(node.shape), numel(first.shape)) << "step " << s << " %" << r;
         EXPECT_EQ(graph.nodes[node.inputs[0]].shape, graph.nodes[first.inputs[0]].shape);
       }
-    } else if (step.kind == StepKind::Matmul && step.nodes.size() > 1) {
-      // A matmul with its epilogue: the bias add, then perhaps a relu.
+    } else if (step.kind == StepKind::Matmul) {
+      // A matmul, perhaps with its epilogue: the bias add, then perhaps a relu.
       ASSERT_LE(step.nodes.size(), 3u) << "step " << s;
-      EXPECT_EQ(graph.nodes[step.nodes[0]].op, Op::Matmul) << "step " << s;
-      EXPECT_EQ(graph.nodes[step.nodes[1]].op, Op::Add) << "step " << s;
-      if (step.nodes.size() == 3) {
-        EXPECT_EQ(graph.nodes[step.nodes[2]].op, Op::Relu);
+      for (ValueId m : step.nodes) {
+        const Node& node = graph.nodes[m];
+        const Role expected = node.op == Op::Matmul ? Role::Product
+                              : node.op == Op::Add  ? Role::Bias
+                                                    : Role::Activation;
+        EXPECT_EQ(role(m), expected) << "step " << s << " %" << m;
+        EXPECT_TRUE(node.op == Op::Matmul || node.op == Op::Add || node.op == Op::Relu);
       }
       EXPECT_EQ(step.outputs.size(), 1u) << "step " << s;
-    } else if (step.kind != StepKind::Elementwise) {
-      EXPECT_EQ(step.nodes.size(), 1u) << "step " << s;
+    } else {
+      for (Role r : step.roles) EXPECT_EQ(r, Role::Work) << "step " << s;
+      if (step.kind != StepKind::Elementwise) EXPECT_EQ(step.nodes.size(), 1u) << "step " << s;
     }
   };
   for (size_t s = 0; s < schedule.steps.size(); ++s) {
@@ -91,7 +130,7 @@ void expect_valid_schedule(const Schedule& schedule) {
       EXPECT_GE(step.members.size(), 2u) << "step " << s;
       for (const Step& member : step.members) {
         EXPECT_TRUE(member.kind == StepKind::Elementwise ||
-                    (member.kind == StepKind::Reduction &&
+                    ((member.kind == StepKind::Reduction || member.kind == StepKind::Column) &&
                      is_reduction(graph.nodes[member.nodes.back()].op)))
             << "step " << s;
         check_kernel(member, s);
@@ -257,7 +296,7 @@ TEST(Fusion, TwoOutputsSharingAnIntermediateAreOneMultiOutputKernel) {
   ASSERT_EQ(schedule.steps.size(), 1u);
   EXPECT_EQ(schedule.steps[0].outputs.size(), 2u);
   EXPECT_EQ(count_ops(schedule.graph, Op::Exp), 1);
-  EXPECT_THAT(a.fused_ir(), HasSubstr("kernel @k_"));
+  EXPECT_THAT(a.fused_ir(), HasSubstr("kernel elementwise @k_"));
 
   EXPECT_EQ(kernels_to_eval({a, b}), 1);
   EXPECT_TRUE(a.is_computed());
@@ -324,7 +363,7 @@ TEST(Fusion, ReductionSplitsFromAProducerItCannotAbsorb) {
       "  return %2\n"
       "}\n");
   EXPECT_EQ(count_steps(columns, StepKind::Elementwise), 1);
-  EXPECT_EQ(count_steps(columns, StepKind::Reduction), 1);
+  EXPECT_EQ(count_steps(columns, StepKind::Column), 1);
 
   // The same through the frontend, with the values checked.
   Tensor x = tensor({1, 2, 3});
@@ -807,7 +846,8 @@ TEST(Fusion, AbsorbedPrologueKeepsItsDependencesVisible) {
   %7 = add %6, %4 : i64[1] @cpu
   return %5, %7
 })");
-  EXPECT_EQ(count_steps(schedule, StepKind::Reduction), 2);
+  EXPECT_EQ(count_steps(schedule, StepKind::Reduction) + count_steps(schedule, StepKind::Row), 2)
+      << print_schedule(schedule);
 }
 
 }  // namespace
@@ -919,7 +959,7 @@ TEST(HorizontalFusion, WorkReadLastRunsLateAndTogether) {
   EXPECT_THAT(kinds,
               ElementsAre(StepKind::Matmul, StepKind::Matmul, StepKind::Group, StepKind::Group));
   ASSERT_EQ(schedule.steps[2].members.size(), 3u);
-  EXPECT_EQ(schedule.steps[2].members[2].kind, StepKind::Reduction);
+  EXPECT_EQ(schedule.steps[2].members[2].kind, StepKind::Column);
   EXPECT_THAT(schedule.steps[2].outputs, ElementsAre(10, 12, 7));
   EXPECT_EQ(schedule.steps[3].members.size(), 2u);
   EXPECT_THAT(schedule.steps[3].outputs, ElementsAre(14, 16));
@@ -974,7 +1014,7 @@ TEST(Fusion, ExpandOfARowSumReadByABroadcastingOpJoinsTheRowKernel) {
   EXPECT_EQ(count_ops(graph, Op::Expand), 0);
   Schedule schedule = schedule_of_text(kGrad);
   ASSERT_EQ(schedule.steps.size(), 1u);
-  EXPECT_EQ(schedule.steps[0].kind, StepKind::Reduction);
+  EXPECT_EQ(schedule.steps[0].kind, StepKind::Row);
   // A unary op cannot broadcast: its expand stays.
   Graph unary = parse_graph(R"(graph @main(%0: f32[4,10] @cpu) {
   %1 = sum %0 {dims = [1], keepdim = true} : f32[4,1] @cpu
@@ -1397,7 +1437,7 @@ TEST(Fusion, ColumnSumTakesTheWorkComputingItsOperand) {
   ASSERT_EQ(schedule.steps.size(), 1u) << print_schedule(schedule);
   ASSERT_EQ(schedule.steps[0].members.size(), 2u) << print_schedule(schedule);
   for (const Step& member : schedule.steps[0].members)
-    EXPECT_EQ(member.kind, StepKind::Reduction) << print_schedule(schedule);
+    EXPECT_EQ(member.kind, StepKind::Column) << print_schedule(schedule);
   EXPECT_EQ(kernels_to_eval(fused), 1);
   std::vector<double> want_masked(h.size()), want_sum(kColumns, 0), want_products(kColumns, 0);
   for (int64_t r = 0; r < kRows; ++r)

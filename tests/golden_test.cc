@@ -73,28 +73,6 @@ const std::vector<GoldenCase>& golden_cases() {
   return cases;
 }
 
-const char* step_kind_name(StepKind kind) {
-  switch (kind) {
-    case StepKind::Elementwise:
-      return "elementwise";
-    case StepKind::Reduction:
-      return "reduction";
-    case StepKind::Matmul:
-      return "matmul";
-    case StepKind::View:
-      return "view";
-    case StepKind::Transfer:
-      return "transfer";
-    case StepKind::Index:
-      return "index";
-    case StepKind::Collective:
-      return "collective";
-    case StepKind::Group:
-      return "group";
-  }
-  return "?";
-}
-
 // The source without the common prologue. Fast math puts a #define before it, which stays.
 std::string strip_prologue(const CudaSource& source) {
   const std::string& prologue = cuda_prologue();
@@ -108,7 +86,7 @@ std::string strip_prologue(const CudaSource& source) {
 std::optional<CudaSource> generate_cuda(const Schedule& schedule, const Step& step,
                                         const std::set<ValueId>& transposed) {
   const Graph& graph = schedule.graph;
-  if (step.kind != StepKind::Elementwise && step.kind != StepKind::Reduction) return std::nullopt;
+  if (step.kind != StepKind::Elementwise && !is_reduction_kind(step.kind)) return std::nullopt;
   std::vector<OperandLayout> layouts;
   for (ValueId v : step.inputs) {
     const Node& node = graph.nodes[v];

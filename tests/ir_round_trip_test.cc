@@ -243,17 +243,69 @@ std::string without_kernel_names(std::string text) {
   return text;
 }
 
+// A kernel's header names its kind, and each member of a non-elementwise kernel says its role:
+// what fusion decided, which the backends read. Read back, the same schedule prints.
+TEST(RoundTrip, KernelsShowTheirKindAndTheirMembersRoles) {
+  const std::string norm_and_linear =
+      R"(graph @main(%0: f32[8,16] @cpu, %1: f32[16,4] @cpu, %2: f32[4] @cpu) {
+  %3 = mean %0 {dims = [1], keepdim = true} : f32[8,1] @cpu
+  %4 = sub %0, %3 : f32[8,16] @cpu
+  %5 = mul %4, %4 : f32[8,16] @cpu
+  %6 = mean %5 {dims = [1], keepdim = true} : f32[8,1] @cpu
+  %7 = const {value = 1e-05} : f32[] @cpu
+  %8 = add %6, %7 : f32[8,1] @cpu
+  %9 = rsqrt %8 : f32[8,1] @cpu
+  %10 = mul %4, %9 : f32[8,16] @cpu
+  %11 = matmul %10, %1 : f32[8,4] @cpu
+  %12 = add %11, %2 : f32[8,4] @cpu
+  %13 = relu %12 : f32[8,4] @cpu
+  %14 = sum %13 {dims = [0], keepdim = false} : f32[4] @cpu
+  return %13, %14
+}
+)";
+  const std::string text = fused(norm_and_linear);
+  EXPECT_EQ(without_kernel_names(text),
+            R"(graph @main(%0: f32[8,16] @cpu, %1: f32[16,4] @cpu, %2: f32[4] @cpu) {
+  kernel row @k_X(%0) -> (%10) {
+    %3 = mean %0 {dims = [1], keepdim = true} : f32[8,1] @cpu  // reduction
+    %4 = sub %0, %3 : f32[8,16] @cpu  // prologue
+    %5 = mul %4, %4 : f32[8,16] @cpu  // prologue
+    %6 = mean %5 {dims = [1], keepdim = true} : f32[8,1] @cpu  // reduction
+    %7 = const {value = 1e-05} : f32[] @cpu  // epilogue
+    %8 = add %6, %7 : f32[8,1] @cpu  // row value
+    %9 = rsqrt %8 : f32[8,1] @cpu  // row value
+    %10 = mul %4, %9 : f32[8,16] @cpu  // epilogue
+  }
+  kernel matmul @k_X(%10, %1, %2) -> (%13) {
+    %11 = matmul %10, %1 : f32[8,4] @cpu  // product
+    %12 = add %11, %2 : f32[8,4] @cpu  // bias
+    %13 = relu %12 : f32[8,4] @cpu  // activation
+  }
+  %14 = sum %13 {dims = [0], keepdim = false} : f32[4] @cpu
+  return %13, %14
+}
+)");
+  EXPECT_EQ(fused(text), text);
+  PipelineOptions options;
+  options.only = std::vector<std::string>{"fusion"};
+  const Schedule schedule = run_pipeline(parse_graph(text), options);
+  ASSERT_EQ(schedule.steps.size(), 3u);
+  EXPECT_EQ(schedule.steps[0].kind, StepKind::Row);
+  EXPECT_EQ(schedule.steps[1].kind, StepKind::Matmul);
+  EXPECT_EQ(schedule.steps[2].kind, StepKind::Column);
+}
+
 TEST(RoundTrip, KernelsAreRegionsThatDefineNoValues) {
   EXPECT_EQ(without_kernel_names(fused(kInterleaved)),
             R"(graph @main(%0: f32[4,8] @cpu, %1: f32[8,4] @cpu) {
   %2 = const {value = 2.0} : f32[] @cpu
-  kernel @k_X(%0) -> (%3, %5) {
+  kernel elementwise @k_X(%0) -> (%3, %5) {
     %3 = mul %0, %2 : f32[4,8] @cpu
     %5 = exp %3 : f32[4,8] @cpu
   }
   %4 = sum %3 {dims = [0], keepdim = false} : f32[8] @cpu
   %6 = matmul %5, %1 : f32[4,4] @cpu
-  kernel @k_X(%6) -> (%7) {
+  kernel elementwise @k_X(%6) -> (%7) {
     %7 = add %6, %2 : f32[4,4] @cpu
   }
   return %4, %7
@@ -274,7 +326,7 @@ TEST(RoundTrip, AConstantInOneKernelPrintsInsideIt) {
   return %5
 })");
   EXPECT_EQ(without_kernel_names(text), R"(graph @main(%0: f32[3] @cpu, %1: f32[3] @cpu) {
-  kernel @k_X(%0, %1) -> (%5) {
+  kernel elementwise @k_X(%0, %1) -> (%5) {
     %2 = const {value = 2.0} : f32[] @cpu
     %3 = add %0, %2 : f32[3] @cpu
     %4 = exp %3 : f32[3] @cpu
@@ -410,7 +462,10 @@ INSTANTIATE_TEST_SUITE_P(
         KernelErrorCase{HEADER "  kernel @k_1(%0) (%2) {\n" EXP END,
                         "2:19: error: expected '->' and the kernel's results"},
         KernelErrorCase{HEADER "  kernel k_1(%0) -> (%2) {\n" EXP END,
-                        "2:10: error: expected '@' and the kernel's name"},
+                        "2:10: error: expected a kernel kind (elementwise, reduction, row, ...) "
+                        "or '@' and the kernel's name, not 'k_1'"},
+        KernelErrorCase{HEADER "  kernel elementwise k_1(%0) -> (%2) {\n" EXP END,
+                        "2:22: error: expected '@' and the kernel's name"},
         KernelErrorCase{HEADER "  kernel @(%0) -> (%2) {\n" EXP END,
                         "2:10: error: expected the kernel's name after '@'"},
         KernelErrorCase{HEADER "  kernel @k_1(%0) -> (%2) {\n" EXP "    return %2\n}\n",

@@ -379,7 +379,7 @@ TEST(Lazy, DeepChainIrText) {
   EXPECT_THAT(ir, ::testing::EndsWith("  %3000 = neg %2999 : f32[2] @cpu\n  return %3000\n}\n"));
   // The kernel cap (128 nodes by default) splits the chain, in order.
   const std::string fused = y.fused_ir();
-  EXPECT_EQ(count_substr(fused, "kernel @k_"), (depth + 127) / 128);
+  EXPECT_EQ(count_substr(fused, "kernel elementwise @k_"), (depth + 127) / 128);
   EXPECT_EQ(y.to_vector<float>(), std::vector<float>({1, -2}));  // an even number of negations
 }
 
@@ -397,8 +397,8 @@ TEST(Lazy, IrTextOfExpOfShiftTimes) {
             "  return %5\n"
             "}\n");
   const std::string fused = result.fused_ir();
-  EXPECT_EQ(count_substr(fused, "kernel @k_"), 1);
-  EXPECT_THAT(fused, HasSubstr("  kernel @k_"));
+  EXPECT_EQ(count_substr(fused, "kernel elementwise @k_"), 1);
+  EXPECT_THAT(fused, HasSubstr("  kernel elementwise @k_"));
   EXPECT_THAT(fused, HasSubstr("(%0, %1) -> (%5) {\n"));
   // Showing the IR computes nothing.
   EXPECT_FALSE(result.is_computed());

@@ -53,8 +53,8 @@ TEST(Stats, FusedIrFollowsTheSwitchesOfEvaluation) {
   eval(x);
   Tensor y = (x + 1).exp() * 2;
   Tensor z = (x + 1).exp() - 1;
-  EXPECT_EQ(count_of(y.fused_ir(), "kernel @"), 1);
-  EXPECT_EQ(count_of(y.fused_ir(EvalOptions{.fusion = false}), "kernel @"), 3)
+  EXPECT_EQ(count_of(y.fused_ir(), "kernel elementwise @"), 1);
+  EXPECT_EQ(count_of(y.fused_ir(EvalOptions{.fusion = false}), "kernel elementwise @"), 3)
       << "fusion off: a kernel an op\n"
       << y.fused_ir(EvalOptions{.fusion = false});
   // Both at once, as eval({y, z}) runs them: their common (x + 1).exp() computed once.

@@ -15,7 +15,7 @@ namespace lazyfuse::tools {
 namespace {
 
 bool has_generated_kernel(const Step& step) {
-  return step.kind == StepKind::Elementwise || step.kind == StepKind::Reduction ||
+  return step.kind == StepKind::Elementwise || is_reduction_kind(step.kind) ||
          step.kind == StepKind::Group;
 }
 

@@ -49,8 +49,8 @@ int dot(const std::string& path, bool fused, const std::string& output) {
     const Step& step = schedule.steps[s];
     const bool cluster = fused && step.nodes.size() > 1;
     if (cluster)
-      out << "  subgraph cluster_" << s << " {\n    label=\"kernel @" << step.kernel_name()
-          << "\";\n    style=dashed;\n";
+      out << "  subgraph cluster_" << s << " {\n    label=\"kernel " << step_kind_name(step.kind)
+          << " @" << step.kernel_name() << "\";\n    style=dashed;\n";
     for (ValueId v : step.nodes) {
       if (emitted[v]) continue;  // a scalar constant computed in several kernels is drawn once
       emitted[v] = true;

@@ -42,8 +42,8 @@
 //     elementwise group computing its operand, whatever else reads that group's values (they
 //     are stored by the same kernel): one kernel walks columns of the space, computes and
 //     stores the work, and reduces it (the ReLU mask of a gradient and its bias's gradient).
-//  8. build_steps, 9. order_steps: a step per group, producers first.
-// ReductionParts (codegen/kernel_plan.h) tells a reduction step's roles apart.
+//  8. build_steps, 9. order_steps: a step per group, producers first. Each step records its kind
+//     and its members' roles (record_kind_and_roles), which the backends read.
 //
 // Softmax over rows of 1024, x[8, 1024]:
 //
@@ -106,6 +106,85 @@ bool reduces_trailing_dims(const Graph& graph, ValueId id) {
   const Node& node = graph.nodes[id];
   const int64_t rank = static_cast<int64_t>(graph.nodes[node.inputs[0]].shape.size());
   return lazyfuse::reduces_trailing_dims(reduction_dims(node.attrs, rank), rank);
+}
+
+// The members of `step` that `value` depends on, `value` included; a reduction other than
+// `value` is a boundary: its result is read, not recomputed.
+std::vector<bool> members_needed_by(const Graph& graph, const Step& step, ValueId value) {
+  std::vector<bool> needed(graph.nodes.size(), false);
+  needed[value] = true;
+  for (auto it = step.nodes.rbegin(); it != step.nodes.rend(); ++it) {
+    const ValueId v = *it;
+    if (!needed[v] || (v != value && is_reduction(graph.nodes[v].op))) continue;
+    for (ValueId in : graph.nodes[v].inputs) needed[in] = true;
+  }
+  return needed;
+}
+
+// A step with its members set, of a group holding reductions: the kind (Reduction, Row or
+// Column) and each member's role. One reduction over leading dims is a column step, every
+// other member its prologue. Otherwise a member is a row value when it has one value per row
+// (not the space's shape; a scalar constant is computed where it is used); a prologue member
+// when a reduction reads it; else an epilogue member. Several reductions, row values, an
+// epilogue or stored work over the space make a row step.
+void record_reduction_roles(const Graph& graph, Step& step) {
+  std::vector<ValueId> reductions;
+  for (ValueId v : step.nodes)
+    if (is_reduction(graph.nodes[v].op)) reductions.push_back(v);
+  const Node& first = graph.nodes[reductions.front()];
+  const int64_t rank = static_cast<int64_t>(graph.nodes[first.inputs[0]].shape.size());
+  step.roles.assign(step.nodes.size(), Role::Prologue);
+  if (reductions.size() == 1 && reduces_leading_dims(reduction_dims(first.attrs, rank), rank)) {
+    step.kind = StepKind::Column;
+    for (size_t i = 0; i < step.nodes.size(); ++i)
+      if (step.nodes[i] == reductions.front()) step.roles[i] = Role::Reduction;
+    return;
+  }
+  std::vector<bool> in_prologue(graph.nodes.size(), false);
+  for (ValueId r : reductions) {
+    const std::vector<bool> needed = members_needed_by(graph, step, r);
+    for (ValueId m : step.nodes) in_prologue[m] = in_prologue[m] || (needed[m] && m != r);
+  }
+  bool row = reductions.size() > 1;
+  for (size_t i = 0; i < step.nodes.size(); ++i) {
+    const Node& node = graph.nodes[step.nodes[i]];
+    if (is_reduction(node.op))
+      step.roles[i] = Role::Reduction;
+    else if (!is_scalar_constant(node) && node.shape != step.shape)
+      step.roles[i] = Role::RowValue;
+    else if (!in_prologue[step.nodes[i]])
+      step.roles[i] = Role::Epilogue;
+    row |= step.roles[i] == Role::RowValue || step.roles[i] == Role::Epilogue;
+  }
+  for (size_t i = 0; i < step.nodes.size(); ++i) {
+    const bool stored =
+        std::find(step.outputs.begin(), step.outputs.end(), step.nodes[i]) != step.outputs.end();
+    row |= stored && step.roles[i] == Role::Prologue;
+  }
+  step.kind = row ? StepKind::Row : StepKind::Reduction;
+}
+
+// A step with its members, inputs and outputs set: its kind, refined for reductions, and its
+// members' roles.
+void record_kind_and_roles(const Graph& graph, Step& step) {
+  switch (step.kind) {
+    case StepKind::Reduction:
+      record_reduction_roles(graph, step);
+      return;
+    case StepKind::Matmul:
+      // The product, then the epilogue that mark_matmul_epilogues gave it.
+      step.roles.clear();
+      for (ValueId v : step.nodes) {
+        const Op op = graph.nodes[v].op;
+        step.roles.push_back(op == Op::Matmul ? Role::Product
+                             : op == Op::Add  ? Role::Bias
+                                              : Role::Activation);
+      }
+      return;
+    default:
+      step.roles.assign(step.nodes.size(), Role::Work);
+      return;
+  }
 }
 
 // The rows a reduction over trailing dims walks, with or without keepdim, when they have at most
@@ -660,6 +739,7 @@ std::vector<Step> Grouping::build_steps() const {
       for (ValueId user : users_[m]) needed |= !member_set.contains(user);
       if (needed) step.outputs.push_back(m);
     }
+    record_kind_and_roles(graph_, step);
     steps.push_back(std::move(step));
   }
   return steps;

@@ -117,6 +117,7 @@ std::optional<Step> merge_siblings(const Graph& graph, const Step& a, const Step
       static_cast<int>(inputs.size()) > options.max_inputs)
     return std::nullopt;
   Step merged = a;
+  merged.roles.assign(nodes.size(), Role::Work);
   merged.nodes = std::move(nodes);
   merged.inputs = std::move(inputs);
   merged.outputs.insert(merged.outputs.end(), b.outputs.begin(), b.outputs.end());
@@ -151,20 +152,11 @@ std::vector<Step> fuse_siblings(const Graph& graph, std::vector<Step> steps,
 
 // Steps a group may take, whose kernels the code generators can give a range of blocks:
 // elementwise kernels, and reductions of one reduction node, of a stored value or of the
-// elementwise work fused before it (a row step, with several reductions or work after its
-// reduction, stays alone).
-bool is_group_member(const Graph& graph, const Step& step) {
+// elementwise work fused before it (a row step stays alone), whose reduction is its last member.
+bool is_group_member(const Step& step) {
   if (step.kind == StepKind::Elementwise) return true;
-  if (step.kind != StepKind::Reduction) return false;
-  int reductions = 0;
-  for (ValueId v : step.nodes) reductions += is_reduction(graph.nodes[v].op);
-  const Node& last = graph.nodes[step.nodes.back()];
-  if (reductions != 1 || !is_reduction(last.op)) return false;
-  // One that stores its work besides is a row step, unless it reduces columns.
-  bool stores_work = false;
-  for (ValueId v : step.outputs) stores_work |= !is_reduction(graph.nodes[v].op);
-  const int64_t rank = static_cast<int64_t>(graph.nodes[last.inputs[0]].shape.size());
-  return !stores_work || reduces_leading_dims(reduction_dims(last.attrs, rank), rank);
+  return (step.kind == StepKind::Reduction || step.kind == StepKind::Column) &&
+         step.roles.back() == Role::Reduction;
 }
 
 Step make_group(std::vector<Step> members) {
@@ -176,6 +168,7 @@ Step make_group(std::vector<Step> members) {
   absl::flat_hash_set<ValueId> inputs;
   for (const Step& m : members) {
     group.nodes.insert(group.nodes.end(), m.nodes.begin(), m.nodes.end());
+    group.roles.insert(group.roles.end(), m.roles.begin(), m.roles.end());
     for (ValueId v : m.inputs)
       if (inputs.insert(v).second) group.inputs.push_back(v);
     group.outputs.insert(group.outputs.end(), m.outputs.begin(), m.outputs.end());
@@ -197,8 +190,7 @@ void run_horizontal_fusion(Schedule& schedule, const FusionOptions& options) {
   std::map<Where, std::vector<size_t>> at;
   for (size_t s = 0; s < schedule.steps.size(); ++s) {
     const Step& step = schedule.steps[s];
-    if (is_group_member(graph, step))
-      at[{level[s], step.device.type(), step.device.index()}].push_back(s);
+    if (is_group_member(step)) at[{level[s], step.device.type(), step.device.index()}].push_back(s);
   }
   for (auto it = at.rbegin(); it != at.rend(); ++it) {
     auto& [where, members] = *it;
@@ -229,7 +221,7 @@ void run_horizontal_fusion(Schedule& schedule, const FusionOptions& options) {
   std::vector<Step> steps;
   for (size_t s = 0; s < schedule.steps.size(); ++s) {
     Step& step = schedule.steps[s];
-    if (is_group_member(graph, step))
+    if (is_group_member(step))
       together[{level[s], step.device.type(), step.device.index()}].push_back(std::move(step));
     else
       steps.push_back(std::move(step));

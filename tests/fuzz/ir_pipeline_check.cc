@@ -21,7 +21,7 @@ std::string check_ir_pipeline(std::string_view text) {
     return "";  // a typed rejection, such as operands on two devices
   }
   for (const Step& step : schedule.steps) {
-    if (step.kind != StepKind::Elementwise && step.kind != StepKind::Reduction &&
+    if (step.kind != StepKind::Elementwise && !is_reduction_kind(step.kind) &&
         step.kind != StepKind::Group)
       continue;
     try {
