@@ -33,7 +33,7 @@ int main() {
   }
 
   heading("4. A tensor on the CPU");
-  lf::Tensor x = lf::tensor({1, 2, 3});
+  lf::Tensor x = lf::tensor({1., 2., 3.});
   std::cout << "x = " << x << "\nx.device() = " << x.device() << "\n";
 
   heading("5. To the GPU");
@@ -66,7 +66,7 @@ int main() {
             << "\n";
 
   heading("10. Mixing devices is an error");
-  lf::Tensor on_cpu = lf::tensor({1, 2, 3});
+  lf::Tensor on_cpu = lf::tensor({1., 2., 3.});
   lf::Tensor on_gpu = on_cpu.to(gpu0);
   if (gpus == 0) {
     std::cout << "(no GPU: both operands are on the CPU, so nothing to reject)\n";

@@ -4,12 +4,12 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "lazyfuse/codegen/cpu_program.h"
 #include "lazyfuse/frontend/autograd.h"
 #include "lazyfuse/frontend/op_builder.h"
 #include "lazyfuse/frontend/tensor.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/runtime/devices.h"
+#include "lazyfuse/runtime/executor.h"
 
 namespace lazyfuse {
 namespace {
@@ -71,11 +71,7 @@ Tensor from_vector(const std::vector<double>& values, Shape shape, TensorOptions
   if (static_cast<int64_t>(values.size()) != numel(shape))
     throw ShapeError(absl::StrCat("from_vector: ", values.size(), " values do not fill shape ",
                                   shape_str(shape), " (at ", SourceLoc::from(where).str(), ")"));
-  BufferView buffer = allocate_buffer(Device::cpu(), options.dtype(), shape);
-  CpuOperand source =
-      make_cpu_operand(values.data(), DType::Float64, {static_cast<int64_t>(values.size())}, {1},
-                       {static_cast<int64_t>(values.size())});
-  cpu_gather(source, options.dtype(), 0, static_cast<int64_t>(values.size()), buffer.data());
+  BufferView buffer = host_buffer_from(values.data(), DType::Float64, options.dtype(), shape);
   Tensor t(make_leaf(std::move(buffer), SourceLoc::from(where)));
   return leaf(t.to(options.device(), where), options);
 }
@@ -88,6 +84,9 @@ Tensor tensor(const TensorData& data, TensorOptions options, Loc where) {
     if (at->list().empty()) break;
   }
   std::vector<double> values;
+  std::vector<int64_t> integers;
+  TensorData::Kind kind = TensorData::Kind::Bool;
+  bool any_number = false;
   auto flatten = [&](auto&& self, const TensorData& node, size_t depth) -> void {
     const bool leaf_expected = depth == shape.size();
     if (node.is_list() == leaf_expected ||
@@ -100,11 +99,26 @@ Tensor tensor(const TensorData& data, TensorOptions options, Loc where) {
           " (at ", SourceLoc::from(where).str(), ")"));
     if (!node.is_list()) {
       values.push_back(node.value());
+      integers.push_back(node.integer());
+      kind = std::max(kind, node.kind());
+      any_number = true;
       return;
     }
     for (const TensorData& element : node.list()) self(self, element, depth + 1);
   };
   flatten(flatten, data, 0);
+  if (!options.has_dtype()) {
+    const bool floating = !any_number || kind == TensorData::Kind::Floating;
+    options = options.dtype(floating                            ? DType::Float32
+                            : kind == TensorData::Kind::Integer ? DType::Int64
+                                                                : DType::Bool);
+  }
+  // Integers into an integer dtype exactly, whatever their size.
+  if (kind != TensorData::Kind::Floating && !is_floating(options.dtype()) && any_number) {
+    BufferView buffer = host_buffer_from(integers.data(), DType::Int64, options.dtype(), shape);
+    Tensor t(make_leaf(std::move(buffer), SourceLoc::from(where)));
+    return leaf(t.to(options.device(), where), options);
+  }
   return from_vector(values, shape, options, where);
 }
 

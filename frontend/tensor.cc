@@ -6,7 +6,6 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "lazyfuse/codegen/cpu_program.h"
 #include "lazyfuse/frontend/op_builder.h"
 #include "lazyfuse/frontend/tensor_format.h"
 #include "lazyfuse/ir/errors.h"
@@ -291,12 +290,8 @@ namespace {
 // The value's elements on the host, contiguous, converted to `as`.
 std::vector<std::byte> host_values(const Tensor& t, DType as) {
   eval(t);
-  // Reading a GPU tensor copies it to host memory first, as PyTorch's printing does.
-  const BufferView buffer = copy_to_device(*t.value()->buffer, Device::cpu());
   std::vector<std::byte> out(t.numel() * dtype_size(as));
-  CpuOperand operand =
-      make_cpu_operand(buffer.data(), buffer.dtype, buffer.shape, buffer.strides, buffer.shape);
-  cpu_gather(operand, as, 0, t.numel(), out.data());
+  read_to_host(*t.value()->buffer, as, out.data());
   return out;
 }
 

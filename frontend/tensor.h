@@ -456,14 +456,17 @@ Tensor amin(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false,
 // Factories. Tensors are created on the CPU as float32 unless the options say otherwise.
 // The values of tensor(): a number, or a braced list of them nested to any depth, as LibTorch's
 // TensorDataContainer takes them: 3.5, {1, 2}, {{2.0}, {-3.4}}, {{{1, 2}}}. Every sub-list of
-// one level has the same length.
+// one level has the same length. Each number keeps its kind (bool, integer, floating), from
+// which tensor() takes its dtype when the options give none.
 class TensorData {
  public:
-  TensorData(double value) : value_(value) {}                                          // NOLINT
-  TensorData(float value) : value_(value) {}                                           // NOLINT
-  TensorData(int value) : value_(value) {}                                             // NOLINT
-  TensorData(int64_t value) : value_(static_cast<double>(value)) {}                    // NOLINT
-  TensorData(bool value) : value_(value) {}                                            // NOLINT
+  enum class Kind : uint8_t { Bool, Integer, Floating };  // in promotion order
+  TensorData(double value) : value_(value) {}             // NOLINT
+  TensorData(float value) : value_(value) {}              // NOLINT
+  TensorData(int value) : value_(value), integer_(value), kind_(Kind::Integer) {}  // NOLINT
+  TensorData(int64_t value)                                                        // NOLINT
+      : value_(static_cast<double>(value)), integer_(value), kind_(Kind::Integer) {}
+  TensorData(bool value) : value_(value), integer_(value), kind_(Kind::Bool) {}        // NOLINT
   TensorData(std::initializer_list<TensorData> list) : list_(list), is_list_(true) {}  // NOLINT
   // A list held in a variable (std::initializer_list<double>, nested or not), or a vector. A
   // braced list of numbers alike takes this one too, with the same result.
@@ -477,14 +480,21 @@ class TensorData {
   }
   bool is_list() const { return is_list_; }
   double value() const { return value_; }
+  // A bool or integer number's value, exact past 2^53.
+  int64_t integer() const { return integer_; }
+  Kind kind() const { return kind_; }
   const std::vector<TensorData>& list() const { return list_; }
 
  private:
   double value_ = 0;
+  int64_t integer_ = 0;
+  Kind kind_ = Kind::Floating;
   std::vector<TensorData> list_;
   bool is_list_ = false;
 };
-// A tensor of `data`'s values and nesting (0-d for a number), float32 unless `options` say.
+// A tensor of `data`'s values and nesting (0-d for a number). Its dtype is the options' or, as
+// PyTorch's torch.tensor infers it, int64 for integers, bool for bools and float32 for floating
+// numbers (a list mixing kinds takes the highest: bool, then integer, then floating).
 Tensor tensor(const TensorData& data, TensorOptions options = {}, Loc where = Loc::current());
 Tensor from_vector(const std::vector<double>& values, Shape shape, TensorOptions options = {},
                    Loc where = Loc::current());

@@ -6,6 +6,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "lazyfuse/codegen/cpu_program.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/infer.h"
 
@@ -61,6 +62,21 @@ BufferView copy_to_device(const BufferView& source, const Device& device) {
   BufferView out = allocate_buffer(device, source.dtype, source.shape);
   copy_into(source, out);
   return out;
+}
+
+void read_to_host(const BufferView& source, DType as, void* out) {
+  // A GPU value is copied to host memory first, as PyTorch's printing does.
+  const BufferView host = copy_to_device(source, Device::cpu());
+  const CpuOperand operand =
+      make_cpu_operand(host.data(), host.dtype, host.shape, host.strides, host.shape);
+  cpu_gather(operand, as, 0, numel(host.shape), out);
+}
+
+BufferView host_buffer_from(const void* data, DType from, DType dtype, const Shape& shape) {
+  BufferView buffer = allocate_buffer(Device::cpu(), dtype, shape);
+  const int64_t count = numel(shape);
+  cpu_gather(make_cpu_operand(data, from, {count}, {1}, {count}), dtype, 0, count, buffer.data());
+  return buffer;
 }
 
 void copy_into(const BufferView& source, const BufferView& target) {

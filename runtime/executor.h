@@ -34,4 +34,12 @@ BufferView apply_view(const Node& node, const BufferView& input);
 // A contiguous copy on the same device, or `source` when it is contiguous.
 BufferView contiguous(const BufferView& source);
 
+// Host values in and out, converted between dtypes: how the frontend reads a value back
+// (printing, to_vector, item) and makes one from C++ numbers.
+// `source`'s elements (any device, any layout) as contiguous elements of `as` at `out`.
+void read_to_host(const BufferView& source, DType as, void* out);
+// A new host buffer of `dtype` and `shape` holding numel(shape) contiguous elements of `from`
+// at `data`, converted.
+BufferView host_buffer_from(const void* data, DType from, DType dtype, const Shape& shape);
+
 }  // namespace lazyfuse

@@ -182,7 +182,7 @@ TEST(Errors, DTypeErrors) {
               HasSubstr("mean: could not infer output dtype. Input dtype must be either a "
                         "floating point or complex dtype"));
 
-  Tensor values = tensor({1, 2, 3});
+  Tensor values = tensor({1., 2., 3.});
   EXPECT_THAT(message_of<DTypeError>([&] { return where(values, values, values); }),
               HasSubstr("where: the condition must be a bool tensor (operands: torch.float32"));
 
@@ -287,7 +287,7 @@ TEST(Errors, TransferAcrossDevicesIsAccepted) {
 
 // A pending `x * 2 + 1` and the tensors involved, to check that a failure loses nothing.
 struct Pending {
-  Tensor x = tensor({1, 2, 3});
+  Tensor x = tensor({1., 2., 3.});
   Tensor doubled = x * 2;
   Tensor result = doubled + 1;
 

@@ -377,8 +377,8 @@ TEST(Fusion, ReductionSplitsFromAProducerItCannotAbsorb) {
 
 TEST(Fusion, MatmulIsItsOwnStepAndItsConsumersFuse) {
   SKIP_IF_FUSION_OFF_BY_ENV();
-  Tensor m = tensor({{1, -2}, {3, 4}});
-  Tensor w = tensor({{1, 0}, {0, -1}});
+  Tensor m = tensor({{1., -2.}, {3., 4.}});
+  Tensor w = tensor({{1., 0.}, {0., -1.}});
   Tensor result = relu(matmul(m.exp(), w) + 1) * 2;
   Schedule schedule = schedule_of({result});
   // exp kernel, then the library call, then one kernel for add, relu and mul.
@@ -613,8 +613,8 @@ TEST(Fusion, KernelNamesAreDeterministic) {
   EXPECT_THAT(first.steps[0].kernel_name(), ::testing::MatchesRegex("k_[0-9a-f]{8}"));
 
   // The frontend's graph of the same computation is the same kernel.
-  Tensor y = tensor({1, 2, 3});
-  Tensor z = tensor({1, 2, 3});
+  Tensor y = tensor({1., 2., 3.});
+  Tensor z = tensor({1., 2., 3.});
   Schedule built = schedule_of({(z + 2).exp() * y});
   EXPECT_EQ(built.steps[0].kernel_key, first.steps[0].kernel_key);
   EXPECT_THAT(((z + 2).exp() * y).fused_ir(), HasSubstr(first.steps[0].kernel_name()));

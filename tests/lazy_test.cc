@@ -52,7 +52,7 @@ TEST(Lazy, BuildingOpsComputesNothing) {
 }
 
 TEST(Lazy, PrintingTriggersEvaluation) {
-  Tensor y = tensor({1, 2, 3}) * 2;
+  Tensor y = tensor({1., 2., 3.}) * 2;
   const int64_t before = evaluations();
   std::ostringstream os;
   os << y;
@@ -183,7 +183,7 @@ TEST(Lazy, ComputedTensorIsALeafThatLaterGraphsStartFrom) {
 }
 
 TEST(Lazy, ToTheSameDeviceOrDTypeIsTheSameTensor) {
-  Tensor t = tensor({1, 2, 3});
+  Tensor t = tensor({1., 2., 3.});
   EXPECT_TRUE(t.to(t.device()).is_same(t));
   EXPECT_TRUE(t.to(t.dtype()).is_same(t));
   EXPECT_TRUE(t.to("cpu").is_same(t));
@@ -366,7 +366,7 @@ TEST(Lazy, ACutStepIsCutAtTheSameOpsEveryStep) {
 }
 
 TEST(Lazy, DeepChainIrText) {
-  Tensor x = tensor({1, -2});
+  Tensor x = tensor({1., -2.});
   Tensor y = x;
   const int depth = 3000;  // below the pending bound: one graph
   if (env_config().max_pending < depth) GTEST_SKIP() << "LAZYFUSE_MAX_PENDING is below " << depth;
@@ -384,8 +384,8 @@ TEST(Lazy, DeepChainIrText) {
 }
 
 TEST(Lazy, IrTextOfExpOfShiftTimes) {
-  Tensor y = tensor({1, 2, 3});
-  Tensor z = tensor({1, 2, 3});
+  Tensor y = tensor({1., 2., 3.});
+  Tensor z = tensor({1., 2., 3.});
   Tensor result = (z + 2).exp() * y;
   // Params in order of first use: z is read first, then y.
   EXPECT_EQ(result.ir(),
@@ -425,8 +425,29 @@ TEST(Lazy, DeviceParsingAndPrinting) {
   EXPECT_EQ(testing::internal::GetCapturedStdout(), "cuda:0");
 }
 
+// As torch.tensor infers it: int64 from integers, bool from bools, float32 from floating
+// numbers, the highest kind where a list mixes them; the options' dtype where they give one.
+TEST(Lazy, TensorLiteralsTakeTheirDTypeFromTheirNumbers) {
+  EXPECT_EQ(tensor({1, 2, 3}).dtype(), kInt64);
+  EXPECT_EQ(tensor({1.0, 2.0}).dtype(), kFloat32);
+  EXPECT_EQ(tensor({true, false}).dtype(), kBool);
+  EXPECT_EQ(tensor({1, 2.5}).dtype(), kFloat32);
+  EXPECT_EQ(tensor({true, 2}).dtype(), kInt64);
+  EXPECT_EQ(tensor({{1}, {2}}, kFloat64).dtype(), kFloat64);
+  EXPECT_EQ(tensor(3).dtype(), kInt64);
+  EXPECT_EQ(tensor(3).dim(), 0);
+  EXPECT_EQ(tensor(3.5).dtype(), kFloat32);
+  EXPECT_EQ(tensor(std::vector<double>{}).dtype(), kFloat32);
+  EXPECT_EQ(tensor({1, 2, 3}).str(), "tensor([1, 2, 3])");
+  EXPECT_EQ(tensor({true, false}).str(), "tensor([ True, False])");
+  // Integers past 2^53 arrive exactly, which a double could not hold.
+  const int64_t big = (int64_t{1} << 53) + 1;
+  EXPECT_EQ(tensor({big, -big}).to_vector<int64_t>(), (std::vector<int64_t>{big, -big}));
+  EXPECT_EQ(tensor({1, 2}, kFloat32).to_vector<float>(), (std::vector<float>{1, 2}));
+}
+
 TEST(Lazy, PrintsInPyTorchFormat) {
-  EXPECT_EQ(tensor({1, 2, 3}).str(), "tensor([1., 2., 3.])");
+  EXPECT_EQ(tensor({1., 2., 3.}).str(), "tensor([1., 2., 3.])");
   Tensor y = tensor({1, 2, 3});
   Tensor z = tensor({1, 2, 3});
   EXPECT_EQ(((z + 2).exp() * y).str(), "tensor([ 20.0855, 109.1963, 445.2395])");
@@ -438,7 +459,7 @@ TEST(Lazy, PrintsInPyTorchFormat) {
   EXPECT_EQ(tensor({{1.5, -2, 3}, {4, 50, 6}}).str(),
             "tensor([[ 1.5000, -2.0000,  3.0000],\n"
             "        [ 4.0000, 50.0000,  6.0000]])");
-  EXPECT_EQ(tensor({{1, 2, 3}, {4, 5, 6}}).str(),
+  EXPECT_EQ(tensor({{1., 2., 3.}, {4., 5., 6.}}).str(),
             "tensor([[1., 2., 3.],\n"
             "        [4., 5., 6.]])");
   EXPECT_EQ(scalar_tensor(3.5).str(), "tensor(3.5000)");

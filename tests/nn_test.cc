@@ -123,11 +123,11 @@ TEST(Nn, ForwardMatchesAnIndependentComputation) {
   manual_seed(7);
   nn::Linear layer(3, 1);
   const std::vector<double> x = {1, 2, 3};
-  Tensor out = layer.forward(tensor({{1, 2, 3}}));
+  Tensor out = layer.forward(tensor({{1., 2., 3.}}));
   EXPECT_EQ(out.sizes(), Shape({1, 1}));
   expect_near_all(out.to_vector<double>(), linear_reference(x, 1, layer));
   // A 1-D input is one sample: matmul drops the batch dim, as in PyTorch.
-  Tensor single = layer(tensor({1, 2, 3}));
+  Tensor single = layer(tensor({1., 2., 3.}));
   EXPECT_EQ(single.sizes(), Shape({1}));
   expect_near_all(single.to_vector<double>(), linear_reference(x, 1, layer));
 }

@@ -607,7 +607,7 @@ TEST(SafetensorsFromPyTorch, LinearStateDictAndMetadata) {
   EXPECT_EQ(load_safetensors_metadata(path),
             (std::map<std::string, std::string>{{"format", "pt"}}));
   // The state dict works as one: x @ weight.T + bias for x = [1, 2].
-  const Tensor y = matmul(tensor({{1, 2}}), loaded[1].second.t()) + loaded[0].second;
+  const Tensor y = matmul(tensor({{1., 2.}}), loaded[1].second.t()) + loaded[0].second;
   const std::vector<float> w = loaded[1].second.to_vector<float>();
   const std::vector<float> out = y.to_vector<float>();
   for (int i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(out[i], w[2 * i] + 2 * w[2 * i + 1] + (i - 1));

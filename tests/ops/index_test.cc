@@ -484,7 +484,7 @@ void check_index_selects(Device device) {
 
 TEST(OpsIndex, IndexSelectMatchesTheReference) {
   check_index_selects(Device::cpu());
-  const Tensor x = tensor({1, 2, 3});
+  const Tensor x = tensor({1., 2., 3.});
   expect_values(x.index_select(0, tensor({2}, kInt64)), Ref{{1}, {3}}, kFloat32);
   expect_values(index_select(scalar_tensor(4.0), 0, tensor({0}, kInt64)), Ref{{}, {4}}, kFloat32);
 }
@@ -519,7 +519,7 @@ TEST(OpsIndex, MaxAndMinWithIndices) {
 }
 
 TEST(OpsIndex, AmaxAndAmin) {
-  const Tensor x = tensor({{1, 7, 3}, {4, 2, 6}});
+  const Tensor x = tensor({{1., 7., 3.}, {4., 2., 6.}});
   expect_values(x.amax(), Ref{{}, {7}}, kFloat32);
   expect_values(x.amax({1}), Ref{{2}, {7, 6}}, kFloat32);
   expect_values(x.amin({0}, true), Ref{{1, 3}, {1, 2, 3}}, kFloat32);
@@ -530,7 +530,7 @@ TEST(OpsIndex, AmaxAndAmin) {
 // ---- Empty tensors ----
 
 TEST(OpsIndex, EmptyTensors) {
-  const Tensor x = tensor({{1, 2, 3}, {4, 5, 6}});
+  const Tensor x = tensor({{1., 2., 3.}, {4., 5., 6.}});
   expect_values(gather(x, 1, zeros({2, 0}, kInt64)), Ref{{2, 0}, {}}, kFloat32);
   expect_values(gather(zeros({2, 0}), 1, zeros({2, 0}, kInt64)), Ref{{2, 0}, {}}, kFloat32);
   expect_values(gather(zeros({0, 3}), 1, zeros({0, 5}, kInt64)), Ref{{0, 5}, {}}, kFloat32);
@@ -600,7 +600,7 @@ void check_index_errors(Device device) {
 TEST(OpsIndex, OutOfRangeIndexIsAnIndexError) { check_index_errors(Device::cpu()); }
 
 TEST(OpsIndex, ShapeAndDTypeErrors) {
-  const Tensor x = tensor({{1, 2, 3}, {4, 5, 6}});
+  const Tensor x = tensor({{1., 2., 3.}, {4., 5., 6.}});
   const Tensor i = zeros({2, 2}, kInt64);
   auto shape_error = [](auto make_it, const std::string& text) {
     try {
