@@ -11,11 +11,12 @@
 
 #include "absl/container/inlined_vector.h"
 #include "lazyfuse/ir/graph.h"
-#include "lazyfuse/ir/passes/passes.h"
-#include "lazyfuse/ir/schedule.h"
+#include "lazyfuse/ir/half_rounding.h"
 #include "lazyfuse/runtime/storage.h"
 
 namespace lazyfuse {
+
+struct PipelineOptions;  // ir/passes/passes.h: the passes stay out of the public headers
 
 struct LazyValue : std::enable_shared_from_this<LazyValue> {
   Node node;  // op, dtype, shape, device, attrs, where; node.inputs is unused here

@@ -9,6 +9,7 @@
 #include "bench/bench.h"
 #include "lazyfuse/codegen/nvrtc.h"
 #include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/passes/passes.h"
 #include "lazyfuse/runtime/devices.h"
 #include "tools/commands.h"
 
@@ -44,8 +45,8 @@ int main(int argc, char** argv) {
   // instead of taking the file name that follows as its value.
   CLI::Option* passes_option =
       opt->add_option("--passes", passes,
-                      "Comma-separated passes: placement,sink-views,cse,dce,fusion (default: all; "
-                      "empty: none, only parse, verify and print)")
+                      "Comma-separated passes: " + lazyfuse::pass_names(",") +
+                          " (default: all; empty: none, only parse, verify and print)")
           ->expected(0, 1);
   opt->add_flag("--print-after-all", print_after_all, "Print the IR after every pass");
   opt->add_option("--print-after", print_after, "Print the IR after the named pass")

@@ -28,9 +28,14 @@ Schedule run_fusion(Graph graph, const FusionOptions& options);
 // (siblings over one space) or a launch (a Group step).
 void run_horizontal_fusion(Schedule& schedule, const FusionOptions& options);
 
-// The pass names, in pipeline order, as --print-after and LAZYFUSE_DUMP name them.
+// The passes in pipeline order, and their names as --passes, --print-after and LAZYFUSE_DUMP
+// give them: the one list that the pipeline, the CLI and its help read.
+enum class Pass { Placement, SinkViews, Cse, Dce, Fusion, HorizontalFusion };
 inline constexpr std::string_view kPassNames[] = {"placement", "sink-views", "cse",
                                                   "dce",       "fusion",     "horizontal-fusion"};
+constexpr std::string_view pass_name(Pass pass) { return kPassNames[static_cast<int>(pass)]; }
+// Every pass name, in order, between `separator`s: "placement,sink-views,...".
+std::string pass_names(std::string_view separator);
 
 struct PipelineOptions {
   FusionOptions fusion;
