@@ -23,10 +23,10 @@
 #include "absl/strings/str_join.h"
 #include "bench/launch_floor.h"
 #include "bench/workloads.h"
-#include "lazyfuse/codegen/cpu_kernels.h"
-#include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/codegen/cpu/cpu_kernels.h"
+#include "lazyfuse/codegen/cpu/cpu_program.h"
 #include "lazyfuse/runtime/backend.h"
-#include "lazyfuse/runtime/cuda_driver.h"
+#include "lazyfuse/runtime/cuda/cuda_driver.h"
 #include "lazyfuse/runtime/env.h"
 #include "lazyfuse/runtime/kernel_cache.h"
 

@@ -1,5 +1,5 @@
 // What a compiled, fused loop gets on this CPU: the ceiling lazyfuse's CPU programs can reach
-// with their numerics (codegen/cpu_program.h, codegen/cpu_jit.cc). Three of the benchmark's
+// with their numerics (codegen/cpu/cpu_program.h, codegen/cpu/cpu_jit.cc). Three of the benchmark's
 // workloads written by hand as one OpenMP loop of AVX-512 vectors (lazyfuse's vector exp and
 // tanh), each with ordinary and with non-temporal stores, beside a copy loop and memcpy over the
 // same bytes; inputs rotated among sets as `lazyfuse bench` rotates them, the median of 7 batches.
@@ -8,7 +8,7 @@
 //
 // Then the row workloads (softmax and LayerNorm over rows of 1024) as one pass per row, each row
 // read from memory once and kept in the L1 cache for its later loops: with lazyfuse's numerics
-// (sums in float64, in 16 lanes; the 1-ULP vector exp of codegen/cpu_math.h), with PyTorch's (sums
+// (sums in float64, in 16 lanes; the 1-ULP vector exp of codegen/cpu/cpu_math.h), with PyTorch's (sums
 // in float32), and a softmax without its exp; and with lazyfuse's numerics once more, each row's
 // first loop asking for the next rows' cache lines and the output stored as lazyfuse stores it
 // (non-temporal from 16 MiB). What they take is what a kernel with those numerics can take here,
@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "lazyfuse/codegen/cpu_math.h"
+#include "lazyfuse/codegen/cpu/cpu_math.h"
 
 namespace {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "lazyfuse/codegen/cpu_jit.h"
+#include "lazyfuse/codegen/cpu/cpu_jit.h"
 #include "lazyfuse/lazyfuse.h"
 
 namespace {

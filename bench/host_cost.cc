@@ -20,11 +20,11 @@
 #include <string>
 
 #include "bench/launch_floor.h"
-#include "lazyfuse/codegen/cuda_codegen.h"
+#include "lazyfuse/codegen/cuda/cuda_codegen.h"
 #include "lazyfuse/ir/passes/passes.h"
 #include "lazyfuse/lazyfuse.h"
-#include "lazyfuse/runtime/cuda_driver.h"
-#include "lazyfuse/runtime/cuda_graphs.h"
+#include "lazyfuse/runtime/cuda/cuda_driver.h"
+#include "lazyfuse/runtime/cuda/cuda_graphs.h"
 #include "lazyfuse/runtime/host_profile.h"
 #include "lazyfuse/runtime/lazy.h"
 

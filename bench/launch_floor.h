@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "lazyfuse/runtime/cuda_driver.h"
+#include "lazyfuse/runtime/cuda/cuda_driver.h"
 
 namespace lazyfuse::bench {
 

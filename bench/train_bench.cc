@@ -29,7 +29,7 @@
 #include "absl/strings/str_join.h"
 #include "lazyfuse/frontend/serialize.h"
 #include "lazyfuse/lazyfuse.h"
-#include "lazyfuse/runtime/cuda_graphs.h"
+#include "lazyfuse/runtime/cuda/cuda_graphs.h"
 
 namespace {
 

@@ -107,7 +107,7 @@ inline int uniform_bits(DType dtype) {
 // A float to an integer type, truncating toward zero as a cast does, and defined everywhere:
 // values past the type's range become its extremes (as the GPU's conversions saturate) and NaN
 // becomes 0 (as JAX defines it; the GPU's own conversions disagree across widths, so its
-// kernels test for NaN too: lf_float_to_int in codegen/cuda_prologue.cuh). A plain C++ cast of
+// kernels test for NaN too: lf_float_to_int in codegen/cuda/cuda_prologue.cuh). A plain C++ cast of
 // those is undefined, and x86 gives the minimum for all of them.
 template <typename To, typename From>
 inline To saturating_float_to_int(From x) {

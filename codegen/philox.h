@@ -3,7 +3,7 @@
 // and every device produces the same numbers without sharing state.
 //
 // This file is C++ for the host and, unchanged, part of every generated CUDA kernel's prologue
-// (codegen/cuda_prologue.cuh): the CPU and the GPU draw with one definition.
+// (codegen/cuda/cuda_prologue.cuh): the CPU and the GPU draw with one definition.
 #pragma once
 
 #ifndef __CUDACC_RTC__

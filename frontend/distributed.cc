@@ -11,7 +11,7 @@
 #include "lazyfuse/frontend/op_builder.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/runtime/lazy.h"
-#include "lazyfuse/runtime/process_group.h"
+#include "lazyfuse/runtime/distributed/process_group.h"
 
 namespace lazyfuse::distributed {
 namespace {

@@ -432,7 +432,7 @@ Tensor masked_fill(const Tensor& t, const Tensor& mask, const Tensor& value,
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, Loc where = Loc::current());
 // Out of place: self with src[i][j] added at [i][index[i][j]] for dim 1 (index no larger than
 // src, nor than self but along dim). Deterministic, and the same bits on every device: Note
-// [Deterministic scatter_add] in runtime/cpu_index.cc.
+// [Deterministic scatter_add] in runtime/cpu/cpu_index.cc.
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
                    Loc where = Loc::current());
 // The slices of x at the positions a 1-d index lists along dim.

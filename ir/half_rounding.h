@@ -14,8 +14,8 @@ namespace lazyfuse {
 //   as its dtype holds it, so an argmax's comparison with the rounded maximum finds it. A
 //   reduction step's unstored values stay float32 too: the GPU's row kernel reads its
 //   reductions unrounded, and the CPU's parts hand each other float32
-//   (runtime/cpu_backend.cc's carried_in_float32). The GPU adds half values' sums in float32
-//   (cuda_reduction_accumulator, codegen/cuda_codegen.h), the CPU in float64. The two devices
+//   (runtime/cpu/cpu_backend.cc's carried_in_float32). The GPU adds half values' sums in float32
+//   (cuda_reduction_accumulator, codegen/cuda/cuda_codegen.h), the CPU in float64. The two devices
 //   agree within the half type's tolerance, not bit for bit (their sums add in different
 //   orders and types). A GPU row kernel multiplies a half value by the reciprocal of a value
 //   of its row where it divides by it (softmax's sum): within 1.5 float32 units in the last

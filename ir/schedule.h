@@ -31,7 +31,7 @@ enum class StepKind : uint8_t {
   View,        // no work: new sizes and strides over the operand's storage
   Transfer,    // a copy between devices
   Index,       // gather, scatter_add or cat: one node over stored operands (a library step)
-  Collective,  // an exchange among a job's processes (runtime/process_group.h)
+  Collective,  // an exchange among a job's processes (runtime/distributed/process_group.h)
   // Independent kernels (`members`) launched as one (Note [Horizontal fusion] in
   // ir/passes/horizontal_fusion.cc): an optimizer's update of every parameter in one launch.
   Group,
@@ -105,7 +105,7 @@ uint64_t step_kernel_key(const Graph& graph, const Step& step);
 std::vector<Step> order_steps(const Graph& graph, std::vector<Step> steps);
 
 // The fusion pass's switches and caps, in one place (ir/passes/fusion.cc's note says why each
-// exists); the code generators rely on max_row (codegen/cuda_codegen.h's row kernel).
+// exists); the code generators rely on max_row (codegen/cuda/cuda_codegen.h's row kernel).
 struct FusionOptions {
   bool enabled = true;  // off: one step per node (benchmarks measure what fusion buys)
   HalfRounding half_rounding = HalfRounding::AtStores;

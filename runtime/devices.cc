@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lazyfuse/ir/errors.h"
-#include "lazyfuse/runtime/cuda_driver.h"
+#include "lazyfuse/runtime/cuda/cuda_driver.h"
 
 namespace lazyfuse {
 

@@ -23,11 +23,11 @@ struct EnvConfig {
   bool sync = false;           // LAZYFUSE_SYNC=1: wait for each kernel, so errors name it
   std::string cache_dir;       // LAZYFUSE_CACHE_DIR (default ~/.cache/lazyfuse; "" disables)
   bool fast_math = false;      // LAZYFUSE_FAST_MATH=1: hardware approximations on the GPU
-  bool blas_cublaslt = false;  // LAZYFUSE_BLAS=cublaslt: products by cuBLASLt (runtime/cublas.h)
+  bool blas_cublaslt = false;  // LAZYFUSE_BLAS=cublaslt: products by cuBLASLt (runtime/cuda/cublas.h)
   // LAZYFUSE_SKINNY_MATMUL=0: products of few rows by the BLAS library too, not lazyfuse's own
-  // kernel (Note [Products of few rows] in codegen/cuda_matmul.cc).
+  // kernel (Note [Products of few rows] in codegen/cuda/cuda_matmul.cc).
   bool skinny_matmul = true;
-  // LAZYFUSE_CUDA_GRAPHS (runtime/cuda_graphs.h): 0 off, 1 on (the default), 2 ("always") for
+  // LAZYFUSE_CUDA_GRAPHS (runtime/cuda/cuda_graphs.h): 0 off, 1 on (the default), 2 ("always") for
   // every schedule from its first run that can be.
   int cuda_graphs = 1;
   // LAZYFUSE_CUDA_GRAPH_CACHE: the CUDA graphs kept in all, least recently used dropped first.

@@ -1,12 +1,12 @@
 // Running a schedule across devices.
 #include "lazyfuse/runtime/executor.h"
-#include "lazyfuse/runtime/process_group.h"
+#include "lazyfuse/runtime/distributed/process_group.h"
 
 #include <algorithm>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/codegen/cpu/cpu_program.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/infer.h"
 

@@ -1,4 +1,4 @@
-// Host memory for tensors: a caching allocator, as each GPU has (runtime/cuda_memory.h). A freed
+// Host memory for tensors: a caching allocator, as each GPU has (runtime/cuda/cuda_memory.h). A freed
 // block is kept by its rounded size and handed to the next request of that size, so a repeated
 // evaluation's outputs land in memory that is already mapped: a fresh allocation above glibc's
 // mmap threshold is a new mapping, faulted in a page at a time on first write. Blocks of 2 MiB

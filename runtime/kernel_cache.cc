@@ -17,10 +17,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lazyfuse/codegen/nvrtc.h"
+#include "lazyfuse/codegen/cuda/nvrtc.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/stable_hash.h"
-#include "lazyfuse/runtime/cuda_graphs.h"
+#include "lazyfuse/runtime/cuda/cuda_graphs.h"
 #include "lazyfuse/runtime/disk_cache.h"
 #include "lazyfuse/runtime/env.h"
 

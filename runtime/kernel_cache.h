@@ -8,8 +8,8 @@
 #include <functional>
 #include <string>
 
-#include "lazyfuse/codegen/cuda_codegen.h"
-#include "lazyfuse/runtime/cuda_driver.h"
+#include "lazyfuse/codegen/cuda/cuda_codegen.h"
+#include "lazyfuse/runtime/cuda/cuda_driver.h"
 
 namespace lazyfuse::cuda {
 

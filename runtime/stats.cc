@@ -3,9 +3,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lazyfuse/codegen/cpu_jit.h"
-#include "lazyfuse/runtime/cuda_graphs.h"
-#include "lazyfuse/runtime/cuda_memory.h"
+#include "lazyfuse/codegen/cpu/cpu_jit.h"
+#include "lazyfuse/runtime/cuda/cuda_graphs.h"
+#include "lazyfuse/runtime/cuda/cuda_memory.h"
 #include "lazyfuse/runtime/devices.h"
 #include "lazyfuse/runtime/host_memory.h"
 #include "lazyfuse/runtime/kernel_cache.h"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The polynomial coefficients of the CPU's float32 exp and tanh (Note [Float exp and tanh] in
-codegen/cpu_math.h): fits of least maximum relative error, by Lawson's iteration (weighted least
+codegen/cpu/cpu_math.h): fits of least maximum relative error, by Lawson's iteration (weighted least
 squares, reweighted by each point's error) on Chebyshev-spaced points, in 40-digit arithmetic.
 Needs mpmath (Debian: python3-mpmath). Prints each fit's coefficients, highest power first."""
 import struct

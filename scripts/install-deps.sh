@@ -12,10 +12,10 @@ packages=(
   libcli11-dev         # the lazyfuse command-line tool
   nlohmann-json3-dev   # the safetensors header's JSON (frontend/serialize.cc)
   libdlpack-dev        # DLPack's header: tensors handed to and from other libraries
-  libgloo-dev          # collectives among a job's processes over TCP (runtime/process_group.cc)
+  libgloo-dev          # collectives among a job's processes over TCP (runtime/distributed/process_group.cc)
   openmpi-bin          # mpirun, one of the launchers the distributed tests start jobs with
   llvm-14-tools        # FileCheck and not, for the pass tests
-  llvm-14-dev clang-14 # the CPU JIT (codegen/cpu_jit.cc) and the bitcode of its op functions
+  llvm-14-dev clang-14 # the CPU JIT (codegen/cpu/cpu_jit.cc) and the bitcode of its op functions
   graphviz             # lazyfuse dot -o graph.svg
 )
 

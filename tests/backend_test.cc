@@ -21,8 +21,8 @@
 #include <lazyfuse/lazyfuse.h>
 
 #include "absl/strings/str_cat.h"
-#include "lazyfuse/codegen/cpu_kernels.h"
-#include "lazyfuse/codegen/cpu_reduction.h"
+#include "lazyfuse/codegen/cpu/cpu_kernels.h"
+#include "lazyfuse/codegen/cpu/cpu_reduction.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/runtime/backend.h"
 #include "lazyfuse/runtime/executor.h"
@@ -127,7 +127,7 @@ struct ReplayCount : ReplayCache {
 };
 
 // Runs each evaluation as a backend that replays runs may (the CUDA graphs of
-// runtime/cuda_graphs.cc): a try it does not keep, a try that fails part way, then the run it
+// runtime/cuda/cuda_graphs.cc): a try it does not keep, a try that fails part way, then the run it
 // keeps. With `ones_for_param_0`, the kept run reads a buffer of ones of its own in place of
 // param 0 where the evaluator allows it.
 class RetryingBackend final : public InterpretingBackend {
@@ -253,7 +253,7 @@ TEST(Backend, AnOpTheBackendRefusesLeavesEveryTensorUsable) {
   EXPECT_EQ((a + a).to_vector<double>(), (std::vector<double>{2.0, 8.0}));
 }
 
-// Every instruction set's kernel table this CPU can run (codegen/cpu_kernels.h), against the
+// Every instruction set's kernel table this CPU can run (codegen/cpu/cpu_kernels.h), against the
 // baseline's scalar loops and libm: each floating op within two units in the last place (both
 // are within one of the true value), conversions exact; and each reduction's inner loop the
 // same bits, since its accumulators are fixed in number, not the vector width, wherever a run
@@ -355,7 +355,7 @@ DType dtype_of_compute_type() {
   return DType::Bool;
 }
 
-// The documented order of a float32 sum on the CPU (ir/ops.def, codegen/cpu_kernels.h), written
+// The documented order of a float32 sum on the CPU (ir/ops.def, codegen/cpu/cpu_kernels.h), written
 // out plainly: rows in parts of 32768; in a part, position p into lane p % 16, each lane adding
 // its values in float32 from zero over stretches of 16 of them (positions [256k, 256k + 256))
 // and each stretch's sum into a float64 accumulator; the 16 lanes in a tree (width 8, 4, 2, 1);
@@ -408,7 +408,7 @@ TEST(Backend, CpuFloat32SumsAddInTheDocumentedOrder) {
   }
 }
 
-// The CPU's compile-time accumulator (codegen/cpu_reduction.h) is the one the op table gives
+// The CPU's compile-time accumulator (codegen/cpu/cpu_reduction.h) is the one the op table gives
 // every backend (reduction_accumulator, ir/op.h), for every reduction and operand dtype.
 TEST(Backend, CpuReductionAccumulatorsAreTheOpTables) {
   for (Op op : {Op::Sum, Op::Mean, Op::Max, Op::Min}) {

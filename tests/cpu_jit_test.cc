@@ -1,4 +1,4 @@
-// The CPU JIT (codegen/cpu_jit.cc, Note [The CPU JIT] in codegen/cpu_program.cc): every op it
+// The CPU JIT (codegen/cpu/cpu_jit.cc, Note [The CPU JIT] in codegen/cpu/cpu_program.cc): every op it
 // compiles gives the interpreter's bits, over every operand layout it compiles for and the
 // elements past the last whole vector; fused chains also match the independent float64
 // reference; and it compiles only what the mode asks for.
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "lazyfuse/codegen/cpu_jit.h"
-#include "lazyfuse/codegen/cpu_kernels.h"
-#include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/codegen/cpu/cpu_jit.h"
+#include "lazyfuse/codegen/cpu/cpu_kernels.h"
+#include "lazyfuse/codegen/cpu/cpu_program.h"
 #include "lazyfuse/lazyfuse.h"
 #include "tests/reference/reference.h"
 
@@ -417,12 +417,12 @@ TEST(CpuJit, EqualRowStepsShareOneRowProgram) {
 }
 
 // A row step's parts compiled into one loop over rows (Note [Row programs] in
-// codegen/cpu_row_program.cc) give the bits of the parts run one at a time in the interpreter:
+// codegen/cpu/cpu_row_program.cc) give the bits of the parts run one at a time in the interpreter:
 // softmax, log-softmax, LayerNorm and RMSNorm, a max and a min over rows, in both float types,
 // over values with NaN, infinities and signed zeros, at row lengths the row program takes (a
 // multiple of 16, of 64 for a max or a min) and one it leaves to the parts (48 for a softmax,
 // whose max keeps four sets of 16 accumulators).
-// The steps have rows enough for blocks of rows (Note [Row blocks] in runtime/cpu_backend.cc).
+// The steps have rows enough for blocks of rows (Note [Row blocks] in runtime/cpu/cpu_backend.cc).
 TEST(CpuJit, RowProgramsGiveTheInterpretersBits) {
   REQUIRE_JIT();
   namespace F = nn::functional;
@@ -457,7 +457,7 @@ TEST(CpuJit, RowProgramsGiveTheInterpretersBits) {
 }
 
 // Values whose exponents straddle the range where a compiled loop divides by the divisor's
-// reciprocal (Note [Division by a reciprocal] in codegen/cpu_jit_ops.cc): random significands
+// reciprocal (Note [Division by a reciprocal] in codegen/cpu/cpu_jit_ops.cc): random significands
 // and signs, exponents from a little below to a little above the range, significands of all
 // ones and of none (the hardest and the exact reciprocals), and zeros, subnormals, infinities
 // and NaN.

@@ -1,5 +1,5 @@
 // The CPU's own float32 vector exp, tanh and sigmoid (Note [Float exp and tanh] in
-// codegen/cpu_math.h) against libm's float64 results, through every kernel table the machine
+// codegen/cpu/cpu_math.h) against libm's float64 results, through every kernel table the machine
 // can run. By default a spread of every 251st float32 bit pattern, both signs, and the inputs
 // where the methods change; LAZYFUSE_EXHAUSTIVE=1 checks all 2^32 (about eight minutes on one
 // core).
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "lazyfuse/codegen/cpu_kernels.h"
+#include "lazyfuse/codegen/cpu/cpu_kernels.h"
 
 namespace lazyfuse {
 namespace {

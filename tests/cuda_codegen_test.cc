@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "lazyfuse/codegen/cuda_codegen.h"
-#include "lazyfuse/codegen/nvrtc.h"
+#include "lazyfuse/codegen/cuda/cuda_codegen.h"
+#include "lazyfuse/codegen/cuda/nvrtc.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/passes/passes.h"
 #include "lazyfuse/lazyfuse.h"
@@ -934,7 +934,7 @@ TEST(CudaCodegen, NormalizationsAndLossesWithGradientsCompile) {
 }
 
 }  // namespace
-// Products of few rows (Note [Products of few rows] in codegen/cuda_matmul.cc): planned from
+// Products of few rows (Note [Products of few rows] in codegen/cuda/cuda_matmul.cc): planned from
 // the shape alone, about 128 sums a lane, 16-byte loads; their words read back where the
 // layout puts them; every dtype, row count and epilogue compiles for sm_90.
 TEST(CudaCodegen, ProductsOfFewRowsArePlannedAndCompile) {

@@ -1,4 +1,4 @@
-// CUDA graph replay (Note [CUDA graph replay] in runtime/cuda_graphs.cc), on a machine with a GPU
+// CUDA graph replay (Note [CUDA graph replay] in runtime/cuda/cuda_graphs.cc), on a machine with a GPU
 // (every test skips without one): repeated evaluations recorded and replayed give the bits the
 // same evaluations give launched one by one, in the cases that break a naive capture.
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 
 #include <lazyfuse/lazyfuse.h>
 
-#include "lazyfuse/runtime/cuda_graphs.h"
-#include "lazyfuse/runtime/cuda_memory.h"
+#include "lazyfuse/runtime/cuda/cuda_graphs.h"
+#include "lazyfuse/runtime/cuda/cuda_memory.h"
 
 namespace lazyfuse {
 namespace {

@@ -1,13 +1,13 @@
-// Users' streams and events (runtime/cuda_stream.h): a kernel the user launches through the
+// Users' streams and events (runtime/cuda/cuda_stream.h): a kernel the user launches through the
 // driver API on their own stream and lazyfuse's evaluations, ordered by a CUDAStreamGuard
 // without a device-wide synchronization; events timing GPU work. Without a GPU, the calls are
 // typed errors.
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "lazyfuse/codegen/nvrtc.h"
+#include "lazyfuse/codegen/cuda/nvrtc.h"
 #include "lazyfuse/lazyfuse.h"
-#include "lazyfuse/runtime/cuda_driver.h"
+#include "lazyfuse/runtime/cuda/cuda_driver.h"
 #include "lazyfuse/runtime/kernel_cache.h"
 
 namespace lazyfuse {

@@ -15,8 +15,8 @@
 
 #include <lazyfuse/lazyfuse.h>
 
-#include "lazyfuse/runtime/cublas.h"
-#include "lazyfuse/runtime/cuda_memory.h"
+#include "lazyfuse/runtime/cuda/cublas.h"
+#include "lazyfuse/runtime/cuda/cuda_memory.h"
 #include "lazyfuse/runtime/devices.h"
 #include "lazyfuse/runtime/kernel_cache.h"
 #include "tests/reference/reference.h"
@@ -414,7 +414,7 @@ TEST_F(Cuda, MatmulBiasAndReluAreOneLaunch) {
 }
 
 // Products of 1 to 64 rows with the weight read transposed, as nn::Linear reads it, run
-// lazyfuse's own kernel (Note [Products of few rows] in codegen/cuda_matmul.cc): one launch with
+// lazyfuse's own kernel (Note [Products of few rows] in codegen/cuda/cuda_matmul.cc): one launch with
 // or without the bias and relu, each result within its dtype's rounding of the float64 product
 // of the same values, and the same bits as the product and its epilogue launched apart.
 // Whether products of few rows run lazyfuse's own kernel, for one scope.

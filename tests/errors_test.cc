@@ -11,7 +11,7 @@
 #include "lazyfuse/ir/passes/passes.h"
 #include "lazyfuse/ir/verifier.h"
 #include "lazyfuse/lazyfuse.h"
-#include "lazyfuse/runtime/parallel.h"
+#include "lazyfuse/runtime/cpu/openmp.h"
 
 namespace lazyfuse {
 namespace {

@@ -31,8 +31,8 @@
 
 #include <lazyfuse/lazyfuse.h>
 
-#include "lazyfuse/codegen/cuda_codegen.h"
-#include "lazyfuse/codegen/nvrtc.h"
+#include "lazyfuse/codegen/cuda/cuda_codegen.h"
+#include "lazyfuse/codegen/cuda/nvrtc.h"
 #include "lazyfuse/ir/passes/passes.h"
 #include "lazyfuse/runtime/env.h"
 

@@ -15,7 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
-#include "lazyfuse/codegen/cpu_program.h"
+#include "lazyfuse/codegen/cpu/cpu_program.h"
 #include "lazyfuse/ir/infer.h"
 #include "lazyfuse/ir/passes/passes.h"
 #include "lazyfuse/ir/verifier.h"
@@ -705,7 +705,7 @@ TEST(Fusion, SoftmaxIsOneKernelAndMatchesTheReference) {
 }
 
 // Enough rows for the CPU to run the row step a block of rows at a time (Note [Row blocks] in
-// runtime/cpu_backend.cc), the last block short, with the exponentials between the parts held a
+// runtime/cpu/cpu_backend.cc), the last block short, with the exponentials between the parts held a
 // block at a time: the float64 values, and the same bits unfused and on one or two threads. A
 // second softmax also returns its exponentials, which are then stored whole.
 TEST(Fusion, RowStepsInBlocksOfRowsMatchFloat64AndUnfused) {

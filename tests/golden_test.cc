@@ -28,8 +28,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "lazyfuse/codegen/cpu_program.h"
-#include "lazyfuse/codegen/cuda_codegen.h"
+#include "lazyfuse/codegen/cpu/cpu_program.h"
+#include "lazyfuse/codegen/cuda/cuda_codegen.h"
 #include "lazyfuse/ir/passes/passes.h"
 
 #ifndef LAZYFUSE_SOURCE_DIR

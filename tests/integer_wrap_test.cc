@@ -1,6 +1,6 @@
 // Integer arithmetic wraps modulo 2^width on every device, as PyTorch's does: in fused kernels,
 // where a compiler that assumes signed overflow never happens could drop a relu of x^4 or fold
-// a comparison (Note [Integer wrap-around] in codegen/cuda_codegen.cc). Expected values come
+// a comparison (Note [Integer wrap-around] in codegen/cuda/cuda_codegen.cc). Expected values come
 // from unsigned arithmetic in the test.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 
 #include <lazyfuse/lazyfuse.h>
 
-#include "lazyfuse/runtime/cuda_memory.h"
+#include "lazyfuse/runtime/cuda/cuda_memory.h"
 
 namespace lazyfuse {
 namespace {

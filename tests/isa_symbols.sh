@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU kernels built for one instruction set (codegen/cpu_kernels_avx2.cc, _avx512.cc) must
+# The CPU kernels built for one instruction set (codegen/cpu/cpu_kernels_avx2.cc, _avx512.cc) must
 # define no function another file could share at link time, only their kernel table: an inline
 # function compiled with -mavx512f and merged by the linker with a baseline file's copy would run
 # AVX-512 code on a CPU without it. Lists each such object's defined functions (T, W, V, u, i)

@@ -10,7 +10,7 @@
 
 #include <lazyfuse/lazyfuse.h>
 
-#include "lazyfuse/runtime/cuda_memory.h"
+#include "lazyfuse/runtime/cuda/cuda_memory.h"
 
 namespace lazyfuse {
 namespace {

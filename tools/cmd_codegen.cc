@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <iostream>
 
-#include "lazyfuse/codegen/cpu_program.h"
-#include "lazyfuse/codegen/cuda_codegen.h"
-#include "lazyfuse/codegen/nvrtc.h"
+#include "lazyfuse/codegen/cpu/cpu_program.h"
+#include "lazyfuse/codegen/cuda/cuda_codegen.h"
+#include "lazyfuse/codegen/cuda/nvrtc.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/passes/passes.h"
 #include "tools/commands.h"

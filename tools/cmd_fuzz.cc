@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lazyfuse/codegen/cpu_jit.h"
+#include "lazyfuse/codegen/cpu/cpu_jit.h"
 #include "lazyfuse/frontend/autograd.h"
 #include "lazyfuse/frontend/tensor.h"
 #include "lazyfuse/ir/errors.h"
@@ -76,7 +76,7 @@ Tensor random_view(const Tensor& t, const std::function<int(int)>& pick) {
 // One random graph, built through the public API and taken as IR; the same seed builds the same
 // graph. The params' values are drawn only to keep each seed's graph what it has always been:
 // check_graph draws its own inputs. `rows`: the innermost size is a row length the CPU's row
-// programs take (Note [Row programs] in codegen/cpu_row_program.cc), drawn after the rest. One
+// programs take (Note [Row programs] in codegen/cpu/cpu_row_program.cc), drawn after the rest. One
 // graph in three is a backward: its floating params require grad, and its outputs are their
 // gradients of the sum of the chosen results times a random cotangent each.
 Graph build(uint64_t seed, const Device& device, bool rows) {

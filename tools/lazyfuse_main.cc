@@ -7,7 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/bench.h"
-#include "lazyfuse/codegen/nvrtc.h"
+#include "lazyfuse/codegen/cuda/nvrtc.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/passes/passes.h"
 #include "lazyfuse/runtime/devices.h"

@@ -1,8 +1,8 @@
 // The pipeline fuzzer's property (ir_pipeline_check.h).
 #include "tests/fuzz/ir_pipeline_check.h"
 
-#include "lazyfuse/codegen/cpu_program.h"
-#include "lazyfuse/codegen/cuda_codegen.h"
+#include "lazyfuse/codegen/cpu/cpu_program.h"
+#include "lazyfuse/codegen/cuda/cuda_codegen.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/graph.h"
 #include "lazyfuse/ir/passes/passes.h"

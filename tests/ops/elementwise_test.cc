@@ -566,7 +566,7 @@ TEST(OpsElementwise, FloatToIntegerCastsSaturate) {
   }
 }
 
-// Note [Lane-independent math] in codegen/cpu_math.h: each element's result must not depend
+// Note [Lane-independent math] in codegen/cpu/cpu_math.h: each element's result must not depend
 // on its neighbours in a vector. A huge neighbour once moved SLEEF's sin onto its slow argument
 // reduction for all eight lanes, changing the small lanes' last bit (found by lazyfuse fuzz as
 // a fused/unfused mismatch).

@@ -314,7 +314,7 @@ TEST(OpsElementwise, ConstantsAndStoresHoldOverBlocksAndTasks) {
   }
   expect_matches(p, want_p, kFloat32, {}, "in place");
 
-  // A result past worth_streaming (codegen/cpu_program.h) is written with non-temporal stores,
+  // A result past worth_streaming (codegen/cpu/cpu_program.h) is written with non-temporal stores,
   // except its last, partial block; one of its two outputs is also read again by the other.
   const int64_t large = (int64_t{1} << 22) + 7;
   Host xl = random_host(rng, {large}, kFloat32, {-2, 2, 0, 0});
@@ -364,7 +364,7 @@ TEST(OpsReduction, CpuSumsDependOnTheValuesNotTheirLayout) {
 }
 
 // The CPU runs a row step (softmax, LayerNorm) a block of rows at a time, every part of the
-// step on one block before the next (Note [Row blocks] in runtime/cpu_backend.cc): the same
+// step on one block before the next (Note [Row blocks] in runtime/cpu/cpu_backend.cc): the same
 // bits as one kernel per op, and right, with a last block of fewer rows, rows of 1000 (16 rows a
 // block) and of 33 (496 rows a block).
 TEST(OpsReduction, RowStepsInBlocksOfRows) {

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "lazyfuse/codegen/cuda_codegen.h"
-#include "lazyfuse/codegen/cuda_kernel_args.h"
-#include "lazyfuse/codegen/nvrtc.h"
+#include "lazyfuse/codegen/cuda/cuda_codegen.h"
+#include "lazyfuse/codegen/cuda/cuda_kernel_args.h"
+#include "lazyfuse/codegen/cuda/nvrtc.h"
 #include "lazyfuse/ir/passes/passes.h"
 #include "lazyfuse/ir/verifier.h"
 #include "lazyfuse/lazyfuse.h"
@@ -330,7 +330,7 @@ TEST(OpsIndex, ScatterAddOfLowRanksAndTheMethod) {
             std::numeric_limits<int32_t>::min());
 }
 
-// Note [Deterministic scatter_add] (runtime/cpu_index.cc): each element's additions happen in
+// Note [Deterministic scatter_add] (runtime/cpu/cpu_index.cc): each element's additions happen in
 // index order, each rounded to the dtype. A sequential loop over the index in row-major order
 // in the dtype's own arithmetic makes the same roundings in the same order, so the results are
 // equal bit for bit, whatever the thread count.

@@ -111,7 +111,7 @@ TEST(OpsReduction, SumMeanMaxMinOverDimsAndLayouts) {
 }
 
 // A reduction over leading dims reduces a tile of columns at a time (Note [Column reductions]
-// in runtime/cpu_library.cc), in place of a row per column: every column must keep the bits its
+// in runtime/cpu/cpu_library.cc), in place of a row per column: every column must keep the bits its
 // row gives, here the same column read as a row of the transposed copy. 33,000 rows: two
 // reduction blocks, several stretches; 20 and 80 columns: a partial tile, and a full one too.
 TEST(OpsReduction, ColumnsReduceToTheBitsOfTheirRows) {

@@ -1,0 +1,907 @@
+// The CPU JIT (liblazyfuse_cpu_jit.so): compiles a fused elementwise program into one loop over
+// vectors whose values stay in registers from op to op, through LLVM's ORC JIT.
+//
+// Before: a program as LfJitProgram (codegen/cpu/cpu_jit_abi.h) whose registers all have one float
+// type, with each operand's layout decided (dense, a scalar, a row's run, a row's value).
+// After: a function computing the program's whole vectors of any range of elements, its code
+// held by a resource tracker until lazyfuse_cpu_jit_release frees it.
+//
+// What each op computes is not written here: the op functions (cpu_jit_ops.cc, compiled by clang
+// to bitcode per instruction set and embedded below) are the interpreter's kernels' own
+// expressions on one vector. The generated loop only moves vectors between them; the op
+// functions are inlined into it and the registers become vector registers. Nothing reassociates
+// or contracts floating-point operations (no fast-math flags), so a program computes the
+// interpreter's bits.
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "lazyfuse/codegen/cpu/cpu_jit_abi.h"
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+
+// The op functions' bitcode, one module per instruction set (built by codegen/CMakeLists.txt).
+#define LF_JIT_EMBED(isa)                              \
+  ".balign 16\n"                                       \
+  "lf_jit_bitcode_" #isa                               \
+  ":\n"                                                \
+  ".incbin \"" LF_JIT_BITCODE_DIR "/cpu_jit_ops_" #isa \
+  ".bc\"\n"                                            \
+  "lf_jit_bitcode_" #isa "_end:\n"
+asm(".section .rodata\n" LF_JIT_EMBED(avx512) LF_JIT_EMBED(avx2) ".previous\n");
+extern "C" {
+__attribute__((visibility("hidden"))) extern const char lf_jit_bitcode_avx512[];
+__attribute__((visibility("hidden"))) extern const char lf_jit_bitcode_avx512_end[];
+__attribute__((visibility("hidden"))) extern const char lf_jit_bitcode_avx2[];
+__attribute__((visibility("hidden"))) extern const char lf_jit_bitcode_avx2_end[];
+}
+
+namespace {
+
+struct Jit {
+  std::unique_ptr<llvm::orc::LLJIT> lljit;
+  std::unique_ptr<llvm::TargetMachine> machine;  // the optimizer's cost model
+  std::string error;                             // why there is no JIT, if there is none
+  std::mutex mutex;                              // one compile at a time
+  int kernels = 0;                               // names the next kernel
+};
+
+Jit& jit() {
+  static Jit* const instance = [] {
+    auto* j = new Jit;
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!builder) {
+      j->error = llvm::toString(builder.takeError());
+      return j;
+    }
+    builder->setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);
+    auto machine = builder->createTargetMachine();
+    auto lljit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*builder).create();
+    if (!machine || !lljit) {
+      j->error = !machine ? llvm::toString(machine.takeError()) : llvm::toString(lljit.takeError());
+      return j;
+    }
+    // The op functions call SLEEF, which the process has loaded.
+    auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+        (*lljit)->getDataLayout().getGlobalPrefix());
+    if (!process) {
+      j->error = llvm::toString(process.takeError());
+      return j;
+    }
+    (*lljit)->getMainJITDylib().addGenerator(std::move(*process));
+    j->machine = std::move(*machine);
+    j->lljit = std::move(*lljit);
+    return j;
+  }();
+  return *instance;
+}
+
+int32_t lanes_of(const char* isa, int32_t double_precision) {
+  const std::string name = isa;
+  const int32_t bytes = name == "avx512" ? 64 : name == "avx2" ? 32 : 0;
+  return bytes / (double_precision ? 8 : 4);
+}
+
+llvm::StringRef bitcode_of(const std::string& isa) {
+  if (isa == "avx512")
+    return {lf_jit_bitcode_avx512,
+            static_cast<size_t>(lf_jit_bitcode_avx512_end - lf_jit_bitcode_avx512)};
+  return {lf_jit_bitcode_avx2, static_cast<size_t>(lf_jit_bitcode_avx2_end - lf_jit_bitcode_avx2)};
+}
+
+// A request, where `b` is, for the cache line `bytes` past `pointer` (read soon, kept in every
+// level of the cache).
+void prefetch_ahead(llvm::IRBuilder<>& b, llvm::Value* pointer, int64_t bytes) {
+  llvm::Value* ahead =
+      b.CreateGEP(b.getInt8Ty(), b.CreateBitCast(pointer, b.getInt8PtrTy()), b.getInt64(bytes));
+  b.CreateIntrinsic(llvm::Intrinsic::prefetch, {b.getInt8PtrTy()},
+                    {ahead, b.getInt32(0), b.getInt32(3), b.getInt32(1)});
+}
+
+// For each of `count` instructions, where it divides by a value its loop does not change (a
+// constant, a 0-d operand or, where `row_values_fixed`, a row's value: loaded before the loop),
+// the index of the load of that divisor; else -1. Such a division runs as
+// lf_jit_div_by_reciprocal, the divisor's reciprocal computed where the divisor is loaded
+// (Note [Division by a reciprocal] in cpu_jit_ops.cc).
+std::vector<int32_t> fixed_divisors(const LfJitInstr* instrs, int32_t count, const char* suffix,
+                                    bool row_values_fixed) {
+  const std::string division = std::string("lf_jit_Div") + suffix;
+  std::vector<int32_t> fixed(static_cast<size_t>(count), -1);
+  std::vector<int32_t> loaded_by;  // per register: the load of the value it holds, or -1
+  for (int32_t k = 0; k < count; ++k) {
+    const LfJitInstr& instr = instrs[k];
+    const int32_t divisor = instr.src[1];
+    if (instr.kind == kLfJitApply && instr.function == division && divisor >= 0 &&
+        divisor < static_cast<int32_t>(loaded_by.size()))
+      fixed[k] = loaded_by[divisor];
+    if (instr.kind == kLfJitStore || instr.kind == kLfJitStoreStream ||
+        instr.kind == kLfJitStoreRowRun)
+      continue;
+    if (instr.dst >= static_cast<int32_t>(loaded_by.size())) loaded_by.resize(instr.dst + 1, -1);
+    const bool fixed_value = instr.kind == kLfJitLoadScalar || instr.kind == kLfJitConst ||
+                             (row_values_fixed && instr.kind == kLfJitLoadRowValue);
+    loaded_by[instr.dst] = fixed_value ? k : -1;
+  }
+  return fixed;
+}
+
+// Calls, where `at` is, the op function of the Apply `instr` on the vectors `view` holds, into
+// `out`; where `reciprocal` is given, the division by a fixed divisor through that reciprocal.
+std::string call_op(llvm::IRBuilder<>& at, llvm::Module& module, const LfJitInstr& instr,
+                    const std::vector<llvm::Value*>& view, llvm::Value* reciprocal,
+                    const char* suffix, llvm::Value* out) {
+  const std::string function =
+      reciprocal != nullptr ? std::string("lf_jit_div_by_reciprocal") + suffix : instr.function;
+  llvm::Function* op = module.getFunction(function);
+  if (op == nullptr) return "no op function " + function;
+  llvm::Value* a = view[instr.src[0]];
+  llvm::Value* second = instr.src[1] >= 0 ? view[instr.src[1]] : a;
+  llvm::Value* third = reciprocal != nullptr ? reciprocal
+                       : instr.src[2] >= 0   ? view[instr.src[2]]
+                                             : a;
+  at.CreateCall(op, {a, second, third, out});
+  return "";
+}
+
+// The op function `what` ("load", "load_one", "store", "stream") of a load's or store's half
+// memory type (LfJitMemory), or "" where it lies in memory as the registers do.
+std::string half_memory_function(const char* what, int32_t memory) {
+  switch (memory) {
+    case kLfJitMemoryBFloat16:
+      return std::string("lf_jit_") + what + "_bf16";
+    case kLfJitMemoryHalf:
+      return std::string("lf_jit_") + what + "_f16";
+    default:
+      return "";
+  }
+}
+
+// Calls the half memory type's op function `what` on `at`: `memory_address`, the element's
+// address in the operand or result, and `vector`, the register's vector.
+std::string call_half_memory(llvm::IRBuilder<>& at, llvm::Module& module, const char* what,
+                             const LfJitInstr& instr, llvm::Value* memory_address,
+                             llvm::Value* vector) {
+  const std::string name = half_memory_function(what, instr.memory);
+  llvm::Function* function = module.getFunction(name);
+  if (function == nullptr) return "no op function " + name;
+  at.CreateCall(function, {memory_address, vector});
+  return "";
+}
+
+// What both kinds of kernel start from: the kernel function `name` (LfJitKernel's signature)
+// in `module`, which holds the op functions, and the types of the program's values.
+struct KernelFrame {
+  llvm::Function* kernel = nullptr;
+  llvm::Type *element = nullptr, *vector = nullptr, *element_ptr = nullptr, *vector_ptr = nullptr,
+             *i64 = nullptr;
+  const char* suffix = "";  // the op functions' for the program's precision
+  int32_t lanes = 0;
+  llvm::Value *operands = nullptr, *results = nullptr, *begin = nullptr, *end = nullptr;
+  // A slot, allocated where `b` is (the entry block), for the reciprocal of each load that
+  // `divisors` (fixed_divisors) names; null for every other instruction.
+  std::vector<llvm::Value*> reciprocal_slots(llvm::IRBuilder<>& b,
+                                             const std::vector<int32_t>& divisors) const {
+    std::vector<llvm::Value*> slots(divisors.size(), nullptr);
+    for (int32_t divisor : divisors)
+      if (divisor >= 0 && slots[divisor] == nullptr)
+        slots[divisor] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
+    return slots;
+  }
+  // Stores, where `at` is, the vector 1 / (the vector at `divisor`) at `reciprocal`.
+  void store_reciprocal(llvm::IRBuilder<>& at, llvm::Value* divisor, llvm::Value* reciprocal,
+                        llvm::Align align) const {
+    llvm::Value* value = at.CreateAlignedLoad(vector, at.CreateBitCast(divisor, vector_ptr), align);
+    at.CreateAlignedStore(at.CreateFDiv(llvm::ConstantFP::get(vector, 1.0), value),
+                          at.CreateBitCast(reciprocal, vector_ptr), align);
+  }
+  // The address in `array` (the operands' or the results') at `slot`, loaded where `b` is.
+  llvm::Value* base(llvm::IRBuilder<>& b, llvm::Value* array, int32_t slot) const {
+    llvm::Value* at = b.CreateConstGEP1_64(b.getInt8PtrTy(), array, static_cast<uint64_t>(slot));
+    return b.CreateBitCast(b.CreateLoad(b.getInt8PtrTy(), at), element_ptr);
+  }
+};
+std::string declare_kernel(const LfJitProgram& program, const std::string& name,
+                           llvm::Module& module, KernelFrame* frame) {
+  llvm::LLVMContext& context = module.getContext();
+  const bool dp = program.double_precision != 0;
+  frame->lanes = lanes_of(program.isa, program.double_precision);
+  frame->element = dp ? llvm::Type::getDoubleTy(context) : llvm::Type::getFloatTy(context);
+  frame->vector = llvm::FixedVectorType::get(frame->element, static_cast<unsigned>(frame->lanes));
+  frame->element_ptr = frame->element->getPointerTo();
+  frame->vector_ptr = frame->vector->getPointerTo();
+  frame->i64 = llvm::Type::getInt64Ty(context);
+  llvm::Type* bytes_ptr_ptr = llvm::Type::getInt8PtrTy(context)->getPointerTo();
+  auto* type =
+      llvm::FunctionType::get(llvm::Type::getVoidTy(context),
+                              {bytes_ptr_ptr, bytes_ptr_ptr, frame->i64, frame->i64}, false);
+  frame->kernel = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module);
+  // The op functions are inlined only into a function of their instruction set.
+  frame->suffix = dp ? "_f64" : "_f32";
+  llvm::Function* sample = module.getFunction(std::string("lf_jit_Add") + frame->suffix);
+  if (sample == nullptr) return "the op functions' bitcode has no lf_jit_Add";
+  for (const char* attribute : {"target-cpu", "target-features", "min-legal-vector-width"})
+    if (sample->hasFnAttribute(attribute))
+      frame->kernel->addFnAttr(sample->getFnAttribute(attribute));
+  frame->kernel->addFnAttr(llvm::Attribute::NoUnwind);
+  frame->operands = frame->kernel->getArg(0);
+  frame->results = frame->kernel->getArg(1);
+  frame->begin = frame->kernel->getArg(2);
+  frame->end = frame->kernel->getArg(3);
+  return "";
+}
+
+// Writes the kernel function `name` for `program` into `module`, which holds the op functions.
+std::string emit_kernel(const LfJitProgram& program, const std::string& name,
+                        llvm::Module& module) {
+  KernelFrame frame;
+  if (std::string error = declare_kernel(program, name, module, &frame); !error.empty())
+    return error;
+  llvm::LLVMContext& context = module.getContext();
+  const bool dp = program.double_precision != 0;
+  const auto& [kernel, element, vector, element_ptr, vector_ptr, i64, suffix, lanes, operands,
+               results, begin, end] = frame;
+
+  // A program that reads rows (a row's run, a row's value) of one length runs as a loop over
+  // rows around a loop over the row's vectors: the row's values (a norm's statistics), 0-d
+  // operands and constants are loaded and splat once a row, in the outer loop, and a row's run
+  // is addressed without a division. Otherwise one flat loop.
+  int64_t row = 0;
+  bool one_row_length = true;
+  for (int32_t k = 0; k < program.num_instrs; ++k) {
+    const LfJitInstr& instr = program.instrs[k];
+    if (instr.kind != kLfJitLoadRowRun && instr.kind != kLfJitLoadRowValue) continue;
+    one_row_length &= row == 0 || row == instr.row;
+    row = instr.row;
+  }
+  const bool nested = row > 0 && one_row_length;
+
+  auto* entry = llvm::BasicBlock::Create(context, "entry", kernel);
+  auto* rows = llvm::BasicBlock::Create(context, "rows", kernel);
+  auto* vectors = llvm::BasicBlock::Create(context, "vectors", kernel);
+  auto* next_row = llvm::BasicBlock::Create(context, "next_row", kernel);
+  auto* done = llvm::BasicBlock::Create(context, "done", kernel);
+  llvm::IRBuilder<> b(entry);
+  const llvm::Align element_align(dp ? 8 : 4);
+  // A slot per instruction's result rather than per register: a value computed once a row must
+  // not share its slot with one computed every vector. Promoted to registers by the optimizer.
+  std::vector<llvm::Value*> slots(static_cast<size_t>(program.num_instrs), nullptr);
+  for (int32_t k = 0; k < program.num_instrs; ++k) {
+    const int32_t kind = program.instrs[k].kind;
+    // A dense or row-run load reads its operand in place, but for a half type's, converted.
+    const bool in_place = (kind == kLfJitLoadDense || kind == kLfJitLoadRowRun) &&
+                          program.instrs[k].memory == kLfJitMemoryAsRegisters;
+    if (!in_place && kind != kLfJitStore && kind != kLfJitStoreStream)
+      slots[k] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
+  }
+  // A slot for the reciprocal of each divisor the loop does not change.
+  const std::vector<int32_t> divisors =
+      fixed_divisors(program.instrs, program.num_instrs, suffix, /*row_values_fixed=*/nested);
+  const std::vector<llvm::Value*> reciprocals = frame.reciprocal_slots(b, divisors);
+  // Each operand's and result's base address, read once.
+  auto base = [&](llvm::Value* array, int32_t slot) { return frame.base(b, array, slot); };
+  std::vector<llvm::Value*> bases(static_cast<size_t>(program.num_instrs), nullptr);
+  for (int32_t k = 0; k < program.num_instrs; ++k) {
+    const LfJitInstr& instr = program.instrs[k];
+    if (instr.kind == kLfJitConst || instr.kind == kLfJitApply) continue;
+    const bool store = instr.kind == kLfJitStore || instr.kind == kLfJitStoreStream;
+    bases[k] = base(store ? results : operands, instr.slot);
+    if (instr.memory != kLfJitMemoryAsRegisters)
+      bases[k] = b.CreateBitCast(bases[k], b.getInt16Ty()->getPointerTo());
+  }
+  // An element's address in the operand or result of instruction k.
+  auto element_at = [&](llvm::IRBuilder<>& at, int32_t k, llvm::Value* index) {
+    const bool half = program.instrs[k].memory != kLfJitMemoryAsRegisters;
+    return at.CreateGEP(half ? at.getInt16Ty() : element, bases[k], index);
+  };
+  b.CreateCondBr(b.CreateICmpSLT(begin, end), rows, done);
+
+  // rows: from `row_begin` to the end of its row (or of the range); once a row, the row's values.
+  b.SetInsertPoint(rows);
+  llvm::PHINode* row_begin = b.CreatePHI(i64, 2, "row_begin");
+  row_begin->addIncoming(begin, entry);
+  llvm::Value* row_index = nested ? b.CreateUDiv(row_begin, b.getInt64(row)) : nullptr;
+  llvm::Value* row_start = nested ? b.CreateMul(row_index, b.getInt64(row)) : nullptr;
+  llvm::Value* row_end = end;
+  if (nested) {
+    llvm::Value* next_start = b.CreateAdd(row_start, b.getInt64(row));
+    row_end = b.CreateSelect(b.CreateICmpSLT(next_start, end), next_start, end);
+  }
+  llvm::IRBuilder<> once(rows);  // the row's part, before the branch into its vectors
+  b.SetInsertPoint(vectors);
+  llvm::PHINode* i = b.CreatePHI(i64, 2, "i");
+  i->addIncoming(row_begin, rows);
+
+  // Where each register's vector is read from (an instruction's slot, or an operand in place).
+  std::vector<llvm::Value*> view(static_cast<size_t>(program.num_registers), nullptr);
+  auto splat = [&](llvm::IRBuilder<>& at, llvm::Value* scalar, int32_t k) {
+    at.CreateAlignedStore(at.CreateVectorSplat(static_cast<unsigned>(lanes), scalar),
+                          at.CreateBitCast(slots[k], vector_ptr), element_align);
+    view[program.instrs[k].dst] = slots[k];
+    if (reciprocals[k] != nullptr)
+      frame.store_reciprocal(at, slots[k], reciprocals[k], element_align);
+  };
+  for (int32_t k = 0; k < program.num_instrs; ++k) {
+    const LfJitInstr& instr = program.instrs[k];
+    // Once a row: loads of a row's value or of one value, and constants (an op of those alone
+    // is never here: fusion gives a row's values a step of their own); in a flat loop, the load
+    // of a fixed divisor, whose reciprocal the loop would otherwise compute again wherever an
+    // op calls out of line. (Hoisting every constant and load of one value out of flat
+    // loops measured chain16 at 2^24 7% slower in two interleaved rounds on the 2-core Intel
+    // machine.)
+    const bool invariant =
+        (nested && (instr.kind == kLfJitLoadScalar || instr.kind == kLfJitConst ||
+                    instr.kind == kLfJitLoadRowValue)) ||
+        reciprocals[k] != nullptr;
+    llvm::IRBuilder<>& at = invariant ? once : b;
+    const bool half = instr.memory != kLfJitMemoryAsRegisters;
+    // A load of a half type's element (`one`: into every lane) converted into the slot.
+    auto load_half = [&](llvm::IRBuilder<>& to, llvm::Value* address, bool one) {
+      if (std::string error =
+              call_half_memory(to, module, one ? "load_one" : "load", instr, address, slots[k]);
+          !error.empty())
+        return error;
+      view[instr.dst] = slots[k];
+      if (one && reciprocals[k] != nullptr)
+        frame.store_reciprocal(to, slots[k], reciprocals[k], element_align);
+      return std::string();
+    };
+    std::string error;
+    switch (instr.kind) {
+      case kLfJitLoadDense: {
+        llvm::Value* address = element_at(b, k, i);
+        if (program.prefetch_bytes > 0) prefetch_ahead(b, address, program.prefetch_bytes);
+        if (half)
+          error = load_half(b, address, false);
+        else
+          view[instr.dst] = address;
+        break;
+      }
+      case kLfJitLoadScalar:
+        if (half)
+          error = load_half(at, bases[k], true);
+        else
+          splat(at, at.CreateAlignedLoad(element, bases[k], element_align), k);
+        break;
+      case kLfJitLoadRowRun: {
+        llvm::Value* column =
+            nested ? b.CreateSub(i, row_start) : b.CreateURem(i, b.getInt64(instr.row));
+        if (half)
+          error = load_half(b, element_at(b, k, column), false);
+        else
+          view[instr.dst] = element_at(b, k, column);
+        break;
+      }
+      case kLfJitLoadRowValue: {
+        llvm::Value* index = nested ? row_index : at.CreateUDiv(i, at.getInt64(instr.row));
+        llvm::Value* offset = at.CreateMul(index, at.getInt64(instr.row_stride));
+        if (half)
+          error = load_half(at, element_at(at, k, offset), true);
+        else
+          splat(at, at.CreateAlignedLoad(element, element_at(at, k, offset), element_align), k);
+        break;
+      }
+      case kLfJitConst:
+        splat(at, llvm::ConstantFP::get(element, instr.value), k);
+        break;
+      case kLfJitApply: {
+        llvm::Value* reciprocal = divisors[k] >= 0 ? reciprocals[divisors[k]] : nullptr;
+        if (std::string error = call_op(at, module, instr, view, reciprocal, suffix, slots[k]);
+            !error.empty())
+          return error;
+        view[instr.dst] = slots[k];
+        break;
+      }
+      case kLfJitStore:
+      case kLfJitStoreStream: {
+        llvm::Value* to = element_at(b, k, i);
+        const bool stream = instr.kind == kLfJitStoreStream;
+        if (half) {
+          error = call_half_memory(b, module, stream ? "stream" : "store", instr, to,
+                                   view[instr.src[0]]);
+        } else if (stream) {
+          llvm::Function* function = module.getFunction(std::string("lf_jit_stream") + suffix);
+          if (function == nullptr) return "the op functions' bitcode has no stream function";
+          b.CreateCall(function, {to, view[instr.src[0]]});
+        } else {
+          llvm::Value* value = b.CreateAlignedLoad(
+              vector, b.CreateBitCast(view[instr.src[0]], vector_ptr), element_align);
+          b.CreateAlignedStore(value, b.CreateBitCast(to, vector_ptr), element_align);
+        }
+        break;
+      }
+      default:
+        return "unknown JIT instruction kind " + std::to_string(instr.kind);
+    }
+    if (!error.empty()) return error;
+  }
+  once.CreateBr(vectors);
+  llvm::Value* next = b.CreateAdd(i, b.getInt64(lanes), "next", /*HasNUW=*/true, /*HasNSW=*/true);
+  i->addIncoming(next, b.GetInsertBlock());
+  b.CreateCondBr(b.CreateICmpSLT(next, row_end), vectors, next_row);
+  b.SetInsertPoint(next_row);
+  row_begin->addIncoming(row_end, next_row);
+  b.CreateCondBr(b.CreateICmpSLT(row_end, end), rows, done);
+  b.SetInsertPoint(done);
+  b.CreateRetVoid();
+  return "";
+}
+
+// Writes the kernel function `name` for the row program `program` (LfJitProgram::phases): for
+// each row of the range, every phase in turn, a loop over the row's vectors or a line run once.
+// A reducing phase's loop takes 16 * sets elements an iteration, so that each vector's lanes go
+// to accumulators known when compiling (the optimizer keeps them in registers).
+std::string emit_row_kernel(const LfJitProgram& program, const std::string& name,
+                            llvm::Module& module) {
+  KernelFrame frame;
+  if (std::string error = declare_kernel(program, name, module, &frame); !error.empty())
+    return error;
+  llvm::LLVMContext& context = module.getContext();
+  const bool dp = program.double_precision != 0;
+  const auto& [kernel, element, vector, element_ptr, vector_ptr, i64, suffix, lanes, operands,
+               results, begin, end] = frame;
+  const int64_t length = program.row_length;
+  if (length <= 0 || length % 16 != 0) return "a row program's rows are a multiple of 16 long";
+  for (int32_t p = 0; p < program.num_phases; ++p)
+    for (int32_t k = 0; k < program.phases[p].num_instrs; ++k)
+      if (program.phases[p].instrs[k].memory != kLfJitMemoryAsRegisters)
+        return "a row program's loads and stores lie in memory as its registers";
+
+  auto* entry = llvm::BasicBlock::Create(context, "entry", kernel);
+  auto* rows = llvm::BasicBlock::Create(context, "rows", kernel);
+  llvm::IRBuilder<> b(entry);
+  const llvm::Align element_align(dp ? 8 : 4);
+  auto base = [&](llvm::Value* array, int32_t slot) { return frame.base(b, array, slot); };
+  auto is_store = [](int32_t kind) {
+    return kind == kLfJitStore || kind == kLfJitStoreStream || kind == kLfJitStoreRowRun;
+  };
+  // Per phase: each instruction's base address and result slot, and the accumulators.
+  struct PhaseState {
+    std::vector<llvm::Value*> bases, slots;
+    // Per instruction: the load of its fixed divisor (fixed_divisors), and the reciprocal of
+    // the value a load holds where a division needs it.
+    std::vector<int32_t> divisors;
+    std::vector<llvm::Value*> reciprocals;
+    // A reduction's accumulators: a vector of them for each of the loop's vectors an iteration,
+    // and all of them in one array for the finish (kept apart, so that the optimizer keeps the
+    // loop's in vector registers).
+    std::vector<llvm::Value*> accumulators;
+    // A sum's float32 stretches (flush), a vector each: for each of the `together` stretches
+    // the loop adds at once, one per vector of an iteration.
+    std::vector<llvm::Value*> stretches;
+    int64_t together = 1;
+    llvm::Value* finishing = nullptr;
+    llvm::Value* finished = nullptr;  // the row's value in every lane
+    llvm::Value* scratch = nullptr;   // where a split reduction's values wait (reduce_scratch)
+  };
+  // Whether an op function calls a function of another library (SLEEF's), which keeps every
+  // vector register the caller holds across it in memory.
+  auto calls_out_of_line = [&](const LfJitPhase& phase) {
+    for (int32_t k = 0; k < phase.num_instrs; ++k) {
+      if (phase.instrs[k].kind != kLfJitApply) continue;
+      const llvm::Function* op = module.getFunction(phase.instrs[k].function);
+      if (op == nullptr) continue;
+      for (const llvm::BasicBlock& block : *op)
+        for (const llvm::Instruction& instruction : block)
+          if (const auto* call = llvm::dyn_cast<llvm::CallBase>(&instruction))
+            if (const llvm::Function* callee = call->getCalledFunction();
+                callee == nullptr || (callee->isDeclaration() && !callee->isIntrinsic()))
+              return true;
+    }
+    return false;
+  };
+  std::vector<PhaseState> states(static_cast<size_t>(program.num_phases));
+  for (int32_t p = 0; p < program.num_phases; ++p) {
+    const LfJitPhase& phase = program.phases[p];
+    PhaseState& state = states[p];
+    state.bases.assign(static_cast<size_t>(phase.num_instrs), nullptr);
+    state.slots.assign(static_cast<size_t>(phase.num_instrs), nullptr);
+    // A part over one value a row has no loop to take a reciprocal out of.
+    state.divisors = phase.once_a_row
+                         ? std::vector<int32_t>(static_cast<size_t>(phase.num_instrs), -1)
+                         : fixed_divisors(phase.instrs, phase.num_instrs, suffix,
+                                          /*row_values_fixed=*/true);
+    state.reciprocals = frame.reciprocal_slots(b, state.divisors);
+    for (int32_t k = 0; k < phase.num_instrs; ++k) {
+      const LfJitInstr& instr = phase.instrs[k];
+      state.slots[k] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
+      if (instr.kind == kLfJitConst || instr.kind == kLfJitApply) continue;
+      state.bases[k] = base(is_store(instr.kind) ? results : operands, instr.slot);
+    }
+    if (phase.reduce_src >= 0) {
+      if (phase.reduce_sets < 1 || length % (16 * phase.reduce_sets) != 0)
+        return "a row program's reduction has sets its rows do not fill";
+      llvm::Type* accumulator =
+          phase.reduce_accumulator_bytes == 8 ? b.getDoubleTy() : b.getFloatTy();
+      llvm::Type* accumulators =
+          llvm::FixedVectorType::get(accumulator, static_cast<unsigned>(lanes));
+      const int64_t every = phase.reduce_flush_every;
+      if (every < 0 || every % (16 * phase.reduce_sets) != 0)
+        return "a row program's reduction flushes between its loop's iterations";
+      // Stretches are independent until they are added, in order, into the accumulators: a
+      // loop over 2 or 4 of them at once (vector j of each an iteration) has as many chains of
+      // additions in flight, which one stretch's chain had bound.
+      for (int64_t g : {4, 2})
+        if (every > 0 && state.together == 1 && length % (g * every) == 0) state.together = g;
+      for (int64_t u = 0; u < 16 * phase.reduce_sets / lanes; ++u)
+        state.accumulators.push_back(b.CreateAlloca(accumulators, nullptr));
+      for (int64_t k = 0; k < state.together * static_cast<int64_t>(state.accumulators.size()); ++k)
+        state.stretches.push_back(b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr));
+      state.finishing =
+          b.CreateAlloca(llvm::ArrayType::get(accumulators, state.accumulators.size()), nullptr);
+      state.finished = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
+      if (phase.reduce_scratch >= 0 && calls_out_of_line(phase))
+        state.scratch = base(results, phase.reduce_scratch);
+      state.bases.push_back(base(results, phase.reduce_result));
+    }
+  }
+  // The loop that asks for the lines ahead: the one applying the most ops, so that the next
+  // rows arrive while the row computes (asked for by a quick loop, a max's, the lines came in a
+  // burst that stalled on the fill buffers, and the long loop found memory idle). It asks for
+  // every operand the program reads densely, whichever loop reads it.
+  int32_t prefetching = -1;
+  for (int32_t p = 0, most = -1; p < program.num_phases; ++p) {
+    if (program.phases[p].once_a_row) continue;
+    int32_t applies = 0;
+    for (int32_t k = 0; k < program.phases[p].num_instrs; ++k)
+      applies += program.phases[p].instrs[k].kind == kLfJitApply;
+    if (applies > most) most = applies, prefetching = p;
+  }
+  std::vector<llvm::Value*> prefetched;  // the base of each densely read operand
+  std::vector<int32_t> prefetched_slots;
+  for (int32_t p = 0; p < program.num_phases && program.prefetch_bytes > 0; ++p) {
+    for (int32_t k = 0; k < program.phases[p].num_instrs; ++k) {
+      const LfJitInstr& instr = program.phases[p].instrs[k];
+      if (program.phases[p].once_a_row || instr.kind != kLfJitLoadDense ||
+          std::find(prefetched_slots.begin(), prefetched_slots.end(), instr.slot) !=
+              prefetched_slots.end())
+        continue;
+      prefetched_slots.push_back(instr.slot);
+      prefetched.push_back(states[p].bases[k]);
+    }
+  }
+  auto* done = llvm::BasicBlock::Create(context, "done", kernel);
+  b.CreateCondBr(b.CreateICmpSLT(begin, end), rows, done);
+
+  // rows: the row from `row_start`, every phase in turn.
+  b.SetInsertPoint(rows);
+  llvm::PHINode* row_start = b.CreatePHI(i64, 2, "row_start");
+  row_start->addIncoming(begin, entry);
+  llvm::Value* row = b.CreateUDiv(row_start, b.getInt64(length), "row");
+  llvm::Value* row_end = b.CreateAdd(row_start, b.getInt64(length));
+  auto vector_at = [&](llvm::IRBuilder<>& at, llvm::Value* pointer) {
+    return at.CreateAlignedLoad(vector, at.CreateBitCast(pointer, vector_ptr), element_align);
+  };
+  for (int32_t p = 0; p < program.num_phases; ++p) {
+    const LfJitPhase& phase = program.phases[p];
+    PhaseState& state = states[p];
+    std::vector<llvm::Value*> view(static_cast<size_t>(phase.num_registers), nullptr);
+    auto splat = [&](llvm::IRBuilder<>& at, llvm::Value* scalar, int32_t k) {
+      at.CreateAlignedStore(at.CreateVectorSplat(static_cast<unsigned>(lanes), scalar),
+                            at.CreateBitCast(state.slots[k], vector_ptr), element_align);
+      view[phase.instrs[k].dst] = state.slots[k];
+      if (state.reciprocals[k] != nullptr)
+        frame.store_reciprocal(at, state.slots[k], state.reciprocals[k], element_align);
+    };
+    auto apply = [&](llvm::IRBuilder<>& at, const LfJitInstr& instr, int32_t k) -> std::string {
+      llvm::Value* reciprocal =
+          state.divisors[k] >= 0 ? state.reciprocals[state.divisors[k]] : nullptr;
+      if (std::string error = call_op(at, module, instr, view, reciprocal, suffix, state.slots[k]);
+          !error.empty())
+        return error;
+      view[instr.dst] = state.slots[k];
+      return "";
+    };
+    if (phase.once_a_row) {
+      // A part over one value a row, on vectors of that value.
+      for (int32_t k = 0; k < phase.num_instrs; ++k) {
+        const LfJitInstr& instr = phase.instrs[k];
+        switch (instr.kind) {
+          case kLfJitLoadDense:
+            splat(b,
+                  b.CreateAlignedLoad(element, b.CreateGEP(element, state.bases[k], row),
+                                      element_align),
+                  k);
+            break;
+          case kLfJitLoadScalar:
+            splat(b, b.CreateAlignedLoad(element, state.bases[k], element_align), k);
+            break;
+          case kLfJitConst:
+            splat(b, llvm::ConstantFP::get(element, instr.value), k);
+            break;
+          case kLfJitApply:
+            if (std::string error = apply(b, instr, k); !error.empty()) return error;
+            break;
+          case kLfJitStore:
+          case kLfJitStoreStream:
+            b.CreateAlignedStore(
+                b.CreateExtractElement(vector_at(b, view[instr.src[0]]), static_cast<uint64_t>(0)),
+                b.CreateGEP(element, state.bases[k], row), element_align);
+            break;
+          default:
+            return "a row program's once-a-row part has a load or store of whole rows";
+        }
+      }
+      continue;
+    }
+    // A loop over the row's vectors, `per_iteration` of them an iteration.
+    const bool reduces = phase.reduce_src >= 0;
+    const int64_t per_iteration = reduces ? 16 * phase.reduce_sets / lanes : 1;
+    llvm::Function* init = reduces ? module.getFunction(phase.reduce_init) : nullptr;
+    llvm::Function* combine = reduces ? module.getFunction(phase.reduce_combine) : nullptr;
+    llvm::Function* flush = reduces ? module.getFunction(phase.reduce_flush) : nullptr;
+    llvm::Function* finish = reduces ? module.getFunction(phase.reduce_finish) : nullptr;
+    if (reduces && (init == nullptr || combine == nullptr || flush == nullptr || finish == nullptr))
+      return std::string("no reduction functions ") + phase.reduce_combine;
+    auto accumulators_of = [&](llvm::IRBuilder<>& at, size_t u) {
+      return at.CreateBitCast(state.accumulators[u], at.getInt8PtrTy());
+    };
+    const size_t vectors = state.accumulators.size();
+    const int64_t every = phase.reduce_flush_every;  // 0: no stretches, nothing to flush
+    for (size_t k = 0; k < state.stretches.size(); ++k)
+      b.CreateCall(init, {accumulators_of(b, k % vectors), state.stretches[k]});
+    // Every stretch into its vector's accumulators, in the row's order; in a loop, only once
+    // `done` (a multiple of the loop's step) is a whole number of stretches.
+    auto flush_all = [&](llvm::Value* done, const std::string& label) {
+      llvm::BasicBlock* flushing = nullptr;
+      llvm::BasicBlock* flushed = nullptr;
+      if (done != nullptr) {
+        flushing = llvm::BasicBlock::Create(context, "flush" + label, kernel);
+        flushed = llvm::BasicBlock::Create(context, "flushed" + label, kernel);
+        llvm::Value* in_stretch = b.CreateURem(done, b.getInt64(every));
+        b.CreateCondBr(b.CreateICmpEQ(in_stretch, b.getInt64(0)), flushing, flushed);
+        b.SetInsertPoint(flushing);
+      }
+      for (size_t k = 0; k < state.stretches.size(); ++k)
+        b.CreateCall(flush, {accumulators_of(b, k % vectors), state.stretches[k]});
+      if (done != nullptr) {
+        b.CreateBr(flushed);
+        b.SetInsertPoint(flushed);
+      }
+    };
+    // What is the same for the whole row, before the loop: loads of one value, or of the
+    // row's value, and constants.
+    for (int32_t k = 0; k < phase.num_instrs; ++k) {
+      const LfJitInstr& instr = phase.instrs[k];
+      if (instr.kind == kLfJitLoadScalar) {
+        splat(b, b.CreateAlignedLoad(element, state.bases[k], element_align), k);
+      } else if (instr.kind == kLfJitLoadRowValue) {
+        llvm::Value* offset = b.CreateMul(row, b.getInt64(instr.row_stride));
+        splat(b,
+              b.CreateAlignedLoad(element, b.CreateGEP(element, state.bases[k], offset),
+                                  element_align),
+              k);
+      } else if (instr.kind == kLfJitConst) {
+        splat(b, llvm::ConstantFP::get(element, instr.value), k);
+      }
+    }
+    llvm::BasicBlock* before = b.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(context, "phase" + std::to_string(p), kernel);
+    auto* after = llvm::BasicBlock::Create(context, "after" + std::to_string(p), kernel);
+    b.CreateBr(loop);
+    b.SetInsertPoint(loop);
+    // A loop's counter q steps through a stretch's elements (`every` of them) while the loop
+    // takes vector j of each of `together` stretches at once: the column of vector u of an
+    // iteration's part for stretch g (the plain column q + u * lanes where together is 1).
+    auto column_of = [&](llvm::Value* q, int64_t together, int64_t g, int64_t u) {
+      llvm::Value* column = q;
+      if (together > 1)
+        column = b.CreateAdd(
+            b.CreateMul(b.CreateUDiv(q, b.getInt64(every)), b.getInt64(together * every)),
+            b.CreateURem(q, b.getInt64(every)));
+      const int64_t offset = g * every + u * lanes;
+      return offset == 0 ? column : b.CreateAdd(column, b.getInt64(offset), "", true, true);
+    };
+    const int64_t together = reduces && state.scratch == nullptr ? state.together : 1;
+    llvm::PHINode* q = b.CreatePHI(i64, 2, "q");
+    q->addIncoming(b.getInt64(0), before);
+    for (int64_t v = 0; v < together * per_iteration; ++v) {
+      const int64_t u = v % per_iteration;
+      llvm::Value* column = column_of(q, together, v / per_iteration, u);
+      llvm::Value* at = b.CreateAdd(row_start, column, "", true, true);
+      if (p == prefetching)
+        for (llvm::Value* operand : prefetched)
+          prefetch_ahead(b, b.CreateGEP(element, operand, at), program.prefetch_bytes);
+      for (int32_t k = 0; k < phase.num_instrs; ++k) {
+        const LfJitInstr& instr = phase.instrs[k];
+        switch (instr.kind) {
+          case kLfJitLoadDense:
+            view[instr.dst] = b.CreateGEP(element, state.bases[k], at);
+            break;
+          case kLfJitLoadRowRun:
+            view[instr.dst] = b.CreateGEP(element, state.bases[k], column);
+            break;
+          case kLfJitLoadScalar:
+          case kLfJitLoadRowValue:
+          case kLfJitConst:
+            // Computed before the loop; the register holds it again from here (a register is
+            // reused once its value is dead, and each vector of the iteration reads anew).
+            view[instr.dst] = state.slots[k];
+            break;
+          case kLfJitApply:
+            if (std::string error = apply(b, instr, k); !error.empty()) return error;
+            break;
+          case kLfJitStore:
+          case kLfJitStoreRowRun:
+          case kLfJitStoreStream: {
+            llvm::Value* to =
+                b.CreateGEP(element, state.bases[k], instr.kind == kLfJitStoreRowRun ? column : at);
+            if (instr.kind == kLfJitStoreStream) {
+              llvm::Function* stream = module.getFunction(std::string("lf_jit_stream") + suffix);
+              if (stream == nullptr) return "the op functions' bitcode has no stream function";
+              b.CreateCall(stream, {to, view[instr.src[0]]});
+            } else {
+              b.CreateAlignedStore(vector_at(b, view[instr.src[0]]),
+                                   b.CreateBitCast(to, vector_ptr), element_align);
+            }
+            break;
+          }
+          default:
+            return "unknown JIT instruction kind " + std::to_string(instr.kind);
+        }
+      }
+      if (reduces && state.scratch != nullptr) {
+        b.CreateAlignedStore(
+            vector_at(b, view[phase.reduce_src]),
+            b.CreateBitCast(b.CreateGEP(element, state.scratch, column), vector_ptr),
+            element_align);
+      } else if (reduces) {
+        b.CreateCall(combine, {accumulators_of(b, static_cast<size_t>(u)), state.stretches[v],
+                               view[phase.reduce_src]});
+      }
+    }
+    llvm::Value* next =
+        b.CreateAdd(q, b.getInt64(per_iteration * lanes), "next", /*HasNUW=*/true, true);
+    if (reduces && state.scratch == nullptr && every > 0) flush_all(next, std::to_string(p));
+    q->addIncoming(next, b.GetInsertBlock());
+    b.CreateCondBr(b.CreateICmpSLT(next, b.getInt64(length / together)), loop, after);
+    b.SetInsertPoint(after);
+    if (reduces && state.scratch != nullptr) {
+      // The row's values, reduced from the buffer in the same lanes as in the loop above.
+      auto* reduce = llvm::BasicBlock::Create(context, "reduce" + std::to_string(p), kernel);
+      auto* reduced = llvm::BasicBlock::Create(context, "reduced" + std::to_string(p), kernel);
+      b.CreateBr(reduce);
+      b.SetInsertPoint(reduce);
+      llvm::PHINode* j = b.CreatePHI(i64, 2, "j");
+      j->addIncoming(b.getInt64(0), after);
+      for (int64_t v = 0; v < state.together * per_iteration; ++v) {
+        const int64_t u = v % per_iteration;
+        llvm::Value* column = column_of(j, state.together, v / per_iteration, u);
+        b.CreateCall(combine, {accumulators_of(b, static_cast<size_t>(u)), state.stretches[v],
+                               b.CreateGEP(element, state.scratch, column)});
+      }
+      llvm::Value* next_j =
+          b.CreateAdd(j, b.getInt64(per_iteration * lanes), "next_j", /*HasNUW=*/true, true);
+      if (every > 0) flush_all(next_j, "_scratch" + std::to_string(p));
+      j->addIncoming(next_j, b.GetInsertBlock());
+      b.CreateCondBr(b.CreateICmpSLT(next_j, b.getInt64(length / state.together)), reduce, reduced);
+      b.SetInsertPoint(reduced);
+    }
+    if (reduces) {
+      // The row's last stretch, where it is not whole.
+      if (every > 0 && length % every != 0) flush_all(nullptr, "");
+      llvm::Type* accumulators = state.accumulators[0]->getType()->getPointerElementType();
+      for (size_t u = 0; u < state.accumulators.size(); ++u)
+        b.CreateStore(b.CreateLoad(accumulators, state.accumulators[u]),
+                      b.CreateConstGEP2_32(state.finishing->getType()->getPointerElementType(),
+                                           state.finishing, 0, static_cast<unsigned>(u)));
+      b.CreateCall(
+          finish,
+          {b.CreateBitCast(state.finishing, b.getInt8PtrTy()), b.getInt32(phase.reduce_sets),
+           llvm::ConstantFP::get(b.getDoubleTy(), static_cast<double>(length)), state.finished});
+      b.CreateAlignedStore(b.CreateAlignedLoad(element, state.finished, element_align),
+                           b.CreateGEP(element, state.bases.back(), row), element_align);
+    }
+  }
+  row_start->addIncoming(row_end, b.GetInsertBlock());
+  b.CreateCondBr(b.CreateICmpSLT(row_end, end), rows, done);
+  b.SetInsertPoint(done);
+  b.CreateRetVoid();
+  return "";
+}
+
+thread_local std::string last_error;
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) int32_t lazyfuse_cpu_jit_abi_version() {
+  return LF_JIT_ABI_VERSION;
+}
+
+__attribute__((visibility("default"))) int32_t lazyfuse_cpu_jit_lanes(const char* isa,
+                                                                      int32_t double_precision) {
+  return lanes_of(isa, double_precision);
+}
+
+__attribute__((visibility("default"))) const char* lazyfuse_cpu_jit_compile(
+    const LfJitProgram* program, LfJitKernel* kernel, void** code) {
+  Jit& j = jit();
+  std::lock_guard<std::mutex> lock(j.mutex);
+  if (j.lljit == nullptr) return (last_error = "no JIT for this host: " + j.error).c_str();
+  if (lanes_of(program->isa, program->double_precision) == 0)
+    return (last_error = std::string("no JIT op functions for ") + program->isa).c_str();
+  auto context = std::make_unique<llvm::LLVMContext>();
+  llvm::MemoryBufferRef bitcode(bitcode_of(program->isa), "cpu_jit_ops");
+  auto parsed = llvm::parseBitcodeFile(bitcode, *context);
+  if (!parsed) return (last_error = llvm::toString(parsed.takeError())).c_str();
+  std::unique_ptr<llvm::Module> module = std::move(*parsed);
+  module->setDataLayout(j.lljit->getDataLayout());
+  module->setTargetTriple(j.machine->getTargetTriple().str());
+  const std::string name = "lf_jit_kernel_" + std::to_string(j.kernels++);
+  last_error = program->num_phases > 0 ? emit_row_kernel(*program, name, *module)
+                                       : emit_kernel(*program, name, *module);
+  if (last_error.empty()) {
+    std::string problems;
+    llvm::raw_string_ostream out(problems);
+    if (llvm::verifyFunction(*module->getFunction(name), &out))
+      last_error = "generated an invalid kernel: " + out.str();
+  }
+  if (!last_error.empty()) return last_error.c_str();
+  // Only the kernel is visible; the op functions are inlined into it and then dropped.
+  for (llvm::Function& f : *module) {
+    if (f.isDeclaration() || f.getName() == name) continue;
+    f.setLinkage(llvm::GlobalValue::InternalLinkage);
+    f.removeFnAttr(llvm::Attribute::NoInline);
+    f.addFnAttr(llvm::Attribute::AlwaysInline);
+  }
+  for (llvm::GlobalVariable& g : module->globals())
+    if (!g.isDeclaration()) g.setLinkage(llvm::GlobalValue::InternalLinkage);
+
+  llvm::LoopAnalysisManager loops;
+  llvm::FunctionAnalysisManager functions;
+  llvm::CGSCCAnalysisManager cgscc;
+  llvm::ModuleAnalysisManager modules;
+  llvm::PassBuilder passes(j.machine.get());
+  passes.registerModuleAnalyses(modules);
+  passes.registerCGSCCAnalyses(cgscc);
+  passes.registerFunctionAnalyses(functions);
+  passes.registerLoopAnalyses(loops);
+  passes.crossRegisterProxies(loops, functions, cgscc, modules);
+  passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(*module, modules);
+
+  // LAZYFUSE_DUMP=jit: each kernel's optimized IR to stderr.
+  if (const char* dump = std::getenv("LAZYFUSE_DUMP");
+      dump != nullptr && std::string(dump).find("jit") != std::string::npos)
+    module->getFunction(name)->print(llvm::errs());
+  // Each kernel's code under a tracker of its own, so that it can be freed alone.
+  auto tracker = j.lljit->getMainJITDylib().createResourceTracker();
+  if (auto error = j.lljit->addIRModule(
+          tracker, llvm::orc::ThreadSafeModule(std::move(module), std::move(context))))
+    return (last_error = llvm::toString(std::move(error))).c_str();
+  auto symbol = j.lljit->lookup(name);
+  if (!symbol) {
+    llvm::consumeError(tracker->remove());
+    return (last_error = llvm::toString(symbol.takeError())).c_str();
+  }
+  *code = new llvm::orc::ResourceTrackerSP(std::move(tracker));
+  *kernel = reinterpret_cast<LfJitKernel>(symbol->getAddress());
+  return nullptr;
+}
+
+__attribute__((visibility("default"))) void lazyfuse_cpu_jit_release(void* code) {
+  auto* tracker = static_cast<llvm::orc::ResourceTrackerSP*>(code);
+  {
+    std::lock_guard<std::mutex> lock(jit().mutex);
+    llvm::consumeError((*tracker)->remove());
+  }
+  delete tracker;
+}
+
+}  // extern "C"
