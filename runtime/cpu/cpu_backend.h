@@ -15,30 +15,12 @@
 #include "absl/strings/str_cat.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/schedule.h"
+#include "lazyfuse/runtime/library_steps.h"
 #include "lazyfuse/runtime/storage.h"
 
 namespace lazyfuse {
 
 class CpuProgram;
-
-// A matmul's operands as [batch..., rows, cols] views broadcast over the common batch (1-D
-// operands promoted as numpy does): what both the CPU and the GPU stage for gemm.
-struct MatmulShapes {
-  int64_t n = 0, k = 0, m = 0, batches = 1;
-  Shape a_full, b_full;  // batch + [n, k], batch + [k, m]
-  Strides a_strides, b_strides;
-};
-MatmulShapes matmul_shapes(const BufferView& a, const BufferView& b);
-// How a gemm reads the [rows, cols] matrix with these strides where it lies: row-major with
-// leading dimension `ld`, or, `transposed`, column-major (stored as its transpose, row-major with
-// leading dimension `ld`: a transposed view, as a Linear layer's weight.t() is read). Empty where
-// it is neither. A dim of one element has no stride to speak of; ld is at least 1.
-struct MatrixLayout {
-  bool transposed = false;
-  int64_t ld = 1;
-};
-std::optional<MatrixLayout> matrix_layout(int64_t rows, int64_t cols, int64_t row_stride,
-                                          int64_t col_stride);
 
 // A 64-byte aligned buffer that only grows, zeroed when it does (so no lane of a program's
 // registers ever reads uninitialised memory): scratch kept by a thread between uses.
@@ -92,7 +74,5 @@ BufferView cpu_contiguous(const BufferView& input);
 // An index step (gather, scatter_add, cat) over its operands' buffers, in the node's operand
 // order (cpu_index.cc). Throws the IndexError of index_error for an index outside its dim.
 BufferView cpu_index(const Node& node, std::span<const BufferView* const> inputs);
-// The error an index step raises on any device for `index`, outside [0, bound) along `dim`.
-IndexError index_error(const Node& node, int64_t index, int64_t dim, int64_t bound);
 
 }  // namespace lazyfuse

@@ -298,12 +298,6 @@ BufferView cat(const Node& node, std::span<const BufferView* const> inputs) {
 
 }  // namespace
 
-IndexError index_error(const Node& node, int64_t index, int64_t dim, int64_t bound) {
-  return IndexError(absl::StrCat(op_name(node.op), "(): index ", index,
-                                 " is out of bounds for dimension ", dim, " with size ", bound,
-                                 " (", op_name(node.op), " at ", node.where.str(), ")"));
-}
-
 BufferView cpu_index(const Node& node, std::span<const BufferView* const> inputs) {
   switch (node.op) {
     case Op::Gather:

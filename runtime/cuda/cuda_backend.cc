@@ -16,7 +16,6 @@
 #include "lazyfuse/ir/infer.h"
 #include "lazyfuse/ir/passes/passes.h"
 #include "lazyfuse/runtime/backend.h"
-#include "lazyfuse/runtime/cpu/cpu_backend.h"
 #include "lazyfuse/runtime/cuda/cublas.h"
 #include "lazyfuse/runtime/cuda/cuda_driver.h"
 #include "lazyfuse/runtime/cuda/cuda_graphs.h"

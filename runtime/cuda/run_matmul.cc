@@ -11,11 +11,11 @@
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/infer.h"
 #include "lazyfuse/ir/passes/passes.h"
-#include "lazyfuse/runtime/cpu/cpu_backend.h"
 #include "lazyfuse/runtime/cuda/cublas.h"
 #include "lazyfuse/runtime/cuda/cuda_graphs.h"
 #include "lazyfuse/runtime/cuda/cuda_memory.h"
 #include "lazyfuse/runtime/host_profile.h"
+#include "lazyfuse/runtime/library_steps.h"
 
 namespace lazyfuse::cuda_steps {
 
