@@ -243,173 +243,213 @@ struct CpuProgram::JitState {
 // it made, where each copy used to interpret until it had done a compile's work on its own and
 // then compile the same loop again.
 
-CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
-  const CpuKernelTable& table = cpu_kernel_table();
-  CpuProgram program;
-  program.numel_ = lazyfuse::numel(step.shape);
-  std::vector<DType> vtype;  // compute dtype of each virtual register
-  auto new_vreg = [&](DType dtype) {
-    vtype.push_back(dtype);
-    return static_cast<int>(vtype.size() - 1);
-  };
-  absl::flat_hash_map<ValueId, int> reg_of;
-  std::vector<Instr>& code = program.code_;
+// The step's nodes as instructions over virtual registers, one per value: each op reads its
+// operands converted to its compute dtype, and half results are rounded where the step's
+// policy says (Note [Half precision in fused kernels]).
+class CpuProgram::Lowering {
+ public:
+  Lowering(const Graph& graph, const Step& step, std::vector<Instr>& code)
+      : table_(cpu_kernel_table()), graph_(graph), step_(step), code_(code) {}
+
+  // The compute dtype of each virtual register.
+  const std::vector<DType>& register_types() const { return vtype_; }
+
+  void load_inputs() {
+    for (size_t k = 0; k < step_.inputs.size(); ++k) {
+      const Node& input = graph_.nodes[step_.inputs[k]];
+      Instr instr{Kind::Load};
+      instr.slot = static_cast<int>(k);
+      instr.from = input.dtype;
+      instr.dtype = compute_dtype(input.dtype);
+      instr.dst = new_vreg(instr.dtype);
+      instr.text = absl::StrCat("load %", step_.inputs[k], " ", dtype_ir_name(input.dtype));
+      code_.push_back(instr);
+      reg_of_[step_.inputs[k]] = instr.dst;
+    }
+  }
+
+  // Member `v`'s instructions, and its store where the step stores it.
+  void lower(ValueId v) {
+    const Node& node = graph_.nodes[v];
+    int result = -1;
+    switch (node.op) {
+      case Op::Const:
+      case Op::Arange:
+      case Op::Rand:
+      case Op::Randn:
+        result = lower_generator(node);
+        break;
+      case Op::Copy:
+        result = reg_of_.at(node.inputs[0]);
+        break;
+      case Op::Cast:
+        result = lower_cast(node);
+        break;
+      default:
+        result = lower_apply(node);
+        break;
+    }
+    reg_of_[v] = result;
+    auto out = std::find(step_.outputs.begin(), step_.outputs.end(), v);
+    if (out != step_.outputs.end()) {
+      Instr instr{Kind::Store};
+      instr.src[0] = result;
+      instr.slot = static_cast<int>(out - step_.outputs.begin());
+      instr.from = vtype_[result];
+      instr.dtype = node.dtype;
+      instr.text = absl::StrCat("store %", v, " ", dtype_ir_name(node.dtype));
+      code_.push_back(instr);
+    }
+  }
+
+ private:
+  int new_vreg(DType dtype) {
+    vtype_.push_back(dtype);
+    return static_cast<int>(vtype_.size() - 1);
+  }
 
   // `fresh`: always a new register, even when no conversion is needed (for a result that is
   // then rounded in place, which must not touch the operand's register).
-  auto convert_to = [&](int src, DType dtype, bool fresh = false) {
-    if (vtype[src] == dtype && !fresh) return src;
+  int convert_to(int src, DType dtype, bool fresh = false) {
+    if (vtype_[src] == dtype && !fresh) return src;
     Instr instr{Kind::Convert};
     instr.src[0] = src;
-    instr.from = vtype[src];
+    instr.from = vtype_[src];
     instr.dtype = dtype;
     instr.dst = new_vreg(dtype);
-    instr.convert = table.convert[compute_slot(instr.from)][compute_slot(dtype)];
+    instr.convert = table_.convert[compute_slot(instr.from)][compute_slot(dtype)];
     instr.text = absl::StrCat("convert ", dtype_ir_name(instr.from), " -> ", dtype_ir_name(dtype));
-    code.push_back(instr);
+    code_.push_back(instr);
     return instr.dst;
-  };
-  auto round_if_half = [&](int reg, DType dtype) {
+  }
+
+  void round_if_half(int reg, DType dtype) {
     if (!is_half(dtype)) return;
     Instr instr{Kind::Round};
     instr.src[0] = reg;
     instr.dst = reg;
     instr.dtype = dtype;
     instr.text = absl::StrCat("round to ", dtype_ir_name(dtype));
-    code.push_back(instr);
-  };
-  // A half value kept in float32 (Note [Half precision in fused kernels]) as its dtype holds it:
-  // a rounded copy, so the register's other readers keep the unrounded value.
-  auto as_stored = [&](int reg, DType dtype) {
+    code_.push_back(instr);
+  }
+
+  // A half value kept in float32 (Note [Half precision in fused kernels]) as its dtype holds
+  // it: a rounded copy, so the register's other readers keep the unrounded value.
+  int as_stored(int reg, DType dtype) {
     if (!is_half(dtype)) return reg;
-    const int copy = convert_to(reg, vtype[reg], /*fresh=*/true);
+    const int copy = convert_to(reg, vtype_[reg], /*fresh=*/true);
     round_if_half(copy, dtype);
     return copy;
-  };
-
-  for (size_t k = 0; k < step.inputs.size(); ++k) {
-    const Node& input = graph.nodes[step.inputs[k]];
-    Instr instr{Kind::Load};
-    instr.slot = static_cast<int>(k);
-    instr.from = input.dtype;
-    instr.dtype = compute_dtype(input.dtype);
-    instr.dst = new_vreg(instr.dtype);
-    instr.text = absl::StrCat("load %", step.inputs[k], " ", dtype_ir_name(input.dtype));
-    code.push_back(instr);
-    reg_of[step.inputs[k]] = instr.dst;
-  }
-  for (ValueId v : step.nodes) {
-    const Node& node = graph.nodes[v];
-    DType dtype = compute_dtype(node.dtype);
-    int result = -1;
-    switch (node.op) {
-      case Op::Const:
-      case Op::Arange:
-      case Op::Rand:
-      case Op::Randn: {
-        Instr instr{node.op == Op::Const    ? Kind::Const
-                    : node.op == Op::Arange ? Kind::Arange
-                    : node.op == Op::Rand   ? Kind::Rand
-                                            : Kind::Randn};
-        instr.dtype = dtype;
-        if (node.op == Op::Const) {
-          instr.value = node.attrs.get_float("value");
-          if (const auto* i = std::get_if<int64_t>(&node.attrs.get("value")))
-            instr.int_value = *i;
-          else
-            instr.int_value = float_constant_as_integer(instr.value, dtype);
-        } else if (node.op == Op::Arange) {
-          instr.value = node.attrs.get_float("start");
-          instr.step = node.attrs.get_float("step");
-          if (node.attrs.has("period")) instr.period = node.attrs.get_int("period");
-        } else {
-          instr.seed = static_cast<uint64_t>(node.attrs.get_int("seed"));
-          instr.bits = uniform_bits(node.dtype);
-          instr.offset = static_cast<uint64_t>(node.attrs.get_int("offset"));
-        }
-        instr.dst = result = new_vreg(dtype);
-        instr.text = absl::StrCat(op_name(node.op), " ", dtype_ir_name(dtype));
-        code.push_back(instr);
-        round_if_half(result, node.dtype);
-        break;
-      }
-      case Op::Copy:
-        result = reg_of.at(node.inputs[0]);
-        break;
-      case Op::Cast: {
-        // A cast to a half type rounds its register in place; other users of the operand (in
-        // the same fused kernel) must keep reading the unrounded value. A half-type operand kept
-        // in float32 is read as stored.
-        const DType from = graph.nodes[node.inputs[0]].dtype;
-        int operand = reg_of.at(node.inputs[0]);
-        if (!step.round_each_op) operand = as_stored(operand, from);
-        bool rounds = from != node.dtype && is_half(node.dtype);
-        result = convert_to(operand, dtype, rounds);
-        if (rounds) round_if_half(result, node.dtype);
-        break;
-      }
-      default: {
-        std::vector<DType> input_dtypes;
-        for (ValueId in : node.inputs) input_dtypes.push_back(graph.nodes[in].dtype);
-        DType operand_dtype = op_input_compute_dtype(node.op, input_dtypes, node.dtype);
-        Instr instr{Kind::Apply};
-        for (size_t k = 0; k < node.inputs.size(); ++k) {
-          int operand = reg_of.at(node.inputs[k]);
-          // A half value kept in float32 that this op reads into another dtype (a comparison,
-          // a promotion) is read as stored.
-          const DType in_dtype = graph.nodes[node.inputs[k]].dtype;
-          if (!step.round_each_op && in_dtype != node.dtype) operand = as_stored(operand, in_dtype);
-          instr.src[k] = convert_to(operand, operand_dtype);
-        }
-        instr.op = node.op;
-        instr.apply = table.apply[static_cast<int>(node.op)][compute_slot(operand_dtype)];
-        instr.apply_stream =
-            table.apply_stream[static_cast<int>(node.op)][compute_slot(operand_dtype)];
-        if (instr.apply == nullptr)
-          throw DTypeError(absl::StrCat(op_name(node.op), " has no CPU kernel for ",
-                                        dtype_torch_name(operand_dtype)));
-        instr.dtype = op_dtype_rule(node.op) == DTypeRule::Compare ? DType::Bool : operand_dtype;
-        instr.dst = result = new_vreg(instr.dtype);
-        instr.text = absl::StrCat(op_name(node.op), " ", dtype_ir_name(operand_dtype));
-        code.push_back(instr);
-        result = convert_to(result, dtype);
-        if (step.round_each_op) round_if_half(result, node.dtype);  // else where stored or cast
-        break;
-      }
-    }
-    reg_of[v] = result;
-    auto out = std::find(step.outputs.begin(), step.outputs.end(), v);
-    if (out != step.outputs.end()) {
-      Instr instr{Kind::Store};
-      instr.src[0] = result;
-      instr.slot = static_cast<int>(out - step.outputs.begin());
-      instr.from = vtype[result];
-      instr.dtype = node.dtype;
-      instr.text = absl::StrCat("store %", v, " ", dtype_ir_name(node.dtype));
-      code.push_back(instr);
-    }
   }
 
-  // Constants are the same in every block: computed once per run() into registers of their own.
-  std::vector<bool> constant(vtype.size(), false);
+  // A constant, arange or random generator: its values from the element index alone.
+  int lower_generator(const Node& node) {
+    const DType dtype = compute_dtype(node.dtype);
+    Instr instr{node.op == Op::Const    ? Kind::Const
+                : node.op == Op::Arange ? Kind::Arange
+                : node.op == Op::Rand   ? Kind::Rand
+                                        : Kind::Randn};
+    instr.dtype = dtype;
+    if (node.op == Op::Const) {
+      instr.value = node.attrs.get_float("value");
+      if (const auto* i = std::get_if<int64_t>(&node.attrs.get("value")))
+        instr.int_value = *i;
+      else
+        instr.int_value = float_constant_as_integer(instr.value, dtype);
+    } else if (node.op == Op::Arange) {
+      instr.value = node.attrs.get_float("start");
+      instr.step = node.attrs.get_float("step");
+      if (node.attrs.has("period")) instr.period = node.attrs.get_int("period");
+    } else {
+      instr.seed = static_cast<uint64_t>(node.attrs.get_int("seed"));
+      instr.bits = uniform_bits(node.dtype);
+      instr.offset = static_cast<uint64_t>(node.attrs.get_int("offset"));
+    }
+    const int result = instr.dst = new_vreg(dtype);
+    instr.text = absl::StrCat(op_name(node.op), " ", dtype_ir_name(dtype));
+    code_.push_back(instr);
+    round_if_half(result, node.dtype);
+    return result;
+  }
+
+  // A cast to a half type rounds its register in place; other users of the operand (in the
+  // same fused kernel) must keep reading the unrounded value. A half-type operand kept in
+  // float32 is read as stored.
+  int lower_cast(const Node& node) {
+    const DType from = graph_.nodes[node.inputs[0]].dtype;
+    int operand = reg_of_.at(node.inputs[0]);
+    if (!step_.round_each_op) operand = as_stored(operand, from);
+    const bool rounds = from != node.dtype && is_half(node.dtype);
+    const int result = convert_to(operand, compute_dtype(node.dtype), rounds);
+    if (rounds) round_if_half(result, node.dtype);
+    return result;
+  }
+
+  // An elementwise op of the table, over its operands converted to the op's compute dtype.
+  int lower_apply(const Node& node) {
+    std::vector<DType> input_dtypes;
+    for (ValueId in : node.inputs) input_dtypes.push_back(graph_.nodes[in].dtype);
+    const DType operand_dtype = op_input_compute_dtype(node.op, input_dtypes, node.dtype);
+    Instr instr{Kind::Apply};
+    for (size_t k = 0; k < node.inputs.size(); ++k) {
+      int operand = reg_of_.at(node.inputs[k]);
+      // A half value kept in float32 that this op reads into another dtype (a comparison, a
+      // promotion) is read as stored.
+      const DType in_dtype = graph_.nodes[node.inputs[k]].dtype;
+      if (!step_.round_each_op && in_dtype != node.dtype) operand = as_stored(operand, in_dtype);
+      instr.src[k] = convert_to(operand, operand_dtype);
+    }
+    instr.op = node.op;
+    instr.apply = table_.apply[static_cast<int>(node.op)][compute_slot(operand_dtype)];
+    instr.apply_stream =
+        table_.apply_stream[static_cast<int>(node.op)][compute_slot(operand_dtype)];
+    if (instr.apply == nullptr)
+      throw DTypeError(absl::StrCat(op_name(node.op), " has no CPU kernel for ",
+                                    dtype_torch_name(operand_dtype)));
+    instr.dtype = op_dtype_rule(node.op) == DTypeRule::Compare ? DType::Bool : operand_dtype;
+    const int applied = instr.dst = new_vreg(instr.dtype);
+    instr.text = absl::StrCat(op_name(node.op), " ", dtype_ir_name(operand_dtype));
+    code_.push_back(instr);
+    const int result = convert_to(applied, compute_dtype(node.dtype));
+    if (step_.round_each_op) round_if_half(result, node.dtype);  // else where stored or cast
+    return result;
+  }
+
+  const CpuKernelTable& table_;
+  const Graph& graph_;
+  const Step& step_;
+  std::vector<Instr>& code_;
+  std::vector<DType> vtype_;
+  absl::flat_hash_map<ValueId, int> reg_of_;
+};
+
+// Constants are the same in every block: computed once per run() into registers of their own.
+std::vector<bool> CpuProgram::mark_constants(std::vector<Instr>& code, size_t virtual_registers) {
+  std::vector<bool> constant(virtual_registers, false);
   for (Instr& instr : code) {
     if (instr.kind == Kind::Const || (instr.kind == Kind::Round && constant[instr.dst])) {
       instr.once = true;
       constant[instr.dst] = true;
     }
   }
-  // Map virtual registers to as few physical ones as their lifetimes allow.
-  std::vector<int> last_use(vtype.size(), -1);
+  return constant;
+}
+
+// Virtual registers mapped to as few physical ones as their lifetimes allow; returns how many.
+int CpuProgram::allocate_registers(std::vector<Instr>& code, const std::vector<bool>& constant) {
+  const size_t virtual_registers = constant.size();
+  std::vector<int> last_use(virtual_registers, -1);
   for (size_t i = 0; i < code.size(); ++i) {
     for (int s : code[i].src)
       if (s >= 0) last_use[s] = static_cast<int>(i);
     if (code[i].dst >= 0)
       last_use[code[i].dst] = std::max(last_use[code[i].dst], static_cast<int>(i));
   }
-  for (size_t v = 0; v < vtype.size(); ++v)
+  for (size_t v = 0; v < virtual_registers; ++v)
     if (constant[v]) last_use[v] = static_cast<int>(code.size());  // never given back
-  std::vector<int> physical(vtype.size(), -1);
+  std::vector<int> physical(virtual_registers, -1);
   std::vector<int> free_list;
+  int registers = 0;
   for (size_t i = 0; i < code.size(); ++i) {
     Instr& instr = code[i];
     const int virtual_dst = instr.dst;
@@ -422,7 +462,7 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
     if (virtual_dst >= 0) {
       if (physical[virtual_dst] < 0) {
         if (free_list.empty() || constant[virtual_dst]) {
-          physical[virtual_dst] = program.num_registers_++;
+          physical[virtual_dst] = registers++;
         } else {
           physical[virtual_dst] = free_list.back();
           free_list.pop_back();
@@ -439,7 +479,11 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
     if (virtual_dst >= 0 && last_use[virtual_dst] == static_cast<int>(i))
       free_list.push_back(physical[virtual_dst]);
   }
-  // An op's result stored as computed, in its own type: written where it is stored.
+  return registers;
+}
+
+// An op's result stored as computed, in its own type: written where it is stored.
+void CpuProgram::store_where_computed(std::vector<Instr>& code) {
   for (size_t i = 1; i < code.size(); ++i) {
     Instr& store = code[i];
     Instr& producer = code[i - 1];
@@ -450,6 +494,18 @@ CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
       store.stored_directly = true;
     }
   }
+}
+
+CpuProgram CpuProgram::compile(const Graph& graph, const Step& step) {
+  CpuProgram program;
+  program.numel_ = lazyfuse::numel(step.shape);
+  Lowering lowering(graph, step, program.code_);
+  lowering.load_inputs();
+  for (ValueId v : step.nodes) lowering.lower(v);
+  const std::vector<bool> constant =
+      mark_constants(program.code_, lowering.register_types().size());
+  program.num_registers_ = allocate_registers(program.code_, constant);
+  store_where_computed(program.code_);
   program.jit_ = JitState::for_program(program.code_);
   return program;
 }

@@ -173,6 +173,14 @@ class CpuProgram {
     bool read_only_by_store = false;
     std::string text;  // the listing's line
   };
+  // compile()'s parts: the step's nodes as instructions over a virtual register per value
+  // (cpu_program.cc), then constants marked to run once, registers allocated, and results
+  // stored where they are computed.
+  class Lowering;
+  static std::vector<bool> mark_constants(std::vector<Instr>& code, size_t virtual_registers);
+  static int allocate_registers(std::vector<Instr>& code, const std::vector<bool>& constant);
+  static void store_where_computed(std::vector<Instr>& code);
+
   std::vector<Instr> code_;
   int num_registers_ = 0;
   int64_t numel_ = 0;
