@@ -8,10 +8,10 @@
 //
 // Then the row workloads (softmax and LayerNorm over rows of 1024) as one pass per row, each row
 // read from memory once and kept in the L1 cache for its later loops: with lazyfuse's numerics
-// (sums in float64, in 16 lanes; the 1-ULP vector exp of codegen/cpu/cpu_math.h), with PyTorch's (sums
-// in float32), and a softmax without its exp; and with lazyfuse's numerics once more, each row's
-// first loop asking for the next rows' cache lines and the output stored as lazyfuse stores it
-// (non-temporal from 16 MiB). What they take is what a kernel with those numerics can take here,
+// (sums in float64, in 16 lanes; the 1-ULP vector exp of codegen/cpu/cpu_math.h), with PyTorch's
+// (sums in float32), and a softmax without its exp; and with lazyfuse's numerics once more, each
+// row's first loop asking for the next rows' cache lines and the output stored as lazyfuse stores
+// it (non-temporal from 16 MiB). What they take is what a kernel with those numerics can take here,
 // against the roof of the same bytes (memcpy above). Last, Adam's step as one loop.
 //
 //   build/bin/lazyfuse_cpu_loop_ceiling [log2 sizes...]   (default 20 24; needs AVX-512)

@@ -10,8 +10,8 @@
 #include "lazyfuse/frontend/autograd.h"
 #include "lazyfuse/frontend/op_builder.h"
 #include "lazyfuse/ir/errors.h"
-#include "lazyfuse/runtime/lazy.h"
 #include "lazyfuse/runtime/distributed/process_group.h"
+#include "lazyfuse/runtime/lazy.h"
 
 namespace lazyfuse::distributed {
 namespace {

@@ -17,13 +17,14 @@ struct EnvConfig {
   // LAZYFUSE_MAX_PENDING: pending values made since the last evaluation that trigger one
   // (Note [Bounding pending work] in lazy.cc).
   int64_t max_pending = 65536;
-  bool dump_fusion = false;    // LAZYFUSE_DUMP contains "fusion": each graph's kernels
-  bool dump_cuda = false;      // LAZYFUSE_DUMP contains "cuda": each generated kernel's source
-  std::string dump_dir;        // LAZYFUSE_DUMP_DIR: also write generated sources there as files
-  bool sync = false;           // LAZYFUSE_SYNC=1: wait for each kernel, so errors name it
-  std::string cache_dir;       // LAZYFUSE_CACHE_DIR (default ~/.cache/lazyfuse; "" disables)
-  bool fast_math = false;      // LAZYFUSE_FAST_MATH=1: hardware approximations on the GPU
-  bool blas_cublaslt = false;  // LAZYFUSE_BLAS=cublaslt: products by cuBLASLt (runtime/cuda/cublas.h)
+  bool dump_fusion = false;  // LAZYFUSE_DUMP contains "fusion": each graph's kernels
+  bool dump_cuda = false;    // LAZYFUSE_DUMP contains "cuda": each generated kernel's source
+  std::string dump_dir;      // LAZYFUSE_DUMP_DIR: also write generated sources there as files
+  bool sync = false;         // LAZYFUSE_SYNC=1: wait for each kernel, so errors name it
+  std::string cache_dir;     // LAZYFUSE_CACHE_DIR (default ~/.cache/lazyfuse; "" disables)
+  bool fast_math = false;    // LAZYFUSE_FAST_MATH=1: hardware approximations on the GPU
+  bool blas_cublaslt =
+      false;  // LAZYFUSE_BLAS=cublaslt: products by cuBLASLt (runtime/cuda/cublas.h)
   // LAZYFUSE_SKINNY_MATMUL=0: products of few rows by the BLAS library too, not lazyfuse's own
   // kernel (Note [Products of few rows] in codegen/cuda/cuda_matmul.cc).
   bool skinny_matmul = true;

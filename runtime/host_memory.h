@@ -1,8 +1,8 @@
-// Host memory for tensors: a caching allocator, as each GPU has (runtime/cuda/cuda_memory.h). A freed
-// block is kept by its rounded size and handed to the next request of that size, so a repeated
-// evaluation's outputs land in memory that is already mapped: a fresh allocation above glibc's
-// mmap threshold is a new mapping, faulted in a page at a time on first write. Blocks of 2 MiB
-// and more are 2 MiB aligned and advised as huge pages (MADV_HUGEPAGE). The cache holds at most
+// Host memory for tensors: a caching allocator, as each GPU has (runtime/cuda/cuda_memory.h). A
+// freed block is kept by its rounded size and handed to the next request of that size, so a
+// repeated evaluation's outputs land in memory that is already mapped: a fresh allocation above
+// glibc's mmap threshold is a new mapping, faulted in a page at a time on first write. Blocks of 2
+// MiB and more are 2 MiB aligned and advised as huge pages (MADV_HUGEPAGE). The cache holds at most
 // LAZYFUSE_HOST_CACHE_MB (default a quarter of physical memory); past that a freed block goes
 // back to the system. When an allocation fails the cache is emptied and it is tried again
 // before OutOfMemoryError.

@@ -1,5 +1,5 @@
-// The CPU JIT (codegen/cpu/cpu_jit.cc, Note [The CPU JIT] in codegen/cpu/cpu_program.cc): every op it
-// compiles gives the interpreter's bits, over every operand layout it compiles for and the
+// The CPU JIT (codegen/cpu/cpu_jit.cc, Note [The CPU JIT] in codegen/cpu/cpu_program.cc): every op
+// it compiles gives the interpreter's bits, over every operand layout it compiles for and the
 // elements past the last whole vector; fused chains also match the independent float64
 // reference; and it compiles only what the mode asks for.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-// CUDA graph replay (Note [CUDA graph replay] in runtime/cuda/cuda_graphs.cc), on a machine with a GPU
-// (every test skips without one): repeated evaluations recorded and replayed give the bits the
+// CUDA graph replay (Note [CUDA graph replay] in runtime/cuda/cuda_graphs.cc), on a machine with a
+// GPU (every test skips without one): repeated evaluations recorded and replayed give the bits the
 // same evaluations give launched one by one, in the cases that break a naive capture.
 #include <gtest/gtest.h>
 

@@ -414,8 +414,8 @@ TEST_F(Cuda, MatmulBiasAndReluAreOneLaunch) {
 }
 
 // Products of 1 to 64 rows with the weight read transposed, as nn::Linear reads it, run
-// lazyfuse's own kernel (Note [Products of few rows] in codegen/cuda/cuda_matmul.cc): one launch with
-// or without the bias and relu, each result within its dtype's rounding of the float64 product
+// lazyfuse's own kernel (Note [Products of few rows] in codegen/cuda/cuda_matmul.cc): one launch
+// with or without the bias and relu, each result within its dtype's rounding of the float64 product
 // of the same values, and the same bits as the product and its epilogue launched apart.
 // Whether products of few rows run lazyfuse's own kernel, for one scope.
 class SkinnyMatmulGuard {

@@ -1,7 +1,8 @@
-// The C interface between lazyfuse and its CPU JIT (liblazyfuse_cpu_jit.so, codegen/cpu/cpu_jit.cc),
-// which lazyfuse loads at run time where it is installed (codegen/cpu/cpu_jit_loader.cc): the JIT
-// links LLVM, which a program need not carry to run lazyfuse; without it CPU programs run in
-// the interpreter (codegen/cpu/cpu_program.cc), which computes the same bits.
+// The C interface between lazyfuse and its CPU JIT (liblazyfuse_cpu_jit.so,
+// codegen/cpu/cpu_jit.cc), which lazyfuse loads at run time where it is installed
+// (codegen/cpu/cpu_jit_loader.cc): the JIT links LLVM, which a program need not carry to run
+// lazyfuse; without it CPU programs run in the interpreter (codegen/cpu/cpu_program.cc), which
+// computes the same bits.
 #pragma once
 
 #include <cstdint>

@@ -12,10 +12,10 @@
 namespace lazyfuse {
 
 // Note [Row programs]
-// A row step (a softmax, a LayerNorm: Note [Row blocks] in runtime/cpu/cpu_backend.cc) runs as parts:
-// reductions over each row, parts over one value a row (a norm's rsqrt), parts over the step's
-// space that read them. Run a part at a time, even over a block of rows in the caches, each part
-// pays its setup and reads its operands back from the cache, and the memory is idle while the
+// A row step (a softmax, a LayerNorm: Note [Row blocks] in runtime/cpu/cpu_backend.cc) runs as
+// parts: reductions over each row, parts over one value a row (a norm's rsqrt), parts over the
+// step's space that read them. Run a part at a time, even over a block of rows in the caches, each
+// part pays its setup and reads its operands back from the cache, and the memory is idle while the
 // later parts compute. The JIT compiles the parts into one loop over rows instead
 // (emit_row_kernel in cpu_jit.cc): for each row, each part in turn, as a loop over the row's
 // vectors or, for a part over row values, once. A reduction's accumulators are in registers and

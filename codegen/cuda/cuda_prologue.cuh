@@ -141,7 +141,8 @@ __device__ __forceinline__ float lf_sigmoid(float a) {
 __device__ __forceinline__ double lf_sigmoid(double a) { return __drcp_rn(1.0 + exp(-a)); }
 __device__ __forceinline__ float lf_pow(float a, float b) { return powf(a, b); }
 __device__ __forceinline__ double lf_pow(double a, double b) { return pow(a, b); }
-// Products wrap (Note [Integer wrap-around] in codegen/cuda/cuda_codegen.cc): U is T's unsigned twin.
+// Products wrap (Note [Integer wrap-around] in codegen/cuda/cuda_codegen.cc): U is T's unsigned
+// twin.
 template <typename T, typename U>
 __device__ __forceinline__ T lf_ipow(T base_in, T exponent) {
   if (exponent < 0) return base_in == 1 ? 1 : base_in == -1 ? ((exponent % 2) ? -1 : 1) : 0;

@@ -19,8 +19,8 @@
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/infer.h"
 #include "lazyfuse/runtime/backend.h"
-#include "lazyfuse/runtime/host_memory.h"
 #include "lazyfuse/runtime/cpu/openmp.h"
+#include "lazyfuse/runtime/host_memory.h"
 
 namespace lazyfuse {
 namespace {

@@ -1,5 +1,6 @@
-// NCCL communicators (runtime/distributed/nccl.h). NCCL's entry points are declared here with the library's
-// own types spelled out, as the driver's and cuBLAS's are, so building needs no NCCL header.
+// NCCL communicators (runtime/distributed/nccl.h). NCCL's entry points are declared here with the
+// library's own types spelled out, as the driver's and cuBLAS's are, so building needs no NCCL
+// header.
 #include "lazyfuse/runtime/distributed/nccl.h"
 
 #include <dlfcn.h>

@@ -1,6 +1,6 @@
-// The process group (runtime/distributed/process_group.h): Gloo for CPU tensors, and for the processes'
-// agreement before each collective; NCCL for CUDA tensors where it loads, else Gloo on a copy in
-// host memory, as PyTorch's Gloo backend does.
+// The process group (runtime/distributed/process_group.h): Gloo for CPU tensors, and for the
+// processes' agreement before each collective; NCCL for CUDA tensors where it loads, else Gloo on a
+// copy in host memory, as PyTorch's Gloo backend does.
 #include "lazyfuse/runtime/distributed/process_group.h"
 
 #include <signal.h>
@@ -31,9 +31,9 @@
 #include "lazyfuse/codegen/dtype_dispatch.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/infer.h"
-#include "lazyfuse/runtime/executor.h"
 #include "lazyfuse/runtime/distributed/nccl.h"
 #include "lazyfuse/runtime/distributed/tcp_store.h"
+#include "lazyfuse/runtime/executor.h"
 
 namespace lazyfuse {
 namespace {

@@ -1,8 +1,8 @@
 // A job's processes as the runtime sees them: the process group that runs collective steps
 // (ir/ops.def's Collective ops) and the point-to-point sends and receives. Its engines are the
 // ones the field trusts, never a layer of lazyfuse's own: Gloo over TCP for CPU tensors, NCCL
-// (loaded at run time, runtime/distributed/nccl.h) for CUDA tensors. Process 0 serves the rendezvous
-// (runtime/distributed/tcp_store.h).
+// (loaded at run time, runtime/distributed/nccl.h) for CUDA tensors. Process 0 serves the
+// rendezvous (runtime/distributed/tcp_store.h).
 //
 // Before every collective the processes exchange what each is about to run (which collective,
 // how many it has run, dtype, shape, root), so that processes that disagree get a

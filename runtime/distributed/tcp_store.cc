@@ -1,6 +1,6 @@
-// The job's rendezvous store (runtime/distributed/tcp_store.h). The wire format is a request of a 32-bit op
-// and parts (each a 32-bit length and its bytes), answered by a 32-bit status and parts. The
-// server runs a thread per connection; a client's first request says which rank it is, so that
+// The job's rendezvous store (runtime/distributed/tcp_store.h). The wire format is a request of a
+// 32-bit op and parts (each a 32-bit length and its bytes), answered by a 32-bit status and parts.
+// The server runs a thread per connection; a client's first request says which rank it is, so that
 // the server can tell who left when a connection closes.
 #include "lazyfuse/runtime/distributed/tcp_store.h"
 
