@@ -85,8 +85,7 @@ Tensor tensor(const TensorData& data, TensorOptions options, Loc where) {
   }
   std::vector<double> values;
   std::vector<int64_t> integers;
-  TensorData::Kind kind = TensorData::Kind::Bool;
-  bool any_number = false;
+  TensorData::Kind kind = TensorData::Kind::Bool;  // the highest kind among the numbers
   auto flatten = [&](auto&& self, const TensorData& node, size_t depth) -> void {
     const bool leaf_expected = depth == shape.size();
     if (node.is_list() == leaf_expected ||
@@ -101,20 +100,19 @@ Tensor tensor(const TensorData& data, TensorOptions options, Loc where) {
       values.push_back(node.value());
       integers.push_back(node.integer());
       kind = std::max(kind, node.kind());
-      any_number = true;
       return;
     }
     for (const TensorData& element : node.list()) self(self, element, depth + 1);
   };
   flatten(flatten, data, 0);
   if (!options.has_dtype()) {
-    const bool floating = !any_number || kind == TensorData::Kind::Floating;
+    const bool floating = values.empty() || kind == TensorData::Kind::Floating;
     options = options.dtype(floating                            ? DType::Float32
                             : kind == TensorData::Kind::Integer ? DType::Int64
                                                                 : DType::Bool);
   }
   // Integers into an integer dtype exactly, whatever their size.
-  if (kind != TensorData::Kind::Floating && !is_floating(options.dtype()) && any_number) {
+  if (!values.empty() && kind != TensorData::Kind::Floating && !is_floating(options.dtype())) {
     BufferView buffer = host_buffer_from(integers.data(), DType::Int64, options.dtype(), shape);
     Tensor t(make_leaf(std::move(buffer), SourceLoc::from(where)));
     return leaf(t.to(options.device(), where), options);

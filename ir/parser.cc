@@ -395,10 +395,7 @@ class Parser {
     if (peek() != '@') {
       const size_t kind_at = pos_;
       const std::string_view kind = read_ident();
-      bool known = false;
-      for (int k = 0; k <= static_cast<int>(StepKind::Group); ++k)
-        known |= kind == step_kind_name(static_cast<StepKind>(k));
-      if (!known)
+      if (!step_kind_named(kind))
         fail(kind_at, cat("expected a kernel kind (elementwise, reduction, row, ...) or '@' and "
                           "the kernel's name, not '",
                           kind, "'"));

@@ -4,6 +4,7 @@
 #include "lazyfuse/ir/schedule.h"
 
 #include <algorithm>
+#include <iterator>
 #include <queue>
 #include <tuple>
 
@@ -40,6 +41,18 @@ const char* step_kind_name(StepKind kind) {
       return "group";
   }
   return "?";
+}
+
+std::optional<StepKind> step_kind_named(std::string_view name) {
+  static constexpr StepKind kKinds[] = {
+      StepKind::Elementwise, StepKind::Reduction, StepKind::Row,      StepKind::Column,
+      StepKind::Matmul,      StepKind::View,      StepKind::Transfer, StepKind::Index,
+      StepKind::Collective,  StepKind::Group};
+  // Group is the last kind: every kind is listed.
+  static_assert(std::size(kKinds) == static_cast<size_t>(StepKind::Group) + 1);
+  for (StepKind kind : kKinds)
+    if (name == step_kind_name(kind)) return kind;
+  return std::nullopt;
 }
 
 const char* role_name(Role role) {

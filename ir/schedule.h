@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lazyfuse/ir/graph.h"
@@ -36,8 +38,10 @@ enum class StepKind : uint8_t {
   // ir/passes/horizontal_fusion.cc): an optimizer's update of every parameter in one launch.
   Group,
 };
-// "elementwise", "row", ...: how the fused IR names a kind (print_schedule, parse_graph).
+// "elementwise", "row", ...: how the fused IR names a kind (print_schedule, parse_graph), and
+// the kind of a name (nullopt for none).
 const char* step_kind_name(StepKind kind);
+std::optional<StepKind> step_kind_named(std::string_view name);
 inline std::ostream& operator<<(std::ostream& os, StepKind kind) {
   return os << step_kind_name(kind);
 }
