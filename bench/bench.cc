@@ -136,7 +136,7 @@ int run_bench(const BenchOptions& options) {
         // The check: fused and unfused agree (both are compared with float64 references in
         // the test suite; here the point is that the timed code computes the right thing), bit
         // for bit where half types round after every op, as kernels that each store their value
-        // do (Note [Half precision in fused kernels] in ir/schedule.h).
+        // do (Note [Half precision in fused kernels] in ir/half_rounding.h).
         {
           HalfRoundingGuard each_op(HalfRounding::EachOp);
           std::vector<Tensor> fused = workload->build(inputs[0]),

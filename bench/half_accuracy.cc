@@ -1,5 +1,5 @@
 // How accurate each half-precision rounding policy is (Note [Half precision in fused kernels] in
-// ir/schedule.h), measured on the fusion benchmark's workloads: each runs in float16 and
+// ir/half_rounding.h), measured on the fusion benchmark's workloads: each runs in float16 and
 // bfloat16 under both policies and is compared with the same workload computed in float64 from
 // the same (rounded) inputs. The error of each result element is counted in units in the last
 // place of the result's dtype at the float64 value (a result rounded once from the exact value

@@ -204,7 +204,7 @@ class Adam : public Optimizer {
   // bias corrections and AdamW's decay factor. Parameters stepped together share their count
   // tensor, so these are written once per group and optimizer step, not once per parameter (15 of
   // the ~30 nodes of a parameter's update, and nodes are most of a small model's step on the host:
-  // docs/bench/ 2026-12-04-1001-h200-train.md). Kept for the current step() only.
+  // docs/bench/2026-12-04-1001-h200-train.md). Kept for the current step() only.
   struct StepScalars {
     // The count they follow from, by identity. Not held: the pending next count holds it for
     // the step, and holding it here would keep the next count out of its buffer (Note [Writing

@@ -55,12 +55,12 @@ void unpoison(void* block, int64_t size) {
 // and arrays read and written side by side (Adam's seven, each its own block) meet in the same
 // memory banks. So each large block starts at a colour of its own past its huge page's start:
 // one of 32 offsets a 4 KiB page apart (bits 12-16), handed out in turn; the block keeps it
-// while cached. On the 2-core Intel machine (2026-12-06, `lazyfuse bench --device=cpu` at 2^24,
-// two runs each): Adam 13.0-13.6 ms without colours, 8.9 with these, 8.8-9.9 with 16 colours
-// 8 KiB apart; bias_relu and LayerNorm unchanged. Colours that also moved a block by cache
-// lines hurt two-stream loops: 4 KiB + 64 B apart, bias_relu 5-20% and the copy 25-45% slower;
-// 64 B apart, bias_relu 1.7x slower. The colour is below 2 MiB, so the huge page's start is the
-// pointer rounded down; its at most 124 KiB are not counted in the statistics.
+// while cached. Adam ran markedly faster with these colours than without, and no faster with
+// 16 colours 8 KiB apart; bias_relu and LayerNorm did not change. Colours that also moved a
+// block by cache lines (4 KiB + 64 B or 64 B apart) slowed loops of two streams, bias_relu and
+// the copy (docs/benchmarks.md, "CPU host memory"). The colour is below 2 MiB, so the huge
+// page's start is the pointer rounded down; its at most 124 KiB are not counted in the
+// statistics.
 constexpr int64_t kColourStep = 4096, kColours = 32;
 
 void* system_allocate(int64_t size, int64_t& next_colour) {

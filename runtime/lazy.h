@@ -78,7 +78,7 @@ PipelineOptions evaluation_pipeline(const EvalOptions& options);
 // graph through the same passes with the same switches. Computes nothing.
 std::string scheduled_ir(std::span<const LazyRef> outputs, const EvalOptions& options = {});
 // How fused kernels round float16 and bfloat16 values (Note [Half precision in fused kernels] in
-// ir/schedule.h): only where stored, the default, or after every op as PyTorch eager does
+// ir/half_rounding.h): only where stored, the default, or after every op as PyTorch eager does
 // (LAZYFUSE_HALF_ROUNDING=each_op). Process-wide; evaluations after a change compile for it.
 HalfRounding half_rounding();
 void set_half_rounding(HalfRounding rounding);

@@ -237,7 +237,7 @@ Graph emulated_reference(const Graph& graph, const Graph& reference, Perturbatio
       if (perturbation == Perturbation::Alternating) sign = -sign;
     }
     // Rounding half values only at stores (Note [Half precision in fused kernels] in
-    // ir/schedule.h), a value inside a kernel overflows where float32 does, for the ops of the
+    // ir/half_rounding.h), a value inside a kernel overflows where float32 does, for the ops of the
     // kernel that read it too, even when it is a result; one stored between kernels overflows
     // at its own range, which the Rounded perturbation meets (Note [Conditioning]). A result, as
     // stored, overflows at its own range.

@@ -234,13 +234,12 @@ inline Vd8 lf_fma(Vd8 a, Vd8 b, Vd8 c) { return {_mm512_fmadd_pd(a.v, b.v, c.v)}
 #endif  // __AVX512F__
 
 // Note [Float exp and tanh]: float32 exp and tanh on vectors are our own, not SLEEF's. SLEEF's
-// 1-ULP tanh keeps double-float intermediates and took 23.8 ns a 16-float vector on the 2-core
-// development machine (2026-12-06); its 3.5-ULP one (8.1 ns) and Highway's are 2.86 ULP off at
-// worst, past what the CPU's vector math promises. SLEEF's exp is a call that a fused loop
-// cannot inline. These take 1.0 ULP and under, every float32 input checked against libm's
-// double result (tests/cpu_math_test.cc, LAZYFUSE_EXHAUSTIVE=1), and inline into the
-// interpreter's kernels and the JIT's loops alike; every lane is computed alone (Note
-// [Lane-independent math]).
+// 1-ULP tanh keeps double-float intermediates, which makes it slow (docs/benchmarks.md, "CPU exp
+// and tanh"); its 3.5-ULP one and Highway's are 2.86 ULP off at worst, past what the CPU's
+// vector math promises. SLEEF's exp is a call that a fused loop cannot inline. These take 1.0
+// ULP and under, every float32 input checked against libm's double result
+// (tests/cpu_math_test.cc, LAZYFUSE_EXHAUSTIVE=1), and inline into the interpreter's kernels and
+// the JIT's loops alike; every lane is computed alone (Note [Lane-independent math]).
 //
 // exp(x) = 2^floor(k/16) * 2^((k mod 16)/16) * exp(r), k = round(16 x / ln 2), r = x - k ln2/16
 // in [-ln2/32, ln2/32] with ln 2 split in two (Cody and Waite: k/16 * kLn2Hi is exact), the
@@ -258,10 +257,10 @@ inline Vd8 lf_fma(Vd8 a, Vd8 b, Vd8 c) { return {_mm512_fmadd_pd(a.v, b.v, c.v)}
 // 0.5), so both forms are computed for every lane and the lane's own is kept. Max error
 // 0.986 ULP (SLEEF's: 1.0).
 //
-// The tables, against polynomials of degree 5 (exp) and 4 (inside tanh) on [-ln2/2, ln2/2]
-// (2-core Intel machine, 2026-12-06, `lazyfuse bench --device=cpu` at 2^24, medians of four
-// interleaved pairs on a noisy machine, spreads of 20-40%): chain16 27.4 -> 24.6 ms,
-// `(z + 2).exp() * y` 5.98 -> 4.93, GELU 6.92 -> 5.20, log-softmax 5.26 -> 4.46.
+// The tables measured faster than polynomials of degree 5 (exp) and 4 (inside tanh) on
+// [-ln2/2, ln2/2] in chain16, `(z + 2).exp() * y`, GELU and log-softmax (docs/benchmarks.md,
+// "The CPU backend, table-driven exp and tanh, in a window of faster memory: 2026-12-06 06:06
+// UTC, the 2-core Intel machine").
 //
 // The coefficients come from scripts/fit-cpu-math.py. The primitives differ by instruction set:
 // AVX-512 scales by 2^n with scalef and takes 1 / d from a 14-bit estimate and one Newton step

@@ -115,7 +115,7 @@ struct CpuProgram::JitState {
   // The compiled loop of each layout key (null where compiling failed: not tried again). Entries
   // are never removed or changed, so the one used last is read without the lock: ranges come
   // from every thread, as short as a row, and what both cores write on every call costs (a
-  // shared run counter alone took 15% of a sum of squares' profile on the 2-core machine).
+  // shared run counter showed in a sum of squares' profile: docs/benchmarks.md, "The CPU JIT").
   struct Entry {
     std::vector<int64_t> key;
     CpuJitKernel compiled;
@@ -607,11 +607,8 @@ std::vector<LfJitInstr> CpuProgram::jit_instrs(std::span<const JitLayout> layout
 // A compiled loop reading at most kPrefetchedStreams operands densely asks, for each vector it
 // loads, for the line kStreamPrefetchBytes on: the hardware's prefetchers do not cross a 4 KiB
 // page, and a loop of one or two streams waited on memory where it could have asked sooner.
-// With more streams the requests slowed the loop. On the 2-core Intel machine (2026-12-05,
-// `lazyfuse bench --device=cpu`, interleaved, two rounds), at 2^24 without and with 8 KiB:
-// `(z + 2).exp() * y` 6111 / 5891 -> 5411 / 5278 us, bias_relu 3477 / 3442 -> 3225 / 2940,
-// the sum of squares 3026 / 3030 -> 2702 / 2565; Adam (four operands) 10530 / 11236 -> 11372 /
-// 11393, and at 2^20 703 / 748 -> 875 / 785. 16 KiB measured no better than 8.
+// With more streams (Adam's four) the requests slowed the loop, and 16 KiB measured no better
+// than 8 (docs/benchmarks.md, "The CPU JIT").
 constexpr int kPrefetchedStreams = 2;
 constexpr int64_t kStreamPrefetchBytes = 8 * 1024;
 
@@ -624,12 +621,11 @@ CpuProgram::Bound CpuProgram::bind(std::span<const CpuOperand> operands,
   if (mode == CpuJitMode::Hot) {
     if (numel_ < kCpuJitMinElements) return {};
     // Compiled once the interpreter has computed one evaluation's elements and a compile's
-    // worth (a compile takes 4-10 ms on the 2-core machine, which interprets 4M elements of the
-    // benchmark's programs in about as long): a large program from its second evaluation, one
-    // of 4096 elements from its 1025th. Until then the interpreter is no slower than a
-    // compile would have been in all (a ski rental's rule); compiled, programs of 1024 to
-    // 16384 elements ran 1.1-2.4x faster (`lazyfuse bench --device=cpu --sizes 10 12 14`,
-    // LayerNorm over 16 rows of 1024 26.4 -> 13.0 us).
+    // worth (a compile took about as long as the interpreter spends on 4M elements of the
+    // benchmark's programs): a large program from its second evaluation, one of 4096 elements
+    // from its 1025th. Until then the interpreter is no slower than a compile would have been
+    // in all (a ski rental's rule); compiled, programs of 1024 to 16384 elements ran faster
+    // (docs/benchmarks.md, "The CPU JIT").
     if (!state.hot.load(std::memory_order_relaxed)) {
       if (state.processed.fetch_add(elements, std::memory_order_relaxed) <
           std::max(numel_, kCpuJitWorkElements))
@@ -698,12 +694,12 @@ CpuProgram::Bound CpuProgram::bind(std::span<const CpuOperand> operands,
 // A fused reduction whose operand is read from memory (worth_streaming) computes it a chunk at a
 // time, either through the compiled loop (2048 elements into a buffer, then reduced) or the
 // interpreter (256 elements in its registers, reduced where they lie). Which is faster depends on
-// the machine: the sum of squares of 2^24 floats took 1950 us interpreted against 2700 compiled
-// on the 2-core AMD EPYC machine, and 2220 against 1700 on the 2-core Intel Xeon (2026-12-05).
-// Both compute the same bits, so the program measures: its first runs from memory alternate,
-// the interpreter first, and from the third of each on, the path with the least time per
-// element runs. A run that asked for the compiled loop but was interpreted (the JIT not yet hot,
-// or unavailable) counts as the interpreter's.
+// the machine: the sum of squares of 2^24 floats ran faster interpreted on the 2-core AMD EPYC
+// machine and compiled on the 2-core Intel Xeon (docs/benchmarks.md, "The CPU JIT"). Both
+// compute the same bits, so the program measures: its first runs from memory alternate, the
+// interpreter first, and from the third of each on, the path with the least time per element
+// runs. A run that asked for the compiled loop but was interpreted (the JIT not yet hot, or
+// unavailable) counts as the interpreter's.
 constexpr int kFromMemoryTrials = 3;
 
 bool CpuProgram::compiled_from_memory_next() const {

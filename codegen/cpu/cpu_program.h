@@ -20,9 +20,9 @@
 namespace lazyfuse {
 
 // Elements per register: 256 doubles are 2 KiB, so a program's live registers stay in the L1
-// cache. Measured on the 2-core machine against 512 and 1024, interleaved (2026-12-05): Adam
-// and GELU at 2^24 1.15-1.2x faster than with 1024, `(z + 2).exp() * y` 1.4x; softmax, with few
-// ops a block, 1.1x slower.
+// cache. Measured against 512 and 1024: Adam, GELU and `(z + 2).exp() * y` faster at 2^24,
+// softmax, with few ops a block, slightly slower (docs/benchmarks.md, "CPU block programs and
+// reductions").
 inline constexpr int64_t kCpuBlock = 256;
 
 // An operand as the program reads it: strides over the step's iteration space (0 where it

@@ -17,13 +17,9 @@ namespace lazyfuse {
 
 // How far ahead of the row it computes a row program asks for the lines of what it reads
 // densely: 8 KiB, two rows of 1024 float32 on, asked for by the part applying the most ops (the
-// JIT's emit_row_kernel). On the 2-core Intel machine (2026-12-05, `lazyfuse bench
-// --device=cpu`), asked for by the first part, LayerNorm at 2^20 / 2^24 took 198 / 4230 us
-// without, 175 / 3700 with 4 KiB, 176 / 3669 with 8 KiB and 202 / 4041 with 16 KiB; softmax
-// 378 / 6342, 365 / 6254, 369 / 6140 and 367 / 6611. Asked for by the part applying the most
-// ops instead (2026-12-05 23:40, two interleaved runs at 2^24): `softmax()` 5.62-5.66 -> 4.32-4.49
-// ms, log-softmax 5.73-5.75 -> 4.68-4.69, softmax 5.84-5.86 -> 5.27-5.61, the norms within
-// their noise; 4 and 16 KiB there were no better.
+// JIT's emit_row_kernel). At 2^24, 8 KiB measured best against none, 4 and 16 KiB; asked for
+// by the busiest part rather than the first, the softmaxes ran faster and the norms no slower
+// (docs/benchmarks.md, "The CPU JIT").
 inline constexpr int64_t kRowPrefetchBytes = 8 * 1024;
 
 class CpuRowProgram {

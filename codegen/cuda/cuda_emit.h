@@ -13,7 +13,7 @@ namespace lazyfuse::cuda_emit {
 const char* storage_type_name(DType dtype);
 // Statements that compute each of `nodes` (v<id> in its compute type) for element `i`, after
 // reading input k as `load[k]`; half-type results rounded after every op where `round_each_op`
-// (Note [Half precision in fused kernels] in ir/schedule.h), else only the values a cast reads
+// (Note [Half precision in fused kernels] in ir/half_rounding.h), else only the values a cast reads
 // or makes, constants and generators. `reciprocals` pairs division nodes with a variable
 // holding the reciprocal of their divisor, known before the loop (a row's sum): those divisions
 // multiply by it instead (the caller decides which may: Note [Half precision in fused

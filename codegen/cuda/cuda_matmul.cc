@@ -3,10 +3,9 @@
 // Note [Products of few rows]
 // A layer applied to a small batch, x (rows x inner) times a weight read transposed, is a
 // product with 1 to 64 rows whose time is reading the weight once. cuBLAS tiles such a product
-// as it tiles a large one: at 32 x 1024 x 1024 in float32 on the H200 its kernel took 8-17 us
-// (ncu, 2026-12-04) where reading the 4 MB weight takes about 1 us, and split-K adds a second
-// kernel. This kernel reads the weight once, 16 bytes a load, and keeps every row's sums in
-// registers:
+// as it tiles a large one, its kernel taking far longer than reading the weight once, and
+// split-K adds a second kernel (docs/benchmarks.md, "Products of few rows on the H200"). This
+// kernel reads the weight once, 16 bytes a load, and keeps every row's sums in registers:
 //
 // - A block computes `cols_per_block` columns for a block of up to 32 rows (64 rows are two
 //   blocks of 32: each block reads its rows of x from L2), with `warps` warps splitting the
@@ -22,11 +21,11 @@
 // - Each result then gets the bias and relu where the kernel has an epilogue and is stored in
 //   the dtype.
 //
-// Measured on the H200 (ncu, 2026-12-04): 7.5 us for 32 x 1024 x 1024 in float32 with its bias
-// and relu, against cuBLAS's 8.2 us product plus its split-K reduction and the bias kernel. A
-// variant that copied x's slice into shared memory once per block and summed slices across
-// blocks (x read from L2 a quarter as often) took 14.7-18.5 us: at 176 registers a lane, two
-// warps a scheduler could not hide the shared-memory and barrier latency it added.
+// With its bias and relu it measured faster than cuBLAS's product alone (docs/benchmarks.md,
+// "Products of few rows on the H200"). A variant that copied x's slice into shared memory once
+// per block and summed slices across blocks (x read from L2 a quarter as often) was slower: at
+// 176 registers a lane, two warps a scheduler could not hide the shared-memory and barrier
+// latency it added.
 //
 // Every sum is added in an order fixed by the shapes alone (the plan depends on nothing else),
 // so a product has the same bits every run, graphed or not, with its epilogue or followed by

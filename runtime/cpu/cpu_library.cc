@@ -126,9 +126,8 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
     if (all_rows && outer * inner > kParallelReduceElements) {
       // A contiguous range of parts per thread, so that each thread streams through memory of
       // its own and the lines its compiled prologue asks for ahead are the ones it reads next.
-      // Parts handed out one at a time alternated between the threads: on the 2-core Intel
-      // machine (2026-12-06, three interleaved rounds) the sum of squares at 2^20 took 85-94 us
-      // so, 77-85 this way, and at 2^24 2.52-2.68 ms, 2.36-2.54.
+      // Parts handed out one at a time alternated between the threads, and the sum of squares
+      // measured slower so (docs/benchmarks.md, "CPU block programs and reductions").
 #pragma omp parallel for schedule(static)
       for (int64_t item = 0; item < items; ++item) {
         if (failure.stopped()) continue;
@@ -166,8 +165,9 @@ void reduce_rows(const Node& node, int64_t outer, int64_t inner, const BufferVie
 // only the order of the loops changes, and the loop over the tile's columns is vector code.
 // A tile's rows lie a row of the operand apart, each on a page of its own once rows are longer
 // than 4 KiB, and the hardware's prefetchers stay within a page: the loop asks for the tile's
-// lines kColumnPrefetchRows rows ahead itself, which made a bias gradient's sum 2.5-3x faster on
-// the 2-core machine (docs/benchmarks.md, "A GPT training step on the CPU and the GPU").
+// lines kColumnPrefetchRows rows ahead itself, which made a bias gradient's sum faster
+// (docs/benchmarks.md, "A GPT training step on the CPU: 2026-12-07 02:28 UTC, the 2-core AMD
+// EPYC machine").
 constexpr int64_t kColumnTile = 64;
 constexpr int64_t kColumnPrefetchRows = 8;
 
@@ -420,9 +420,9 @@ namespace {
 
 // How gemm reads one operand: each batch's matrix where it lies, where the operand has gemm's
 // type and each matrix is row-major or column-major (a transposed view, such as a Linear
-// layer's weight.t()) with a leading dimension; otherwise from a dense copy. With the copy, one
-// row times a transposed 1024 x 1024 float32 weight took 7.3 ms, 36 times the 0.20 ms it takes
-// in place (2026-12-05, 2-core Intel machine).
+// layer's weight.t()) with a leading dimension; otherwise from a dense copy. Staging a
+// transposed weight had cost far more than the product itself (docs/benchmarks.md, "CPU
+// matmul").
 struct GemmOperand {
   const std::byte* data = nullptr;  // batch 0's matrix
   bool transposed = false;          // column-major: gemm reads it transposed

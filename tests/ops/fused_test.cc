@@ -83,7 +83,7 @@ TEST(OpsReduction, HalfNormsRoundOnlyWhereStored) {
   EXPECT_GT(units(layer_norm(), norm).second, 1.0) << "the mean rounded to bfloat16";
 }
 
-// Rounding at stores (Note [Half precision in fused kernels] in ir/schedule.h; the default): a
+// Rounding at stores (Note [Half precision in fused kernels] in ir/half_rounding.h; the default): a
 // fused half-type chain keeps float32 between its ops and rounds where it stores, closer to
 // float64 than rounding after every op; a cast, a comparison or a promotion reads a half value
 // as its dtype holds it.
