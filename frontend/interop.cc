@@ -4,12 +4,16 @@
 
 #include <dlpack/dlpack.h>
 
+#include <algorithm>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/backend.h"
 #include "lazyfuse/runtime/devices.h"
 #include "lazyfuse/runtime/lazy.h"
 #include "lazyfuse/runtime/storage.h"
@@ -58,7 +62,7 @@ Tensor wrap(void* data, const Shape& sizes, const Strides& strides, DType dtype,
   numel(sizes);  // throws a ShapeError where the sizes multiply past int64
   if (data == nullptr && numel(sizes) > 0)
     throw Error(absl::StrCat(what, ": null data for ", numel(sizes), " elements", at(where)));
-  const Device device = requested.is_cuda() ? resolve_device(requested) : requested;
+  const Device device = resolve_device(requested);
   const int64_t nbytes = extent(sizes, strides) * dtype_size(dtype);
   BufferView buffer;
   buffer.storage = Storage::wrap(device, data, nbytes, std::move(owned.deleter));
@@ -153,7 +157,8 @@ DLManagedTensor* to_dlpack(const Tensor& tensor, Loc where) {
   lent->strides.assign(buffer.strides.begin(), buffer.strides.end());
   DLTensor& dl = lent->managed.dl_tensor;
   const Device device = buffer.storage->device();
-  dl.device = device.is_cuda() ? DLDevice{kDLCUDA, device.index()} : DLDevice{kDLCPU, 0};
+  dl.device = DLDevice{static_cast<DLDeviceType>(backend_for(device).dlpack_device_type()),
+                       std::max(device.index(), 0)};
   // The view's first element itself, as PyTorch hands it: consumers that ignore byte_offset
   // read the right memory too.
   dl.data = buffer.data();
@@ -178,14 +183,17 @@ Tensor from_dlpack(DLManagedTensor* managed, Loc where) {
   Owned owned{nullptr, give_back};
   const DLTensor& dl = managed->dl_tensor;
   const DType dtype = dtype_of(dl.dtype, where);
-  Device device = Device::cpu();
-  if (dl.device.device_type == kDLCUDA) {
-    device = Device(DeviceType::CUDA, dl.device.device_id);
-  } else if (dl.device.device_type != kDLCPU) {
-    throw DeviceStringError(absl::StrCat("from_dlpack: DLPack device type ",
-                                         static_cast<int>(dl.device.device_type),
-                                         " is neither the CPU (1) nor CUDA (2)", at(where)));
+  std::optional<Device> device;
+  std::string known;
+  for (DeviceType type : registered_device_types()) {
+    const int code = backend_for(Device(type)).dlpack_device_type();
+    if (code == dl.device.device_type) device = Device(type, dl.device.device_id);
+    absl::StrAppend(&known, known.empty() ? "" : ", ", device_type_name(type), " (", code, ")");
   }
+  if (!device)
+    throw DeviceStringError(
+        absl::StrCat("from_dlpack: DLPack device type ", static_cast<int>(dl.device.device_type),
+                     " has no backend here; the backends take ", known, at(where)));
   if (dl.ndim < 0)
     throw ShapeError(absl::StrCat("from_dlpack: negative ndim ", dl.ndim, at(where)));
   Shape sizes(dl.shape, dl.shape + dl.ndim);
@@ -194,7 +202,7 @@ Tensor from_dlpack(DLManagedTensor* managed, Loc where) {
       dl.strides != nullptr ? Strides(dl.strides, dl.strides + dl.ndim) : contiguous_strides(sizes);
   void* data = static_cast<std::byte*>(dl.data) + dl.byte_offset;
   owned.armed = false;
-  return wrap(data, sizes, strides, dtype, device, give_back, "from_dlpack", where);
+  return wrap(data, sizes, strides, dtype, *device, give_back, "from_dlpack", where);
 }
 
 }  // namespace lazyfuse

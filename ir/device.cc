@@ -7,6 +7,23 @@
 #include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
+namespace {
+
+// Each device type's name in device strings, as c10's. The host alone takes no index.
+struct DeviceTypeName {
+  DeviceType type;
+  const char* name;
+};
+constexpr DeviceTypeName kDeviceTypeNames[] = {{DeviceType::CPU, "cpu"},
+                                               {DeviceType::CUDA, "cuda"}};
+
+}  // namespace
+
+const char* device_type_name(DeviceType type) {
+  for (const DeviceTypeName& known : kDeviceTypeNames)
+    if (known.type == type) return known.name;
+  return "unknown";
+}
 
 Device::Device(DeviceType type, int index) : type_(type), index_(index) {
   if (type == DeviceType::CPU && index > 0)
@@ -22,13 +39,11 @@ Device::Device(std::string_view text) : type_(DeviceType::CPU), index_(-1) {
                                           "; expected \"cpu\", \"cuda\" or \"cuda:N\")"));
   };
   std::string_view type = text.substr(0, text.find(':'));
-  if (type == "cpu") {
-    type_ = DeviceType::CPU;
-  } else if (type == "cuda") {
-    type_ = DeviceType::CUDA;
-  } else {
-    throw fail("unknown device type");
-  }
+  const DeviceTypeName* named = nullptr;
+  for (const DeviceTypeName& known : kDeviceTypeNames)
+    if (type == known.name) named = &known;
+  if (named == nullptr) throw fail("unknown device type");
+  type_ = named->type;
   if (type.size() == text.size()) return;
   std::string_view digits = text.substr(type.size() + 1);
   int index = -1;
@@ -40,8 +55,8 @@ Device::Device(std::string_view text) : type_(DeviceType::CPU), index_(-1) {
 }
 
 std::string Device::str() const {
-  if (type_ == DeviceType::CPU) return "cpu";
-  return index_ >= 0 ? absl::StrCat("cuda:", index_) : "cuda";
+  const char* name = device_type_name(type_);
+  return index_ >= 0 ? absl::StrCat(name, ":", index_) : std::string(name);
 }
 
 std::ostream& operator<<(std::ostream& os, const Device& device) { return os << device.str(); }

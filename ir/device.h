@@ -8,7 +8,10 @@
 
 namespace lazyfuse {
 
+// A new backend's devices get a type here and a name in device.cc.
 enum class DeviceType : uint8_t { CPU, CUDA };
+// "cpu", "cuda".
+const char* device_type_name(DeviceType type);
 
 class Device {
  public:

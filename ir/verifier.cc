@@ -94,8 +94,10 @@ void verify(const Graph& graph, const VerifyOptions& options) {
     } catch (const Error& e) {
       throw fail(e.what());
     }
-    if (node.device.is_cuda() && !node.device.has_index())
-      throw fail("a CUDA device in the IR must carry its index");
+    // The host is one device; any other in the IR names which of its type.
+    if (!node.device.is_cpu() && !node.device.has_index())
+      throw fail(absl::StrCat("a ", device_type_name(node.device.type()),
+                              " device in the IR must carry its index"));
     if (options.placed && node.op != Op::To) {
       for (ValueId input : node.inputs) {
         if (graph.nodes[input].device != node.device)

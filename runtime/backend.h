@@ -1,8 +1,9 @@
-// The boundary between the executor and the devices. The executor (executor.cc) runs a
-// schedule's steps in order and hands each compute step to the backend of its device; it never
-// asks what kind of device that is. One backend is registered per DeviceType (backend.cc):
-// the CPU's (cpu_backend.cc) and CUDA's (cuda_backend.cc); tests put one of their own in place
-// with ScopedBackend.
+// The boundary between the layers above and the devices. The executor (executor.cc) runs a
+// schedule's steps in order and hands each compute step to the backend of its device; stats,
+// device resolution and DLPack ask the backend what they need to know of a device. None of them
+// asks what kind of device it is. One backend is registered per DeviceType (register_backend;
+// the built-in ones, the CPU's (cpu/cpu_backend.cc) and CUDA's (cuda/cuda_backend.cc), on first
+// use in backend.cc); tests put one of their own in place with ScopedBackend.
 //
 // A backend owns, for its devices: finding or compiling a compute step's code and running it
 // (with whatever it keeps between runs in its StepCache), memory, dense copies, and waiting for
@@ -15,12 +16,15 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "lazyfuse/ir/schedule.h"
 #include "lazyfuse/runtime/storage.h"
 
 namespace lazyfuse {
+
+struct Stats;
 
 // What a backend keeps for one step of a cached schedule between evaluations (Note [Schedule
 // cache] in lazy.cc): its compiled program, its launch plan and kernel. Each backend derives
@@ -82,10 +86,36 @@ class Backend {
     (void)substitutable;
     run({});
   }
+
+  // What the layers above ask of a device of this type.
+  // The device `requested` names with its index resolved ("cuda" is the current GPU); throws
+  // DeviceIndexError, saying what the machine has, where there is no such device.
+  virtual Device resolve(const Device& requested) = 0;
+  // How many devices of this type the process can use (0 where none; the host is one).
+  virtual int device_count() = 0;
+  // The allocator's figures for device `index` (0 for the host), and its peak reset to what it
+  // holds now, as torch.cuda.reset_peak_memory_stats.
+  virtual AllocatorStats memory_stats(int index) = 0;
+  virtual void reset_peak_memory_stats(int index) = 0;
+  // Adds what the backend counts (kernels compiled, programs JIT-compiled, graphs replayed) to
+  // `stats`; reset_counters() zeroes them.
+  virtual void add_counters(Stats& stats) = 0;
+  virtual void reset_counters() = 0;
+  // DLPack's DLDeviceType of these devices (kDLCPU 1, kDLCUDA 2): how to_dlpack names them and
+  // from_dlpack finds their backend.
+  virtual int dlpack_device_type() const = 0;
 };
 
-// The backend of `device`'s type.
+// The backend of `device`'s type; throws DeviceIndexError where none is registered.
 Backend& backend_for(const Device& device);
+
+// Makes `backend` the one for devices of `type` (in place of one registered before). The
+// built-in backends register on the registry's first use; another registers before the first
+// evaluation that uses it, and outlives every tensor on its devices. Not for use while another
+// thread evaluates.
+void register_backend(DeviceType type, Backend& backend);
+// The device types with a backend, in the order they registered (the host's first).
+std::vector<DeviceType> registered_device_types();
 
 // What the backends started, counted where they start it: a GPU kernel launch or library call
 // (a group of kernels is one launch, a copy that stages an operand another); on the CPU a
@@ -107,7 +137,7 @@ class ScopedBackend {
   Backend* previous_;
 };
 
-// The backends registered by default (cpu_backend.cc, cuda_backend.cc).
+// The built-in backends (cpu/cpu_backend.cc, cuda/cuda_backend.cc).
 Backend& cpu_backend();
 Backend& cuda_backend();
 

@@ -15,6 +15,8 @@ namespace cuda {
 // 0 when there is no driver or no GPU: never an error.
 int device_count();
 bool is_available();
+// A CUDA device with its index resolved (the CUDA backend's resolve).
+Device resolve(const Device& device);
 }  // namespace cuda
 
 struct CudaDeviceInfo {
@@ -36,8 +38,8 @@ DeviceReport device_report();
 // The report as nvidia-smi-like text.
 std::string format_device_report(const DeviceReport& report);
 
-// Gives "cuda" its index (the current device, 0) and checks that the device exists; throws
-// DeviceIndexError saying how many GPUs there are.
+// Gives "cuda" its index (the current device, 0) and checks that the device exists, through
+// the backend of its type; throws DeviceIndexError saying how many there are.
 Device resolve_device(const Device& device);
 
 }  // namespace lazyfuse

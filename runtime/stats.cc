@@ -1,24 +1,13 @@
-// lazyfuse::stats(): each layer's counters gathered.
+// lazyfuse::stats(): the evaluations' counters and each registered backend's gathered.
 #include "lazyfuse/runtime/stats.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "lazyfuse/codegen/cpu/cpu_jit.h"
-#include "lazyfuse/runtime/cuda/cuda_graphs.h"
-#include "lazyfuse/runtime/cuda/cuda_memory.h"
+#include "lazyfuse/runtime/backend.h"
 #include "lazyfuse/runtime/devices.h"
-#include "lazyfuse/runtime/host_memory.h"
-#include "lazyfuse/runtime/kernel_cache.h"
 #include "lazyfuse/runtime/lazy.h"
 
 namespace lazyfuse {
-namespace {
-
-DeviceMemoryStats memory_of(const Device& device, const AllocatorStats& allocator) {
-  return {device, allocator.allocated_bytes, allocator.cached_bytes, allocator.peak_bytes};
-}
-
-}  // namespace
 
 Stats stats() {
   Stats out;
@@ -29,43 +18,34 @@ Stats stats() {
   out.launches = eval.launches;
   out.schedule_cache_hits = eval.schedule_cache_hits;
   out.schedule_cache_bypasses = eval.schedule_cache_bypasses;
-  const cuda::KernelCacheStats kernels = cuda::kernel_cache_stats();
-  out.kernels_compiled = kernels.compiles;
-  out.kernels_loaded_from_disk = kernels.disk_hits;
-  out.kernels_found_in_memory = kernels.memory_hits;
-  out.compile_ms = kernels.compile_ms;
-  const CpuJitStats jit = cpu_jit_stats();
-  out.cpu_programs_compiled = jit.compiled;
-  out.cpu_jit_runs = jit.runs;
-  const cuda::GraphStats graphs = cuda::graph_stats();
-  out.graph_captures = graphs.captures;
-  out.graph_replays = graphs.replays;
-  out.memory.push_back(memory_of(Device::cpu(), cpu::allocator_stats()));
-  for (int i = 0; i < cuda::device_count(); ++i)
-    out.memory.push_back(memory_of(Device(DeviceType::CUDA, i), cuda::allocator_stats(i)));
+  for (DeviceType type : registered_device_types()) {
+    Backend& backend = backend_for(Device(type));
+    backend.add_counters(out);
+    for (int i = 0; i < backend.device_count(); ++i) {
+      const AllocatorStats allocator = backend.memory_stats(i);
+      out.memory.push_back({Device(type, i), allocator.allocated_bytes, allocator.cached_bytes,
+                            allocator.peak_bytes});
+    }
+  }
   return out;
 }
 
 void reset_stats() {
   reset_eval_stats();
-  cuda::reset_kernel_cache_stats();
-  reset_cpu_jit_stats();
-  cuda::reset_graph_stats();
+  for (DeviceType type : registered_device_types()) backend_for(Device(type)).reset_counters();
   reset_peak_memory_stats();
 }
 
 void reset_peak_memory_stats() {
-  cpu::reset_peak_memory_stats();
-  for (int i = 0; i < cuda::device_count(); ++i) cuda::reset_peak_memory_stats(i);
+  for (DeviceType type : registered_device_types()) {
+    Backend& backend = backend_for(Device(type));
+    for (int i = 0; i < backend.device_count(); ++i) backend.reset_peak_memory_stats(i);
+  }
 }
 
 void reset_peak_memory_stats(Device device) {
-  device = resolve_device(device);  // a DeviceIndexError for a GPU that is not there
-  if (device.is_cpu()) {
-    cpu::reset_peak_memory_stats();
-  } else {
-    cuda::reset_peak_memory_stats(device.index());
-  }
+  device = resolve_device(device);  // a DeviceIndexError for a device that is not there
+  backend_for(device).reset_peak_memory_stats(std::max(device.index(), 0));
 }
 
 std::string format_stats(const Stats& s) {

@@ -25,6 +25,7 @@
 #include "lazyfuse/codegen/cpu/cpu_reduction.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/runtime/backend.h"
+#include "lazyfuse/runtime/devices.h"
 #include "lazyfuse/runtime/executor.h"
 
 namespace lazyfuse {
@@ -118,7 +119,24 @@ class InterpretingBackend : public Backend {
   }
   void synchronize(const Device&) override {}
 
-  int steps_run = 0, caches_made = 0, allocations = 0, releases = 0;
+  Device resolve(const Device& requested) override {
+    ++resolved;
+    return requested;
+  }
+  int device_count() override { return 1; }
+  AllocatorStats memory_stats(int) override {
+    AllocatorStats held;
+    held.allocated_bytes = 64 * (allocations - releases);
+    held.peak_bytes = peak_reset_to;
+    return held;
+  }
+  void reset_peak_memory_stats(int) override { peak_reset_to = 64 * (allocations - releases); }
+  void add_counters(Stats& stats) override { stats.cpu_programs_compiled = steps_run; }
+  void reset_counters() override { steps_run = 0; }
+  int dlpack_device_type() const override { return 1; }
+
+  int steps_run = 0, caches_made = 0, allocations = 0, releases = 0, resolved = 0;
+  int64_t peak_reset_to = -1;
   bool fail_next_step = false;
 };
 
@@ -251,6 +269,36 @@ TEST(Backend, AnOpTheBackendRefusesLeavesEveryTensorUsable) {
   Tensor r = a.sqrt();
   EXPECT_THROW(r.to_vector<double>(), UnsupportedError);
   EXPECT_EQ((a + a).to_vector<double>(), (std::vector<double>{2.0, 8.0}));
+}
+
+// stats(), reset_stats() and device resolution ask the registered backends, whichever they are.
+TEST(Backend, StatsAndDevicesComeFromTheRegisteredBackends) {
+  const std::vector<DeviceType> types = registered_device_types();
+  ASSERT_GE(types.size(), 2u);
+  EXPECT_EQ(types[0], DeviceType::CPU);
+  EXPECT_EQ(types[1], DeviceType::CUDA);
+  InterpretingBackend backend;
+  {
+    ScopedBackend scoped(DeviceType::CPU, backend);
+    Tensor a = from_vector({1.0, 2.0}, {2}, TensorOptions(DType::Float64));
+    Tensor b = (a + a).exp();
+    eval(b);
+    EXPECT_EQ(stats().cpu_programs_compiled, backend.steps_run);
+    EXPECT_GE(backend.steps_run, 1);
+    const DeviceMemoryStats host = stats().memory.at(0);
+    EXPECT_EQ(host.device, Device::cpu());
+    EXPECT_EQ(host.allocated_bytes, 64 * (backend.allocations - backend.releases));
+    reset_stats();
+    EXPECT_EQ(backend.steps_run, 0);
+    EXPECT_EQ(stats().memory.at(0).peak_bytes, 64 * (backend.allocations - backend.releases));
+    const int resolved = backend.resolved;
+    EXPECT_EQ(resolve_device(Device::cpu()), Device::cpu());
+    EXPECT_EQ(backend.resolved, resolved + 1);
+  }
+  // Back to the CPU's own.
+  const int resolved = backend.resolved;
+  EXPECT_EQ(resolve_device(Device::cpu()), Device::cpu());
+  EXPECT_EQ(backend.resolved, resolved);
 }
 
 // Every instruction set's kernel table this CPU can run (codegen/cpu/cpu_kernels.h), against the

@@ -13,6 +13,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lazyfuse/codegen/cpu/cpu_jit.h"
 #include "lazyfuse/codegen/cpu/cpu_program.h"
 #include "lazyfuse/codegen/cpu/cpu_row_program.h"
 #include "lazyfuse/codegen/kernel_plan.h"
@@ -21,6 +22,7 @@
 #include "lazyfuse/runtime/backend.h"
 #include "lazyfuse/runtime/cpu/openmp.h"
 #include "lazyfuse/runtime/host_memory.h"
+#include "lazyfuse/runtime/stats.h"
 
 namespace lazyfuse {
 namespace {
@@ -117,7 +119,7 @@ struct CpuReductionCache : StepCache {
 };
 
 // Rounding half values only at stores (Note [Half precision in fused kernels] in
-// ir/schedule.h), the half values a reduction step computes and does not store (a LayerNorm's
+// ir/half_rounding.h), the half values a reduction step computes and does not store (a LayerNorm's
 // mean and centred values, a softmax's exponentials and their sum) stay float32 between its
 // parts, as in the GPU's row kernel: the parts run over a copy of the graph with those values
 // typed float32, so that what the parts hand each other is stored as float32 too. A value is
@@ -660,6 +662,19 @@ class CpuBackend final : public Backend {
   }
   // Host work is done when the call that did it returns.
   void synchronize(const Device&) override {}
+
+  // The host is one device, all its cores and memory.
+  Device resolve(const Device& requested) override { return requested; }
+  int device_count() override { return 1; }
+  AllocatorStats memory_stats(int) override { return cpu::allocator_stats(); }
+  void reset_peak_memory_stats(int) override { cpu::reset_peak_memory_stats(); }
+  void add_counters(Stats& stats) override {
+    const CpuJitStats jit = cpu_jit_stats();
+    stats.cpu_programs_compiled = jit.compiled;
+    stats.cpu_jit_runs = jit.runs;
+  }
+  void reset_counters() override { reset_cpu_jit_stats(); }
+  int dlpack_device_type() const override { return 1; }  // kDLCPU
 };
 
 }  // namespace

@@ -21,9 +21,11 @@
 #include "lazyfuse/runtime/cuda/cuda_graphs.h"
 #include "lazyfuse/runtime/cuda/cuda_memory.h"
 #include "lazyfuse/runtime/cuda/cuda_steps.h"
+#include "lazyfuse/runtime/devices.h"
 #include "lazyfuse/runtime/env.h"
 #include "lazyfuse/runtime/host_profile.h"
 #include "lazyfuse/runtime/kernel_cache.h"
+#include "lazyfuse/runtime/stats.h"
 
 namespace lazyfuse {
 namespace {
@@ -162,6 +164,26 @@ class CudaBackend final : public Backend {
     cuda::activate(device.index());
     cuda::check(cuda::driver()->cuCtxSynchronize(), "cuCtxSynchronize");
   }
+
+  Device resolve(const Device& requested) override { return cuda::resolve(requested); }
+  int device_count() override { return cuda::device_count(); }
+  AllocatorStats memory_stats(int index) override { return cuda::allocator_stats(index); }
+  void reset_peak_memory_stats(int index) override { cuda::reset_peak_memory_stats(index); }
+  void add_counters(Stats& stats) override {
+    const cuda::KernelCacheStats kernels = cuda::kernel_cache_stats();
+    stats.kernels_compiled = kernels.compiles;
+    stats.kernels_loaded_from_disk = kernels.disk_hits;
+    stats.kernels_found_in_memory = kernels.memory_hits;
+    stats.compile_ms = kernels.compile_ms;
+    const cuda::GraphStats graphs = cuda::graph_stats();
+    stats.graph_captures = graphs.captures;
+    stats.graph_replays = graphs.replays;
+  }
+  void reset_counters() override {
+    cuda::reset_kernel_cache_stats();
+    cuda::reset_graph_stats();
+  }
+  int dlpack_device_type() const override { return 2; }  // kDLCUDA
 };
 
 }  // namespace

@@ -48,8 +48,8 @@ struct Intent {
   int64_t rank = 0;  // of the shape
   int64_t root = -1;
   int64_t dim = -1;
-  int64_t on_cuda = 0;   // which engine runs it: Gloo for host memory, NCCL for a GPU's
-  int64_t dims[9] = {};  // the sizes; a longer shape's later sizes are folded into dims[8]
+  int64_t device_type = 0;  // where the operand lives, which picks the engine (Gloo, NCCL)
+  int64_t dims[9] = {};     // the sizes; a longer shape's later sizes are folded into dims[8]
 
   bool operator==(const Intent& other) const {
     return std::memcmp(this, &other, sizeof(Intent)) == 0;
@@ -86,7 +86,9 @@ std::string describe(const Intent& intent) {
     absl::StrAppend(&text, "(", reduce_op_name(static_cast<ReduceOp>(intent.reduce_op)), ")");
   if (intent.root >= 0) absl::StrAppend(&text, "(root ", intent.root, ")");
   if (intent.dim >= 0) absl::StrAppend(&text, "(dim ", intent.dim, ")");
-  absl::StrAppend(&text, " of ", operand_text(intent), intent.on_cuda ? " on a GPU" : "");
+  const auto type = static_cast<DeviceType>(intent.device_type);
+  absl::StrAppend(&text, " of ", operand_text(intent),
+                  type == Device::cpu().type() ? "" : absl::StrCat(" on ", device_type_name(type)));
   return text;
 }
 
@@ -213,7 +215,7 @@ class GlooGroup final : public ProcessGroup {
     std::lock_guard lock(mutex_);
     Intent intent = intent_of(node, collectives_);
     describe_operand(intent, input.dtype, input.shape);
-    intent.on_cuda = input.storage->device().is_cuda() ? 1 : 0;
+    intent.device_type = static_cast<int64_t>(input.storage->device().type());
     const std::string what =
         absl::StrCat(describe(intent), " (collective #", collectives_, " of rank ", rank(), ")");
     ensure_usable(what);

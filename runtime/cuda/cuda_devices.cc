@@ -1,4 +1,5 @@
-// Device discovery through the CUDA driver API, loaded at run time.
+// Device discovery through the CUDA driver API, loaded at run time: the GPUs the CUDA backend
+// resolves devices against and the report `lazyfuse devices` prints.
 #include "lazyfuse/runtime/devices.h"
 
 #include <unistd.h>
@@ -85,8 +86,8 @@ std::string format_device_report(const DeviceReport& report) {
   return out;
 }
 
-Device resolve_device(const Device& device) {
-  if (device.is_cpu()) return device;
+namespace cuda {
+Device resolve(const Device& device) {
   int count = cuda::device_count();
   if (count == 0)
     throw DeviceIndexError(absl::StrCat("Device ", device.str(),
@@ -100,5 +101,6 @@ Device resolve_device(const Device& device) {
                                         count > 1 ? absl::StrCat("..cuda:", count - 1) : "", ")"));
   return Device(DeviceType::CUDA, index);
 }
+}  // namespace cuda
 
 }  // namespace lazyfuse
