@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string_view>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -93,27 +94,32 @@ void Optimizer::step() {
 // graph's structure: the schedule cache's key, the kernels' source. A learning rate a scheduler
 // changes every step would then make every step a new graph, run the passes again, compile new
 // kernels and capture no CUDA graph. So the numbers that change between steps are tensors the
-// kernels read: Adam's step count (and the bias corrections computed from it on the device), and
-// each group's learning rate, a computed 0-d float64 tensor on each device, made anew only when
-// the rate changes. A param matches the cache on its type and device alone, so step 2 and step
-// 10,000 are the same graph. float64, and rounded once to the update's dtype, as the constant was:
-// the same bits as before.
-const Tensor& Optimizer::lr_tensor(size_t group, const Device& device) {
-  const double lr = param_groups_[group].options().get_lr();
-  auto it = std::find_if(lr_values_.begin(), lr_values_.end(),
-                         [&](const LrValue& v) { return v.group == group && v.device == device; });
-  if (it == lr_values_.end()) {
-    lr_values_.push_back({group, device, std::numeric_limits<double>::quiet_NaN(), Tensor()});
-    it = std::prev(lr_values_.end());
+// kernels read: each group's learning rate (float64, rounded once to the update's dtype in the
+// step, as the constant was), and Adam's step size, bias correction and decay factor, computed
+// on the host from a host step count as PyTorch's Adam computes them in Python floats. Each is a
+// 0-d tensor on the device whose buffer stays put: a new value is copied into the buffer of the
+// last, outside any evaluation. A param matches the schedule cache on its type and device alone,
+// so step 2 and step 10,000 are the same graph, and a CUDA graph recorded from one step reads
+// every later step's numbers where it recorded them. (A step count kept on the device and
+// incremented by the step itself would be a new buffer each step: its update is not the step's
+// last kernel, so Note [Writing an update into its own buffer] in runtime/lazy.cc cannot write it
+// in place.) The copy waits for the device's queued work, which may still read the last value.
+const Tensor& Optimizer::changing_scalar(const char* name, size_t group, size_t slot, double value,
+                                         DType dtype, const Device& device) {
+  auto it =
+      std::find_if(changing_scalars_.begin(), changing_scalars_.end(), [&](const ScalarBuffer& b) {
+        return std::string_view(b.name) == name && b.group == group && b.slot == slot &&
+               b.dtype == dtype && b.device == device;
+      });
+  if (it == changing_scalars_.end()) {
+    changing_scalars_.push_back(
+        {name, group, slot, dtype, device, std::numeric_limits<double>::quiet_NaN(), Tensor()});
+    it = std::prev(changing_scalars_.end());
   }
-  if (!(it->lr == lr)) {
-    it->lr = lr;
-    // Copied to the device now, outside any evaluation: a GPU step reads it where it lies,
-    // rather than copying it in from the host as part of its graph (which a CUDA graph cannot
-    // replay), and the step stays one evaluation. A new rate is written into the buffer of the
-    // last, so every step reads it at one address, and a CUDA graph recorded from one step
-    // reads the rate of each step it replays.
-    const Tensor host = from_vector({lr}, {}, TensorOptions(kFloat64));
+  if (!(it->value == value)) {
+    it->value = value;
+    // Rounded to `dtype` on the host, as a cast on the device rounds (to nearest, even).
+    const Tensor host = from_vector({value}, {}, TensorOptions(dtype));
     if (it->tensor.defined())
       copy_into(*host.value()->buffer, *it->tensor.value()->buffer);
     else
@@ -121,6 +127,10 @@ const Tensor& Optimizer::lr_tensor(size_t group, const Device& device) {
                                     host.value()->node.where));
   }
   return it->tensor;
+}
+
+const Tensor& Optimizer::lr_tensor(size_t group, const Device& device) {
+  return changing_scalar("lr", group, 0, param_groups_[group].options().get_lr(), kFloat64, device);
 }
 
 namespace {
@@ -181,11 +191,7 @@ Adam::Adam(std::vector<OptimizerParamGroup> param_groups,
            std::unique_ptr<OptimizerOptions> defaults, bool decoupled)
     : Optimizer(std::move(param_groups), std::move(defaults)), decoupled_(decoupled) {}
 
-void Adam::begin_step() {
-  step_scalars_.clear();
-  zero_counts_.clear();
-  next_counts_.clear();
-}
+void Adam::begin_step() { step_scalars_.clear(); }
 void Adam::end_step() { begin_step(); }
 
 namespace {
@@ -204,31 +210,30 @@ AdamHyper adam_hyper(const OptimizerParamGroup& group, bool decoupled) {
 }
 }  // namespace
 
-const Adam::StepScalars& Adam::step_scalars(size_t group, const Tensor& count, DType dtype) {
-  for (const StepScalars& scalars : step_scalars_)
-    if (scalars.count == count.value().get() && scalars.group == group && scalars.dtype == dtype)
-      return scalars;
-  // One next count per count, whichever groups step from it.
-  auto next = std::find_if(next_counts_.begin(), next_counts_.end(),
-                           [&](const auto& n) { return n.first == count.value().get(); });
-  if (next == next_counts_.end()) {
-    next_counts_.push_back({count.value().get(), count + 1});
-    next = std::prev(next_counts_.end());
-    // The next count replaces this one, as an in-place increment would.
-    note_replaced(next->second.value(), count.value());
+const Adam::StepScalars& Adam::step_scalars(size_t group, int64_t count, DType dtype,
+                                            const Device& device) {
+  // Parameters of the group at other counts (one that had no gradient for a step) take the next
+  // slot of buffers.
+  size_t slot = 0;
+  for (const StepScalars& scalars : step_scalars_) {
+    if (scalars.group != group || scalars.dtype != dtype || scalars.device != device) continue;
+    if (scalars.count == count) return scalars;
+    ++slot;
   }
   const AdamHyper hyper = adam_hyper(param_groups()[group], decoupled_);
   const auto [beta1, beta2] = hyper.betas;
-  StepScalars scalars{count.value().get(), group, dtype, next->second, {}, {}, {}};
-  // The bias corrections in float64 from the step count on the device, as PyTorch computes
-  // them in Python floats; rounded once to the update's dtype.
-  const TensorOptions wide = TensorOptions(kFloat64).device(count.device());
-  const Tensor bias_correction1 = 1 - full({}, beta1, wide).pow(scalars.next_count);
-  const Tensor bias_correction2 = 1 - full({}, beta2, wide).pow(scalars.next_count);
-  scalars.step_size = (lr_tensor(group, count.device()) / bias_correction1).to(dtype);
-  scalars.bias_correction2_sqrt = bias_correction2.sqrt().to(dtype);
+  const double lr = param_groups()[group].options().get_lr();
+  // In float64, as PyTorch computes them in Python floats; rounded once to the update's dtype.
+  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(count));
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(count));
+  StepScalars scalars{group, count, dtype, device, {}, {}, {}};
+  scalars.step_size =
+      changing_scalar("step_size", group, slot, lr / bias_correction1, dtype, device);
+  scalars.bias_correction2_sqrt = changing_scalar("bias_correction2_sqrt", group, slot,
+                                                  std::sqrt(bias_correction2), dtype, device);
   if (decoupled_ && hyper.weight_decay != 0)
-    scalars.decay = (1 - lr_tensor(group, count.device()) * hyper.weight_decay).to(dtype);
+    scalars.decay =
+        changing_scalar("decay", group, slot, 1 - lr * hyper.weight_decay, dtype, device);
   return step_scalars_.emplace_back(std::move(scalars));
 }
 
@@ -239,20 +244,13 @@ std::vector<Tensor> Adam::update(size_t group, size_t state_index, Tensor& param
   if (state_.size() < num_states()) state_.resize(num_states());
   State& s = state_[state_index];
   const TensorOptions like = TensorOptions(parameter.dtype()).device(parameter.device());
-  if (!s.step.defined()) {
-    // Parameters that start together share one count (step_scalars).
-    auto it = std::find_if(zero_counts_.begin(), zero_counts_.end(), [&](const Tensor& count) {
-      return count.device() == parameter.device();
-    });
-    s.step = it != zero_counts_.end()
-                 ? *it
-                 : zero_counts_.emplace_back(
-                       zeros({}, TensorOptions(kFloat64).device(parameter.device())));
+  if (!s.exp_avg.defined()) {
     s.exp_avg = zeros(parameter.sizes(), like);
     s.exp_avg_sq = zeros(parameter.sizes(), like);
   }
-  const StepScalars& scalars = step_scalars(group, s.step, scalar_dtype(parameter));
-  s.step = scalars.next_count;
+  ++s.step;
+  const StepScalars& scalars =
+      step_scalars(group, s.step, scalar_dtype(parameter), parameter.device());
   Tensor g = grad;
   if (hyper.weight_decay != 0) {
     if (decoupled_) {
@@ -268,7 +266,7 @@ std::vector<Tensor> Adam::update(size_t group, size_t state_index, Tensor& param
   s.exp_avg_sq.mul_(beta2).add_(g * g * (1 - beta2));
   const Tensor denominator = s.exp_avg_sq.sqrt() / scalars.bias_correction2_sqrt + hyper.eps;
   parameter.sub_(s.exp_avg / denominator * scalars.step_size);
-  return {s.step, s.exp_avg, s.exp_avg_sq};
+  return {s.exp_avg, s.exp_avg_sq};
 }
 
 AdamW::AdamW(std::vector<Tensor> parameters, AdamWOptions options)

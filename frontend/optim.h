@@ -151,6 +151,11 @@ class Optimizer {
   // kernels read, the same tensor while the rate stays (Note [Scalars that change between
   // steps] in optim.cc).
   const Tensor& lr_tensor(size_t group, const Device& device);
+  // A number an update computes on the host that changes between steps (Adam's step size), as a
+  // 0-d tensor of `dtype` on `device` that the kernels read: one buffer per (`name`, `group`,
+  // `slot`, dtype, device), written anew where `value` changed (the same Note).
+  const Tensor& changing_scalar(const char* name, size_t group, size_t slot, double value,
+                                DType dtype, const Device& device);
   // How many parameters all groups hold: the number of states an optimizer keeps.
   size_t num_states() const { return num_states_; }
 
@@ -158,13 +163,15 @@ class Optimizer {
   std::vector<OptimizerParamGroup> param_groups_;
   std::unique_ptr<OptimizerOptions> defaults_;
   size_t num_states_ = 0;
-  struct LrValue {
-    size_t group;
+  struct ScalarBuffer {
+    const char* name;
+    size_t group, slot;
+    DType dtype;
     Device device;
-    double lr;
+    double value;
     Tensor tensor;
   };
-  std::vector<LrValue> lr_values_;
+  std::vector<ScalarBuffer> changing_scalars_;
 };
 
 class SGD : public Optimizer {
@@ -197,29 +204,25 @@ class Adam : public Optimizer {
  private:
   bool decoupled_;
   struct State {
-    Tensor step, exp_avg, exp_avg_sq;
+    int64_t step = 0;  // on the host, as PyTorch's (not capturable) Adam keeps it
+    Tensor exp_avg, exp_avg_sq;
   };
   std::vector<State> state_;
-  // What one step count gives every parameter of a group stepped from it: the next count, the
-  // bias corrections and AdamW's decay factor. Parameters stepped together share their count
-  // tensor, so these are written once per group and optimizer step, not once per parameter (15 of
-  // the ~30 nodes of a parameter's update, and nodes are most of a small model's step on the host:
-  // docs/bench/2026-12-04-1001-h200-train.md). Kept for the current step() only.
+  // What one step count gives every parameter of a group stepped from it: the bias corrections
+  // and AdamW's decay factor, computed on the host and read by the kernels from buffers that
+  // stay put. Parameters stepped together share them, so they are written once per group and
+  // step (15 of the ~30 nodes of a parameter's update were these: docs/bench/
+  // 2026-12-04-1001-h200-train.md). Kept for the current step() only.
   struct StepScalars {
-    // The count they follow from, by identity. Not held: the pending next count holds it for
-    // the step, and holding it here would keep the next count out of its buffer (Note [Writing
-    // an update into its own buffer] in runtime/lazy.cc).
-    const LazyValue* count;
     size_t group;
-    DType dtype;  // of step_size, bias_correction2_sqrt and decay
-    Tensor next_count, step_size, bias_correction2_sqrt;
+    int64_t count;  // the step they are for, from 1
+    DType dtype;    // of step_size, bias_correction2_sqrt and decay
+    Device device;
+    Tensor step_size, bias_correction2_sqrt;
     Tensor decay;  // 1 - lr * weight_decay, for AdamW with a weight decay; undefined otherwise
   };
-  const StepScalars& step_scalars(size_t group, const Tensor& count, DType dtype);
+  const StepScalars& step_scalars(size_t group, int64_t count, DType dtype, const Device& device);
   std::vector<StepScalars> step_scalars_;
-  std::vector<Tensor> zero_counts_;  // this step's new counts, one per device
-  // The next count each count became this step (a count shared by groups steps once).
-  std::vector<std::pair<const LazyValue*, Tensor>> next_counts_;
 };
 
 class AdamW : public Adam {

@@ -63,6 +63,8 @@ MemoryStats memory_stats(const Device& device) {
 }
 
 bool BufferView::is_contiguous() const {
+  // No elements: nothing is out of place, whatever the strides (as PyTorch's is_contiguous).
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return true;
   int64_t expected = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     if (shape[i] != 1 && strides[i] != expected) return false;

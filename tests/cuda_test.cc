@@ -982,7 +982,7 @@ TEST_F(Cuda, MatmulMatchesTheCpu) {
   }
   manual_seed(0);
   nn::Sequential net(nn::Linear(3, 1));
-  Tensor x = tensor({1, 2, 3});
+  Tensor x = tensor({1.0, 2.0, 3.0});
   std::vector<double> on_cpu = net(x).to_vector<double>();
   net.to(Device("cuda"));
   Tensor y = net(x.to("cuda"));

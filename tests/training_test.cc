@@ -331,7 +331,7 @@ TEST(Optim, ClipGradNormScalesToTheMaxNorm) {
   EXPECT_EQ(params[0].grad().to_vector<double>(), ga);  // nothing scaled
 }
 
-// Adam's step count and bias corrections are written once for the parameters stepped together
+// Adam's step size and bias correction are written once for the parameters stepped together
 // (they share one count), while a parameter that misses a step keeps its own count: each
 // parameter's trajectory against the float64 rule with its own count, and the evaluation's
 // nodes growing by less than a whole update per parameter.
@@ -387,8 +387,8 @@ TEST(Optim, AdamParametersSteppedTogetherShareTheirCount) {
   const int64_t one = third_step_nodes(1), two = third_step_nodes(2), four = third_step_nodes(4);
   const int64_t per_parameter = two - one;
   EXPECT_EQ(four - two, 2 * per_parameter);
-  // The count, its increment and the two bias corrections with their conversions.
-  EXPECT_GE(one - per_parameter, 10);
+  // The step size and the bias correction, read by every parameter's update.
+  EXPECT_GE(one - per_parameter, 2);
 }
 
 // From the third step on, a step also writes every parameter and every moment into the buffer
