@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "codegen/cuda_prologue.inc"  // generated into the build tree
 #include "lazyfuse/codegen/cuda/cuda_emit.h"
 #include "lazyfuse/codegen/dtype_dispatch.h"
+#include "lazyfuse/codegen/gpu_dialect.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/infer.h"
 #include "lazyfuse/ir/stable_hash.h"
@@ -268,11 +268,6 @@ std::string emit_input_pointers(const Graph& graph, const std::vector<ValueId>& 
 
 using namespace cuda_emit;
 
-const std::string& cuda_prologue() {
-  static const std::string prologue = std::string(kCudaPrologue) + kPhiloxSource;
-  return prologue;
-}
-
 std::string CudaElementwiseSpec::code() const {
   std::string access;
   for (OperandAccess a : inputs) access += "cbrs"[static_cast<int>(a)];
@@ -518,10 +513,10 @@ CudaSource generate_cuda_elementwise(const Graph& graph, const Step& step,
       elementwise_parts(graph, step, spec, out.kernel_name, "blockIdx.x", "gridDim.x");
   std::string& s = out.source;
   if (fast_math) s += "#define LF_FAST_MATH 1\n";
-  s += cuda_prologue();
+  s += gpu_dialect().prologue();
   absl::StrAppend(&s, "\n// ", step.nodes.size(), " fused nodes\n", parts.declaration, "\n");
-  absl::StrAppend(&s, "extern \"C\" __global__ void __launch_bounds__(256) ", out.kernel_name,
-                  "(const Args_", out.kernel_name, " args) {\n", parts.body, "}\n");
+  absl::StrAppend(&s, gpu_dialect().kernel(out.kernel_name, 256), "(const Args_", out.kernel_name,
+                  " args) {\n", parts.body, "}\n");
   return out;
 }
 
@@ -552,7 +547,7 @@ CudaSource generate_cuda_group(const Graph& graph, std::span<const CudaGroupMemb
   out.kernel_name = cuda_group_kernel_name(keys);
   std::string& s = out.source;
   if (fast_math) s += "#define LF_FAST_MATH 1\n";
-  s += cuda_prologue();
+  s += gpu_dialect().prologue();
   s += reduction_member_structs();
   // One function per distinct member kernel; members of one kernel call it with their own
   // arguments.
@@ -587,16 +582,15 @@ CudaSource generate_cuda_group(const Graph& graph, std::span<const CudaGroupMemb
     }
     const ElementwiseParts parts =
         elementwise_parts(graph, step, members[m].spec, name, "block", "blocks");
-    absl::StrAppend(&s, "\n// ", step.nodes.size(), " fused nodes\n", parts.declaration,
-                    "static __device__ __forceinline__ void ", name, "(const ", args_of[m],
+    absl::StrAppend(&s, "\n// ", step.nodes.size(), " fused nodes\n", parts.declaration, "static ",
+                    gpu_dialect().device_function(), " void ", name, "(const ", args_of[m],
                     "& args, unsigned int block, unsigned int blocks) {\n", parts.body, "}\n");
   }
   absl::StrAppend(&s, "\nstruct Args_", out.kernel_name, " {\n");
   for (size_t m = 0; m < members.size(); ++m) absl::StrAppend(&s, "  ", args_of[m], " m", m, ";\n");
   absl::StrAppend(&s, "  long long start[", members.size() + 1, "];\n};\n\n");
-  absl::StrAppend(&s, "extern \"C\" __global__ void __launch_bounds__(256) ", out.kernel_name,
-                  "(const Args_", out.kernel_name, " args) {\n",
-                  "  const unsigned int b = blockIdx.x;\n");
+  absl::StrAppend(&s, gpu_dialect().kernel(out.kernel_name, 256), "(const Args_", out.kernel_name,
+                  " args) {\n", "  const unsigned int b = blockIdx.x;\n");
   for (size_t m = 0; m < members.size(); ++m)
     absl::StrAppend(&s, "  ", m ? "else " : "", "if (b < (unsigned int)args.start[", m + 1, "]) ",
                     function_of[m], "(args.m", m, ", b - (unsigned int)args.start[", m,

@@ -1,11 +1,13 @@
 // Pieces of generated CUDA source shared by the elementwise and reduction generators
-// (cuda_codegen.cc, cuda_reduction.cc). Internal to codegen/.
+// (cuda_codegen.cc, cuda_reduction.cc, cuda_row.cc). Internal to codegen/.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "lazyfuse/codegen/cuda/cuda_codegen.h"
+#include "lazyfuse/codegen/cuda/cuda_kernel_args.h"
 
 namespace lazyfuse::cuda_emit {
 
@@ -39,6 +41,17 @@ std::string reduction_member_structs();
 std::string fused_reduction_member_function(const Graph& graph, const Step& step,
                                             const CudaElementwiseSpec& spec,
                                             const std::string& name);
+// A reduction's identity in accumulator type `acc` (the op table's, ir/ops.def), as source.
+std::string reduction_identity(Op op, DType acc);
+// Before a kernel: the reduction's combining function `name` of two accumulators.
+std::string reduction_preamble(Op op, DType acc, const std::string& name = "lf_combine");
+// The start of a kernel over a step's iteration space that reduces rows: its name, the
+// prologue, the argument struct (the space's fields, then those `add_fields` adds), the
+// combining functions (`preamble`), the signature and the typed input pointers.
+CudaSource begin_row_kernel(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,
+                            bool fast_math, const std::string& preamble, const std::string& comment,
+                            const std::function<void(ArgLayout&)>& add_fields,
+                            int threads = kCudaReduceThreads);
 // in0, in1, ...: typed pointers to the inputs in args.in.
 std::string emit_input_pointers(const Graph& graph, const std::vector<ValueId>& inputs);
 

@@ -21,6 +21,7 @@
 #include "lazyfuse/codegen/cuda/cuda_codegen.h"
 #include "lazyfuse/codegen/cuda/cuda_emit.h"
 #include "lazyfuse/codegen/cuda/cuda_kernel_args.h"
+#include "lazyfuse/codegen/gpu_dialect.h"
 
 namespace lazyfuse {
 namespace {
@@ -45,9 +46,9 @@ const char* bits_type(int bytes) {
 // a grid-stride loop over `count` as `i`.
 std::string begin_kernel(const std::string& name, const ArgLayout& layout, const char* comment,
                          const char* count) {
-  return absl::StrCat(cuda_prologue(), "\n// ", comment, "\n", layout.declare("IndexArgs"),
-                      "\nextern \"C\" __global__ void __launch_bounds__(", kCudaIndexThreads, ") ",
-                      name, "(const IndexArgs args) {\n",
+  return absl::StrCat(gpu_dialect().prologue(), "\n// ", comment, "\n", layout.declare("IndexArgs"),
+                      "\n", gpu_dialect().kernel(name, kCudaIndexThreads),
+                      "(const IndexArgs args) {\n",
                       "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < ",
                       count, ";\n       i += (long long)gridDim.x * blockDim.x) {\n");
 }

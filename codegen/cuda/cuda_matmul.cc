@@ -41,6 +41,7 @@
 #include "lazyfuse/codegen/cuda/cuda_codegen.h"
 #include "lazyfuse/codegen/cuda/cuda_emit.h"
 #include "lazyfuse/codegen/cuda/cuda_kernel_args.h"
+#include "lazyfuse/codegen/gpu_dialect.h"
 
 namespace lazyfuse {
 
@@ -49,6 +50,8 @@ std::optional<SkinnyMatmulPlan> plan_skinny_matmul(DType dtype, int64_t rows, in
   if (dtype != DType::Float32 && dtype != DType::Float16 && dtype != DType::BFloat16)
     return std::nullopt;
   if (rows < 1 || rows > kMaxSkinnyMatmulRows || inner < 1 || cols < 1) return std::nullopt;
+  // Its reduce-scatter is written for warps of 32 lanes; other dialects take the library's.
+  if (gpu_dialect().warp_size() != 32) return std::nullopt;
   SkinnyMatmulPlan plan;
   plan.dtype = dtype;
   plan.rows = static_cast<int>(rows);
@@ -90,8 +93,9 @@ CudaSource generate_cuda_skinny_matmul(const SkinnyMatmulPlan& plan) {
   const int padded = std::max(32, static_cast<int>(std::bit_ceil(static_cast<unsigned>(sums))));
   const bool bias = plan.epilogue != SkinnyEpilogue::None;
   const bool relu = plan.epilogue == SkinnyEpilogue::BiasRelu;
+  const GpuDialect& dialect = gpu_dialect();
   source.source = absl::StrCat(
-      cuda_prologue(),
+      dialect.prologue(),
       "\n// A product of few rows (Note [Products of few rows] in codegen/cuda/cuda_matmul.cc).\n",
       skinny_matmul_arg_layout().declare("SkinnyArgs"), "typedef ", t, " T;\n",
       "// ROWS rows in blocks of R (the last may have fewer).\n",
@@ -101,17 +105,21 @@ CudaSource generate_cuda_skinny_matmul(const SkinnyMatmulPlan& plan) {
       R"(// A step of the reduce-scatter: a lane keeps one half of its first 2 * Half sums (the
 // upper where its Mask bit is set) and adds its partner's sums of that half.
 template <int Half, int Mask>
-__device__ __forceinline__ void lf_keep_half(float* sum, int lane) {
+)",
+      dialect.device_function(), R"( void lf_keep_half(float* sum, int lane) {
   const bool upper = (lane & Mask) != 0;
 #pragma unroll
   for (int i = 0; i < Half; ++i) {
     const float give = upper ? sum[i] : sum[i + Half];
     const float keep = upper ? sum[i + Half] : sum[i];
-    sum[i] = keep + __shfl_xor_sync(0xffffffffu, give, Mask);
+    sum[i] = keep + )",
+      dialect.shuffle_xor("give", "Mask"), R"(;
   }
 }
 // Row r's result in column col, with the epilogue.
-__device__ __forceinline__ void lf_store_result(const SkinnyArgs& args, int r, long long col,
+)",
+      dialect.device_function(),
+      R"( void lf_store_result(const SkinnyArgs& args, int r, long long col,
                                                 float total) {
 )",
       bias ? R"(  // As the elementwise kernel would: the product as stored, plus the bias, rounded.
@@ -120,8 +128,7 @@ __device__ __forceinline__ void lf_store_result(const SkinnyArgs& args, int r, l
            : "",
       relu ? "  total = lf_relu(total);\n" : "",
       "  ((T*)args.c)[(long long)r * args.cols + col] = lf_store<T>(total);\n}\n",
-      "extern \"C\" __global__ void __launch_bounds__(", 32 * plan.warps, ") ", source.kernel_name,
-      "(const SkinnyArgs args) {\n",
+      dialect.kernel(source.kernel_name, 32 * plan.warps), "(const SkinnyArgs args) {\n",
       R"(  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long col_blocks = (args.cols + C - 1) / C;
   const long long col0 = (long long)(blockIdx.x % col_blocks) * C;

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <bit>
 #include <functional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "lazyfuse/codegen/cuda/cuda_codegen.h"
 #include "lazyfuse/codegen/cuda/cuda_emit.h"
+#include "lazyfuse/codegen/gpu_dialect.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/infer.h"
 
@@ -47,14 +49,16 @@ bool divides_by_count(Op op) {
 
 }  // namespace
 
-namespace {
+std::string cuda_emit::reduction_identity(Op op, DType acc) { return combiner(op, acc).identity; }
 
 // Before the kernel: the combining function.
-std::string reduction_preamble(Op op, DType acc, const std::string& name = "lf_combine") {
+std::string cuda_emit::reduction_preamble(Op op, DType acc, const std::string& name) {
   const char* a = type_name(acc);
-  return absl::StrCat("\n__device__ __forceinline__ ", a, " ", name, "(", a, " x, ", a,
+  return absl::StrCat("\n", gpu_dialect().device_function(), " ", a, " ", name, "(", a, " x, ", a,
                       " y) { return ", combiner(op, acc).combine, "; }\n");
 }
+
+namespace {
 
 // The kernel's start: which row and chunk this block (`block`, blockIdx.x in a kernel of its
 // own) reduces, and the accumulator.
@@ -69,17 +73,17 @@ std::string reduction_head(Op op, DType acc, const std::string& block = "blockId
 
 // `var` combined over a warp's lanes through shuffles, ending in lane 0.
 std::string warp_combine(const std::string& indent, const std::string& var) {
-  return absl::StrCat(indent, "for (int offset = 16; offset > 0; offset /= 2) ", var,
-                      " = lf_combine(", var, ", __shfl_down_sync(0xffffffffu, ", var,
-                      ", offset));\n");
+  return absl::StrCat(indent, "for (int offset = ", gpu_dialect().warp_size() / 2,
+                      "; offset > 0; offset /= 2) ", var, " = lf_combine(", var, ", ",
+                      gpu_dialect().shuffle_down(var, "offset"), ");\n");
 }
 
 // Warp 0's lanes take the warps' results (stored in warp_results) and combine them.
 std::string combine_warp_results(Op op, DType acc, const std::string& indent,
                                  const std::string& var) {
-  return absl::StrCat(indent, var, " = lane < (int)(blockDim.x / 32) ? warp_results[lane] : (",
-                      type_name(acc), ")(", combiner(op, acc).identity, ");\n",
-                      warp_combine(indent, var));
+  return absl::StrCat(indent, var, " = lane < (int)(blockDim.x / ", gpu_dialect().warp_size(),
+                      ") ? warp_results[lane] : (", type_name(acc), ")(",
+                      combiner(op, acc).identity, ");\n", warp_combine(indent, var));
 }
 
 // The block's threads combined: each warp's through shuffles, then the warps' through shared
@@ -104,13 +108,11 @@ std::string reduction_tail(Op op, DType acc, DType out) {
   const std::string row_result =
       absl::StrCat(divides_by_count(op) ? "  acc = acc / args.divisor;\n" : "", "  ((",
                    type_name(out), "*)args.out)[row] = lf_store<", type_name(out), ">(acc);\n");
+  const int warp = gpu_dialect().warp_size();
   return absl::StrCat(
-      "  __shared__ ", a, R"( warp_results[32];
-  __shared__ bool last_block;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (args.chunks == 1) {
-)",
-      block_combine(op, acc), row_result, R"(    return;
+      "  __shared__ ", a, " warp_results[", warp, "];\n  __shared__ bool last_block;\n",
+      "  const int lane = threadIdx.x % ", warp, ", warp = threadIdx.x / ", warp, ";\n",
+      "  if (args.chunks == 1) {\n", block_combine(op, acc), row_result, R"(    return;
   }
   {
     // As block_combine, but every thread stays for the combination of the partials.
@@ -130,19 +132,19 @@ std::string reduction_tail(Op op, DType acc, DType out) {
   acc = ()",
       a, ")(", combiner(op, acc).identity, R"();
   for (long long j = threadIdx.x; j < args.chunks; j += blockDim.x)
-    acc = lf_combine(acc, __ldcg(()",
-      a, R"(*)args.partial + row * args.chunks + j));
-)",
-      block_combine(op, acc), row_result, "  args.counters[row] = 0;\n}\n");
+    acc = lf_combine(acc, )",
+      gpu_dialect().load_bypassing_l1(
+          absl::StrCat("(", a, "*)args.partial + row * args.chunks + j")),
+      ");\n", block_combine(op, acc), row_result, "  args.counters[row] = 0;\n}\n");
 }
 
-// The start of a kernel over a step's iteration space that reduces rows: its name, the
-// prologue, the argument struct (the space's fields, then those `add_fields` adds), the
-// combining function, the signature and the typed input pointers.
-template <typename AddFields>
-CudaSource begin_row_kernel(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,
-                            bool fast_math, const std::string& preamble, const std::string& comment,
-                            AddFields add_fields, int threads = kCudaReduceThreads) {
+}  // namespace
+
+CudaSource cuda_emit::begin_row_kernel(const Graph& graph, const Step& step,
+                                       const CudaElementwiseSpec& spec, bool fast_math,
+                                       const std::string& preamble, const std::string& comment,
+                                       const std::function<void(ArgLayout&)>& add_fields,
+                                       int threads) {
   const size_t num_inputs = step.inputs.size();
   CudaSource source;
   source.kernel_name = absl::StrCat(step.kernel_name(), "_", spec.code());
@@ -150,20 +152,18 @@ CudaSource begin_row_kernel(const Graph& graph, const Step& step, const CudaElem
     if (c == '.') c = '_';
   std::string& s = source.source;
   if (fast_math) s += "#define LF_FAST_MATH 1\n";
-  s += cuda_prologue();
+  s += gpu_dialect().prologue();
   ArgLayout layout;
   add_space_fields(layout, spec, static_cast<int>(num_inputs));
   add_fields(layout);
   absl::StrAppend(&s, "\n// ", comment, "\n",
-                  layout.declare(absl::StrCat("Args_", source.kernel_name)), preamble,
-                  "\nextern \"C\" __global__ void __launch_bounds__(", threads, ") ",
-                  source.kernel_name, "(const Args_", source.kernel_name, " args) {\n",
-                  "  typedef ", spec.index64 ? "long long" : "unsigned int", " IDX;\n");
+                  layout.declare(absl::StrCat("Args_", source.kernel_name)), preamble, "\n",
+                  gpu_dialect().kernel(source.kernel_name, threads), "(const Args_",
+                  source.kernel_name, " args) {\n", "  typedef ",
+                  spec.index64 ? "long long" : "unsigned int", " IDX;\n");
   s += cuda_emit::emit_input_pointers(graph, step.inputs);
   return source;
 }
-
-}  // namespace
 
 int64_t cuda_reduce_chunk(int64_t rows, int64_t columns) {
   const int64_t chunks_per_row =
@@ -224,10 +224,11 @@ CudaSource generate_cuda_reduction(Op op, DType in, DType out, DType acc) {
   CudaSource source;
   source.kernel_name = cuda_reduction_kernel_name(op, in, out, acc);
   std::string& s = source.source;
-  s = cuda_prologue();
+  s = gpu_dialect().prologue();
   absl::StrAppend(&s, "\n", plain_reduction_arg_layout().declare("ReduceArgs"),
-                  reduction_preamble(op, acc), "\nextern \"C\" __global__ void __launch_bounds__(",
-                  kCudaReduceThreads, ") ", source.kernel_name, "(const ReduceArgs args) {\n",
+                  cuda_emit::reduction_preamble(op, acc), "\n",
+                  gpu_dialect().kernel(source.kernel_name, kCudaReduceThreads),
+                  "(const ReduceArgs args) {\n",
                   plain_reduction_body(op, in, out, acc, "blockIdx.x"));
   return source;
 }
@@ -263,15 +264,16 @@ std::string column_reduction_body(Op op, DType acc, DType out, const std::string
   absl::StrAppend(&s, "  constexpr int kSlices = ", kCudaReduceThreads / kCudaColumnTile, ";\n",
                   "  const long long tile = ", block, " / args.chunks, chunk = ", block,
                   R"( % args.chunks;
-  const int lane = threadIdx.x % 32, slice = threadIdx.x / 32;
-  const long long column = tile * 32 + lane;
+  const int lane = threadIdx.x % )",
+                  kCudaColumnTile, ", slice = threadIdx.x / ", kCudaColumnTile,
+                  ";\n  const long long column = tile * ", kCudaColumnTile, R"( + lane;
   const long long begin = chunk * args.chunk;
   const long long end = min(args.columns, begin + args.chunk);
   )",
                   a, " acc = ", identity, ";\n", "  if (column < args.rows) {\n", walk, R"(  }
   // The slices of each column combined in slice order by the first warp.
   __shared__ )",
-                  a, R"( slices[kSlices][32];
+                  a, " slices[kSlices][", kCudaColumnTile, R"(];
   __shared__ bool last_block;
   slices[slice][lane] = acc;
   __syncthreads();
@@ -297,10 +299,10 @@ std::string column_reduction_body(Op op, DType acc, DType out, const std::string
     acc = )",
                   identity, R"(;
     for (long long c = 0; c < args.chunks; ++c)
-      acc = lf_combine(acc, __ldcg(()",
-                  a, R"(*)args.partial + column * args.chunks + c));
-      )",
-                  store, R"(  }
+      acc = lf_combine(acc, )",
+                  gpu_dialect().load_bypassing_l1(
+                      absl::StrCat("(", a, "*)args.partial + column * args.chunks + c")),
+                  ");\n      ", store, R"(  }
   if (lane == 0) args.counters[tile] = 0;
 }
 )");
@@ -356,10 +358,10 @@ CudaSource generate_cuda_column_reduction(Op op, DType in, DType out, DType acc)
   CudaSource source;
   source.kernel_name = cuda_column_reduction_kernel_name(op, in, out, acc);
   source.source = absl::StrCat(
-      cuda_prologue(), "\n", column_reduction_arg_layout().declare("ColumnReduceArgs"),
-      reduction_preamble(op, acc), "\nextern \"C\" __global__ void __launch_bounds__(",
-      kCudaReduceThreads, ") ", source.kernel_name, "(const ColumnReduceArgs args) {\n",
-      column_reduction_body(op, in, out, acc, "blockIdx.x"));
+      gpu_dialect().prologue(), "\n", column_reduction_arg_layout().declare("ColumnReduceArgs"),
+      cuda_emit::reduction_preamble(op, acc), "\n",
+      gpu_dialect().kernel(source.kernel_name, kCudaReduceThreads),
+      "(const ColumnReduceArgs args) {\n", column_reduction_body(op, in, out, acc, "blockIdx.x"));
   return source;
 }
 
@@ -367,7 +369,7 @@ std::string cuda_emit::reduction_member_function(Op op, DType in, DType out, DTy
                                                  bool columns, const std::string& name) {
   const char* a = type_name(acc);
   // The combination as a local lambda: members of other ops define their own.
-  return absl::StrCat("static __device__ __forceinline__ void ", name, "(const ",
+  return absl::StrCat("static ", gpu_dialect().device_function(), " void ", name, "(const ",
                       columns ? "ColumnReduceArgs" : "ReduceArgs",
                       "& args, unsigned int block, unsigned int blocks) {\n  (void)blocks;\n",
                       "  const auto lf_combine = [](", a, " x, ", a, " y) -> ", a, " { return ",
@@ -475,10 +477,10 @@ CudaSource generate_cuda_fused_reduction(const Graph& graph, const Step& step,
                                          const CudaElementwiseSpec& spec, bool fast_math) {
   const FusedReductionKind kind = fused_reduction_kind(graph, step);
   const Node& node = graph.nodes[reduction_parts(step).reduction];
-  CudaSource source =
-      begin_row_kernel(graph, step, spec, fast_math,
-                       reduction_preamble(node.op, fused_reduction_accumulator(graph, step)),
-                       kind.comment, kind.add_fields);
+  CudaSource source = cuda_emit::begin_row_kernel(
+      graph, step, spec, fast_math,
+      cuda_emit::reduction_preamble(node.op, fused_reduction_accumulator(graph, step)),
+      kind.comment, kind.add_fields);
   source.source += kind.body(graph, step, spec, "blockIdx.x");
   return source;
 }
@@ -494,8 +496,8 @@ std::string cuda_emit::fused_reduction_member_function(const Graph& graph, const
   add_space_fields(layout, spec, static_cast<int>(step.inputs.size()));
   kind.add_fields(layout);
   return absl::StrCat("\n// ", kind.comment, "\n", layout.declare(absl::StrCat("Args_", name)),
-                      "static __device__ __forceinline__ void ", name, "(const Args_", name,
-                      "& args, unsigned int block, unsigned int blocks) {\n  (void)blocks;\n",
+                      "static ", gpu_dialect().device_function(), " void ", name, "(const Args_",
+                      name, "& args, unsigned int block, unsigned int blocks) {\n  (void)blocks;\n",
                       "  const auto lf_combine = [](", a, " x, ", a, " y) -> ", a, " { return ",
                       combiner(node.op, acc).combine, "; };\n", "  typedef ",
                       spec.index64 ? "long long" : "unsigned int", " IDX;\n",
@@ -503,385 +505,11 @@ std::string cuda_emit::fused_reduction_member_function(const Graph& graph, const
                       kind.body(graph, step, spec, "block"));
 }
 
-namespace {
-
-// The members of `candidates` (in topological order) that `roots` need, through candidates
-// alone, in order.
-std::vector<ValueId> needed_members(const Graph& graph, const std::vector<ValueId>& candidates,
-                                    const std::vector<ValueId>& roots) {
-  std::vector<bool> needed(graph.nodes.size(), false), candidate(graph.nodes.size(), false);
-  for (ValueId v : candidates) candidate[v] = true;
-  for (ValueId v : roots) needed[v] = true;
-  std::vector<ValueId> members;
-  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
-    if (!needed[*it]) continue;
-    members.push_back(*it);
-    for (ValueId in : graph.nodes[*it].inputs) needed[in] = needed[in] || candidate[in];
-  }
-  std::reverse(members.begin(), members.end());
-  return members;
-}
-
-}  // namespace
-
-void choose_cuda_row_layout(CudaElementwiseLaunch& plan, int64_t columns, size_t inputs,
-                            bool outputs_aligned) {
-  CudaElementwiseSpec& spec = plan.spec;
-  // Measured on the H200 (docs/benchmarks.md): a warp a row of 4096 reread its row from memory
-  // in every pass, at a third of the copy roof; a block a row keeps it in registers. Rows of
-  // 1024 four-byte elements ran 2-8% faster with two warps a row (16 elements a lane) than with
-  // one (32), and half-precision ones 0-4% slower: a warp takes a row while its lanes keep 64
-  // bytes each of every operand. A bfloat16 LayerNorm's row (the row, a weight, a bias: 99
-  // registers a lane, a quarter of the threads resident) ran at 67% of the roof with one warp
-  // and 79% with two (2026-12-05): half-precision rows of more than two operands take two.
-  constexpr int64_t kBlockRowRegisters = 16;
-  const int64_t warp_limit =
-      spec.vector_width == 8 && inputs <= 2 ? kCudaRowRegisters : kBlockRowRegisters;
-  spec.row_warps =
-      columns <= 32 * warp_limit
-          ? 1
-          : static_cast<int>(std::min<int64_t>(
-                32, std::bit_ceil(static_cast<uint64_t>((columns + 32 * kBlockRowRegisters - 1) /
-                                                        (32 * kBlockRowRegisters)))));
-  const int64_t lanes = 32 * spec.row_warps;
-  const int64_t per_lane = (columns + lanes - 1) / lanes;
-  const int64_t limit = spec.row_warps == 1 ? warp_limit : kBlockRowRegisters;
-  spec.row_in_registers =
-      per_lane <= limit && inputs <= static_cast<size_t>(kCudaRowRegisterInputs);
-  // The plan's width is 16 bytes of the narrowest operand; half of it where the row is whole
-  // groups of that only.
-  int width = spec.vector_width;
-  if (columns % (lanes * width) != 0 && width == 8) width = 4;
-  spec.vectorized =
-      spec.vectorized && spec.row_in_registers && columns % (lanes * width) == 0 && outputs_aligned;
-  spec.vector_width = spec.vectorized ? width : 4;
-  bool repeated = false, whole_rows = true;
-  for (size_t k = 0; k < spec.inputs.size(); ++k) {
-    if (spec.inputs[k] != OperandAccess::Repeated) continue;
-    repeated = true;
-    whole_rows = whole_rows && spec.rank == 1 && plan.strides[k][0] == columns;
-  }
-  spec.periods_are_rows = spec.row_in_registers && repeated && whole_rows;
-  // Registers for the lane's elements, a power of two (fewer kernels) of at least a vector.
-  spec.row_registers = static_cast<int>(
-      std::min<int64_t>(limit, std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(
-                                   per_lane, spec.vectorized ? spec.vector_width : 1)))));
-}
-
 void choose_cuda_fused_reduction_layout(CudaElementwiseLaunch& plan, bool over_columns,
                                         int64_t columns, int64_t chunk) {
   CudaElementwiseSpec& spec = plan.spec;
   spec.vectorized = spec.vectorized && !over_columns && spec.rank == 1 &&
                     columns % spec.vector_width == 0 && chunk % spec.vector_width == 0;
-}
-
-int cuda_row_threads(const CudaElementwiseSpec& spec) {
-  return spec.row_warps == 1 ? kCudaReduceThreads : 32 * spec.row_warps;
-}
-
-int64_t cuda_row_blocks(const CudaElementwiseSpec& spec, int64_t rows) {
-  if (spec.row_warps > 1) return rows;
-  constexpr int64_t kRowsPerBlock = kCudaReduceThreads / 32;
-  return (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-}
-
-CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
-                                    const CudaElementwiseSpec& spec, bool fast_math) {
-  const ReductionParts parts = reduction_parts(step);
-  std::string preamble, names;
-  for (size_t k = 0; k < parts.reductions.size(); ++k) {
-    const Node& node = graph.nodes[parts.reductions[k]];
-    preamble += reduction_preamble(node.op, step_accumulator(graph, step, node),
-                                   absl::StrCat("lf_combine", k));
-    absl::StrAppend(&names, k ? ", then " : "", op_name(node.op));
-  }
-  CudaSource source = begin_row_kernel(
-      graph, step, spec, fast_math, preamble,
-      absl::StrCat(names, " over each row, then ", parts.epilogue.size(),
-                   " fused nodes over the row again"),
-      [&](ArgLayout& layout) { add_row_fields(layout, static_cast<int>(step.outputs.size())); },
-      cuda_row_threads(spec));
-  std::string& s = source.source;
-  const std::vector<std::string> loads = cuda_emit::strided_loads(spec);
-  // `lanes` threads share a row: a warp, combining through shuffles, or a block of warps
-  // (one row a block), combining the warps' results through shared memory after that.
-  const int lanes = 32 * spec.row_warps;
-  if (spec.row_warps == 1) {
-    s += "  const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;\n"
-         "  const int lane = threadIdx.x % 32;\n"
-         "  if (row >= args.rows) return;\n";
-  } else {
-    s += "  const long long row = blockIdx.x;\n  const int lane = threadIdx.x;\n";
-  }
-  // With the row in registers, lane element t is column lane + lanes * t, every pass unrolled
-  // so that the registers are named statically. Vectorized, the lanes take the row in groups of
-  // lanes * V columns, V consecutive ones each (V = vector_width, 16 bytes of the narrowest
-  // operand): element t is column lanes * V (t / V) + V lane + t % V, so each lane reads (and
-  // writes) its V with one access. Every row is then whole groups.
-  const bool vector_rows = spec.row_in_registers && spec.vectorized;
-  const int width = vector_rows ? spec.vector_width : 1;
-  const int group = lanes * width;
-  const int registers = spec.row_registers;
-  const std::string column =
-      vector_rows ? absl::StrCat(group, " * (t / ", width, ") + ", width, " * lane + t % ", width)
-                  : absl::StrCat("lane + ", lanes, " * t");
-  // Unrolled, this folds away in all but one element of each group.
-  const std::string past_row = vector_rows ? absl::StrCat("t % ", width, " == 0 && ", group,
-                                                          " * (t / ", width, ") >= args.columns")
-                                           : absl::StrCat("lane + ", lanes, " * t >= args.columns");
-  std::vector<std::string> pass_loads = loads;
-  if (spec.row_in_registers) {
-    absl::StrAppend(&s, "  // The lane's elements of each operand, read once.\n");
-    for (size_t k = 0; k < step.inputs.size(); ++k) {
-      absl::StrAppend(&s, "  ", type_name(graph.nodes[step.inputs[k]].dtype), " row", k, "[",
-                      registers, "];\n");
-      pass_loads[k] = absl::StrCat("row", k, "[t]");
-    }
-    if (vector_rows) {
-      absl::StrAppend(&s, "#pragma unroll\n  for (int t = 0; t < ", registers, "; t += ", width,
-                      ") {\n    if (", group, " * (t / ", width,
-                      ") >= args.columns) break;\n    const IDX i = (IDX)(row * args.columns + ",
-                      group, " * (t / ", width, ") + ", width, " * lane);\n");
-      for (size_t k = 0; k < step.inputs.size(); ++k) {
-        const char* type = type_name(graph.nodes[step.inputs[k]].dtype);
-        if (spec.inputs[k] == OperandAccess::Broadcast) {
-          absl::StrAppend(&s, "#pragma unroll\n    for (int l = 0; l < ", width, "; ++l) row", k,
-                          "[t + l] = in", k, "[0];\n");
-          continue;
-        }
-        const std::string at =
-            spec.inputs[k] != OperandAccess::Repeated ? std::string("i")
-            : spec.periods_are_rows
-                ? absl::StrCat("(IDX)(", group, " * (t / ", width, ") + ", width, " * lane)")
-                : absl::StrCat("i % (IDX)args.stride[", k, "][0]");
-        const std::string vec = absl::StrCat("lf_vec<", type, ", ", width, ">");
-        absl::StrAppend(&s, "    const ", vec, " x", k, " = *(const ", vec, "*)(in", k, " + ", at,
-                        ");\n#pragma unroll\n    for (int l = 0; l < ", width, "; ++l) row", k,
-                        "[t + l] = x", k, ".v[l];\n");
-      }
-      s += "  }\n";
-    } else {
-      absl::StrAppend(&s, "#pragma unroll\n  for (int t = 0; t < ", registers, "; ++t) {\n    if (",
-                      past_row, ") break;\n", "    const IDX i = (IDX)(row * args.columns + ",
-                      column, ");\n");
-      s += cuda_emit::emit_coordinates(spec.rank, "    ");
-      for (size_t k = 0; k < step.inputs.size(); ++k)
-        absl::StrAppend(&s, "    row", k, "[t] = ",
-                        spec.periods_are_rows && spec.inputs[k] == OperandAccess::Repeated
-                            ? absl::StrCat("in", k, "[", column, "]")
-                            : loads[k],
-                        ";\n");
-      s += "  }\n";
-    }
-  }
-  // A pass over the row computing `members`.
-  auto pass_head = [&](const std::vector<ValueId>& members, const std::vector<ValueId>& inputs,
-                       const cuda_emit::Reciprocals& reciprocals = {}) {
-    std::string p;
-    if (spec.row_in_registers) {
-      absl::StrAppend(&p, "#pragma unroll\n  for (int t = 0; t < ", registers, "; ++t) {\n    if (",
-                      past_row, ") break;\n", "    const IDX i = (IDX)(row * args.columns + ",
-                      column, ");\n");
-    } else {
-      absl::StrAppend(&p,
-                      "#pragma unroll 4\n  for (long long j = lane; j < args.columns; j += ", lanes,
-                      ") {\n    const IDX i = (IDX)(row * args.columns + j);\n");
-    }
-    p += cuda_emit::emit_coordinates(spec.rank, "    ");
-    p += cuda_emit::emit_members(graph, inputs, members, pass_loads, "    ", step.round_each_op,
-                                 reciprocals);
-    return p;
-  };
-  std::vector<ValueId> elementwise = parts.prologue;
-  elementwise.insert(elementwise.end(), parts.epilogue.begin(), parts.epilogue.end());
-  std::sort(elementwise.begin(), elementwise.end());
-  // With the row in registers, the values the last pass reads from the last reduction's pass
-  // (softmax's exponentials) are kept there too rather than computed again, while the operands
-  // and kept values together fit the register budget.
-  // Stored over the row (in the last pass), rather than once per row.
-  std::vector<bool> stored_over_row(step.outputs.size(), false);
-  bool stores = false;
-  for (size_t o = 0; o < step.outputs.size(); ++o) {
-    const ValueId v = step.outputs[o];
-    stored_over_row[o] = !is_reduction(graph.nodes[v].op) && step.role_of(v) != Role::RowValue;
-    stores |= stored_over_row[o];
-  }
-  const ValueId last_reduction = parts.reductions.back();
-  std::vector<ValueId> carried;
-  if (spec.row_in_registers && stores) {
-    std::vector<bool> read_after(graph.nodes.size(), false);
-    for (ValueId m : elementwise)
-      if (m > last_reduction)
-        for (ValueId in : graph.nodes[m].inputs) read_after[in] = true;
-    for (ValueId v : step.outputs) read_after[v] = true;
-    for (ValueId m : elementwise)
-      if (m < last_reduction && read_after[m] && graph.nodes[m].op != Op::Const)
-        carried.push_back(m);
-    if (step.inputs.size() + carried.size() > static_cast<size_t>(kCudaRowRegisterInputs))
-      carried.clear();
-    for (ValueId m : carried)
-      absl::StrAppend(&s, "  ", type_name(compute_dtype(graph.nodes[m].dtype)), " kept", m, "[",
-                      registers, "];\n");
-  }
-  // Row values, once per row, as soon as the reductions they read are known (with the scalar
-  // constants they read, each declared once); a stored one is stored by lane 0.
-  std::vector<bool> known(graph.nodes.size(), false);
-  size_t next_row_value = 0;
-  auto emit_ready_row_values = [&] {
-    std::vector<ValueId> ready;
-    for (; next_row_value < parts.row_values.size(); ++next_row_value) {
-      const ValueId v = parts.row_values[next_row_value];
-      bool operands_known = true;
-      for (ValueId in : graph.nodes[v].inputs)
-        operands_known &= known[in] || is_scalar_constant(graph.nodes[in]);
-      if (!operands_known) break;  // topological order: the rest read later reductions
-      for (ValueId in : graph.nodes[v].inputs)
-        if (is_scalar_constant(graph.nodes[in]) && !known[in]) {
-          ready.push_back(in);
-          known[in] = true;
-        }
-      ready.push_back(v);
-      known[v] = true;
-    }
-    s += cuda_emit::emit_members(graph, {}, ready, {}, "  ", step.round_each_op);
-    for (size_t o = 0; o < step.outputs.size(); ++o) {
-      const ValueId v = step.outputs[o];
-      if (step.role_of(v) != Role::RowValue ||
-          std::find(ready.begin(), ready.end(), v) == ready.end())
-        continue;
-      const char* type = type_name(graph.nodes[v].dtype);
-      absl::StrAppend(&s, "  if (lane == 0) ((", type, "*)args.out[", o, "])[row] = lf_store<",
-                      type, ">(v", v, ");\n");
-    }
-  };
-  emit_ready_row_values();
-  for (size_t k = 0; k < parts.reductions.size(); ++k) {
-    const ValueId r = parts.reductions[k];
-    const Node& node = graph.nodes[r];
-    const ValueId operand = node.inputs[0];
-    const DType acc = step_accumulator(graph, step, node);
-    const char* a = type_name(acc);
-    const std::string combine = absl::StrCat("lf_combine", k);
-    // The members before the reduction that it (and on the last pass, the kept values) needs:
-    // a pass emits nothing it does not use, which keeps big row kernels quick to compile.
-    std::vector<ValueId> earlier, roots = {operand};
-    for (ValueId m : elementwise)
-      if (m < r) earlier.push_back(m);
-    if (r == last_reduction) roots.insert(roots.end(), carried.begin(), carried.end());
-    const std::vector<ValueId> before = needed_members(graph, earlier, roots);
-    // A lane's elements of a row in registers go to parts_per_lane independent accumulators by
-    // position, combined in order after the pass: chains of additions short enough for their
-    // latency to hide, in the same order on every run (as the fused reduction's).
-    const std::string identity = absl::StrCat("(", a, ")(", combiner(node.op, acc).identity, ")");
-    const int parts_per_lane = spec.row_in_registers ? std::min(registers, 4) : 1;
-    const std::string into = parts_per_lane > 1
-                                 ? absl::StrCat("acc", k, "_part[t % ", parts_per_lane, "]")
-                                 : absl::StrCat("acc", k);
-    absl::StrAppend(&s, "  ", a, " acc", k, " = ", identity, ";\n");
-    if (parts_per_lane > 1)
-      absl::StrAppend(&s, "  ", a, " acc", k, "_part[", parts_per_lane,
-                      "];\n#pragma unroll\n  for (int p = 0; p < ", parts_per_lane, "; ++p) acc", k,
-                      "_part[p] = ", identity, ";\n");
-    absl::StrAppend(&s, pass_head(before, step.inputs), "    ", into, " = ", combine, "(", into,
-                    ", (", a, ")v", operand, ");\n");
-    if (r == last_reduction)
-      for (ValueId m : carried) absl::StrAppend(&s, "    kept", m, "[t] = v", m, ";\n");
-    s += "  }\n";
-    if (parts_per_lane > 1)
-      absl::StrAppend(&s, "#pragma unroll\n  for (int p = 0; p < ", parts_per_lane, "; ++p) acc", k,
-                      " = ", combine, "(acc", k, ", acc", k, "_part[p]);\n");
-    // The row's result, rounded to the reduction's dtype exactly as a stored one would be; read
-    // in the kernel as that, or, a half value rounding only at stores, in float32 (a LayerNorm's
-    // mean rounded to bfloat16 would cost its outputs several units in their last place).
-    const char* result_type = type_name(node.dtype);
-    const bool kept_unrounded = !step.round_each_op && is_half(node.dtype);
-    absl::StrAppend(&s, "  for (int offset = 16; offset > 0; offset /= 2) acc", k, " = ", combine,
-                    "(acc", k, ", __shfl_xor_sync(0xffffffffu, acc", k, ", offset));\n");
-    if (spec.row_warps > 1) {
-      // Every warp's result through shared memory (an array per reduction, so none is
-      // overwritten while another warp still reads it), combined in warp order by every lane.
-      absl::StrAppend(&s, "  __shared__ ", a, " warp_acc", k, "[", spec.row_warps,
-                      "];\n  if (lane % 32 == 0) warp_acc", k, "[lane / 32] = acc", k,
-                      ";\n  __syncthreads();\n  acc", k, " = warp_acc", k,
-                      "[0];\n  for (int w = 1; w < ", spec.row_warps, "; ++w) acc", k, " = ",
-                      combine, "(acc", k, ", warp_acc", k, "[w]);\n");
-    }
-    if (divides_by_count(node.op))
-      // In the accumulator's type: a float32 one divided by the double divisor would divide in
-      // float64 (two dozen instructions, once a warp, for a warp's 512 elements of a row).
-      absl::StrAppend(&s, "  acc", k, " = acc", k, " / (", a, ")args.divisor;\n");
-    const char* compute_type = type_name(compute_dtype(node.dtype));
-    const bool stored =
-        std::find(step.outputs.begin(), step.outputs.end(), r) != step.outputs.end();
-    if (stored || !kept_unrounded)
-      absl::StrAppend(&s, "  const ", result_type, " total", k, " = lf_store<", result_type,
-                      ">(acc", k, ");\n");
-    absl::StrAppend(&s, "  const ", compute_type, " v", r, " = ",
-                    kept_unrounded ? absl::StrCat("(", compute_type, ")acc", k)
-                                   : absl::StrCat("lf_load(total", k, ")"),
-                    ";\n");
-    for (size_t o = 0; o < step.outputs.size(); ++o)
-      if (step.outputs[o] == r)
-        absl::StrAppend(&s, "  if (lane == 0) ((", result_type, "*)args.out[", o, "])[row] = total",
-                        k, ";\n");
-    known[r] = true;
-    emit_ready_row_values();
-  }
-  if (next_row_value < parts.row_values.size())
-    throw VerifierError(absl::StrCat("row value %", parts.row_values[next_row_value],
-                                     " reads a value the row kernel has per element only"));
-  // The last pass stores what is stored besides the reductions, reading the kept values.
-  if (stores) {
-    std::vector<ValueId> inputs = step.inputs, members;
-    for (ValueId m : carried) {
-      inputs.push_back(m);
-      pass_loads.push_back(absl::StrCat("kept", m, "[t]"));
-    }
-    std::vector<ValueId> stored;
-    for (size_t o = 0; o < step.outputs.size(); ++o)
-      if (stored_over_row[o]) stored.push_back(step.outputs[o]);
-    for (ValueId m : elementwise)
-      if (std::find(carried.begin(), carried.end(), m) == carried.end()) members.push_back(m);
-    members = needed_members(graph, members, stored);
-    // Vectorized, each output's elements of a group are stored at once.
-    for (size_t k = 0; vector_rows && k < step.outputs.size(); ++k)
-      if (stored_over_row[k])
-        absl::StrAppend(&s, "  lf_vec<", type_name(graph.nodes[step.outputs[k]].dtype), ", ", width,
-                        "> y", k, ";\n");
-    // A half value divided by a value of its row (softmax's sum), rounding at stores, is
-    // multiplied by the row's reciprocal: one multiplication an element instead of a division.
-    cuda_emit::Reciprocals reciprocals;
-    std::vector<bool> has_reciprocal(graph.nodes.size(), false);
-    for (ValueId m : members) {
-      const Node& node = graph.nodes[m];
-      if (step.round_each_op || node.op != Op::Div || !is_half(node.dtype)) continue;
-      const ValueId divisor = node.inputs[1];
-      const Node& d = graph.nodes[divisor];
-      if (!known[divisor] || is_scalar_constant(d) || d.dtype != node.dtype) continue;
-      const std::string name = absl::StrCat("reciprocal", divisor);
-      if (!has_reciprocal[divisor])
-        absl::StrAppend(&s, "  const float ", name, " = __frcp_rn(v", divisor, ");\n");
-      has_reciprocal[divisor] = true;
-      reciprocals.emplace_back(m, name);
-    }
-    s += pass_head(members, inputs, reciprocals);
-    for (size_t k = 0; k < step.outputs.size(); ++k) {
-      if (!stored_over_row[k]) continue;
-      const char* type = type_name(graph.nodes[step.outputs[k]].dtype);
-      if (vector_rows) {
-        absl::StrAppend(&s, "    y", k, ".v[t % ", width, "] = lf_store<", type, ">(v",
-                        step.outputs[k], ");\n    if (t % ", width, " == ", width - 1,
-                        ") *(lf_vec<", type, ", ", width, ">*)((", type, "*)args.out[", k,
-                        "] + i - ", width - 1, ") = y", k, ";\n");
-      } else {
-        absl::StrAppend(&s, "    ((", type, "*)args.out[", k, "])[i] = lf_store<", type, ">(v",
-                        step.outputs[k], ");\n");
-      }
-    }
-    s += "  }\n";
-  }
-  s += "}\n";
-  return source;
 }
 
 CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,
