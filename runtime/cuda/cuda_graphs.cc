@@ -250,6 +250,189 @@ void copy_inputs(std::span<const BufferView* const> params,
   }
 }
 
+namespace {
+
+// One run of a schedule that graphs may replay: where its params are, and the last two runs'.
+struct ReplayTry {
+  GraphReplay& replay;
+  int device;
+  CUstream stream;
+  std::span<const BufferView* const> params;
+  std::span<const bool> substitutable;
+  Backend::ReplayRun run;
+  const std::vector<uint64_t>& addresses;
+  uint64_t fingerprint;
+
+  // Param i was where it is in both of the last two runs: it has stopped moving (a model's
+  // weights after a second model of the same shapes ran), and a graph that copies it in would
+  // copy it every run.
+  bool settled(size_t i) const {
+    const std::vector<uint64_t>& before = replay.last_addresses[0];
+    const std::vector<uint64_t>& earlier = replay.last_addresses[1];
+    return earlier.size() == params.size() && before.size() == params.size() &&
+           before[i] == addresses[i] && earlier[i] == addresses[i];
+  }
+  // Param i is at an address neither of the last two runs had it at: an input that moves (a
+  // new batch each step). One that alternates between two buffers (a parameter updated out of
+  // place) or stays put is read where it is.
+  bool moves(size_t i) const {
+    const std::vector<uint64_t>& before = replay.last_addresses[0];
+    const std::vector<uint64_t>& earlier = replay.last_addresses[1];
+    return earlier.size() == params.size() && before.size() == params.size() &&
+           before[i] != addresses[i] && earlier[i] != addresses[i];
+  }
+
+  // Runs again the ordinary way after a try that could not be recorded.
+  void fall_back(const NotReplayable& why) {
+    if (why.lasting) replay.stop();
+    ++stats().fallbacks;
+    debug_line(absl::StrCat("not recorded: ", why.why, why.lasting ? " (for good)" : ""));
+    run({});
+  }
+
+  // The most recently used graph recorded from the pool as it is now that reads every param it
+  // does not copy where it is now, and copies none that has settled.
+  std::list<GraphInstance>::iterator candidate() {
+    return std::find_if(
+        replay.instances.begin(), replay.instances.end(), [&](const GraphInstance& instance) {
+          if (instance.pool_fingerprint != fingerprint) return false;
+          for (size_t i = 0; i < params.size(); ++i) {
+            if (instance.copies[i] ? settled(i) : instance.addresses[i] != addresses[i])
+              return false;
+          }
+          return true;
+        });
+  }
+
+  // Why no graph is a candidate, for LAZYFUSE_DEBUG's line.
+  std::string why_no_candidate() const {
+    if (replay.instances.empty()) return "no graph yet";
+    const GraphInstance& latest = replay.instances.front();
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (latest.copies[i] ? !settled(i) : latest.addresses[i] == addresses[i]) continue;
+      return absl::StrCat("param ", i, " of ", params.size(), " (", shape_str(params[i]->shape),
+                          latest.copies[i] ? ") has settled where the latest graph copies it from"
+                                           : ") is not where the latest graph reads it");
+    }
+    return "its memory pool is not as any graph's was";
+  }
+
+  // Why `candidate`'s record is not this run's, for LAZYFUSE_DEBUG's line.
+  std::string why_not_replayed(const GraphInstance& candidate,
+                               const std::vector<uint64_t>& record) const {
+    const auto [graphs, runs] = std::mismatch(candidate.record.begin(), candidate.record.end(),
+                                              record.begin(), record.end());
+    std::string why = absl::StrCat(
+        "its work differs from the graph's at word ", graphs - candidate.record.begin(), " of ",
+        record.size(), " (",
+        graphs != candidate.record.end() ? absl::StrCat(absl::Hex(*graphs)) : "end", " against ",
+        runs != record.end() ? absl::StrCat(absl::Hex(*runs)) : "end", ")");
+    if (runs != record.end())
+      for (size_t i = 0; i < params.size(); ++i)
+        if (addresses[i] == *runs) absl::StrAppend(&why, ", this run's being param ", i);
+    return why;
+  }
+
+  // Runs dry against `candidate` and launches it where the run would do what it does; false
+  // where it would not (`record` then holds the run's work). Throws NotReplayable.
+  bool replay_if_same(std::list<GraphInstance>::iterator candidate, std::vector<uint64_t>& record) {
+    {
+      ScopedHostPhase dry_run(HostPhase::DryRun);
+      RecordingScope scope(Recording::Dry, record);
+      PoolScope pool(device, replay.pool);
+      run(candidate->copies);
+    }
+    if (candidate->record != record) return false;
+    copy_inputs(params, candidate->copies, stream);
+    launch_graph(*candidate, stream);
+    count_launch(candidate->launches);
+    replay.instances.splice(replay.instances.begin(), replay.instances, candidate);
+    least_recently_used().splice(least_recently_used().begin(), least_recently_used(),
+                                 candidate->position);
+    ++stats().replays;
+    replay.capture_debt = std::max<int64_t>(replay.capture_debt - 1, 0);
+    debug_line("replayed");
+    return true;
+  }
+
+  // Runs under stream capture, reading the params that move from copies of its own, and keeps
+  // and launches the graph; falls back to an ordinary run where that cannot be.
+  void capture(std::vector<uint64_t>& record, const std::string& why_captured) {
+    std::vector<std::optional<BufferView>> copies(params.size());
+    std::vector<uint64_t> read_at = addresses;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (moves(i) && substitutable[i] && params[i]->is_contiguous()) {
+        copies[i] =
+            allocate_buffer(params[i]->storage->device(), params[i]->dtype, params[i]->shape);
+        read_at[i] = 0;
+      }
+    }
+    copy_inputs(params, copies, stream);
+    const int64_t pool_blocks_before = pool_blocks(device, replay.pool);
+    const DriverApi& api = *driver();
+    std::optional<ScopedHostPhase> capturing(std::in_place, HostPhase::Capture);
+    check(api.cuStreamBeginCapture(stream, kStreamCaptureModeRelaxed), "cuStreamBeginCapture");
+    const int64_t launches_before = launches_started();
+    try {
+      RecordingScope scope(Recording::Capture, record);
+      PoolScope pool(device, replay.pool);
+      run(copies);
+    } catch (const NotReplayable& why) {
+      capturing.reset();  // the run made again below is not a capture
+      abandon_capture(stream);
+      count_launch(launches_before - launches_started());  // they were captured, never run
+      return fall_back(why);
+    } catch (...) {
+      capturing.reset();
+      abandon_capture(stream);
+      count_launch(launches_before - launches_started());
+      throw;
+    }
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    CUresult result = api.cuStreamEndCapture(stream, &graph);
+    if (result == 0) result = api.cuGraphInstantiate(&exec, graph, 0);
+    if (graph != nullptr) api.cuGraphDestroy(graph);
+    capturing.reset();
+    if (result != 0) {
+      // The captured work was queued nowhere: run it as ordinary launches.
+      count_launch(launches_before - launches_started());
+      const char* message = nullptr;
+      api.cuGetErrorString(result, &message);
+      return fall_back(NotReplayable{
+          absl::StrCat("the driver refused the capture (", message ? message : "", ")"), true});
+    }
+    const int64_t copied = std::count_if(copies.begin(), copies.end(),
+                                         [](const auto& copy) { return copy.has_value(); });
+    GraphInstance& kept =
+        keep(replay, device, std::move(record), fingerprint, exec,
+             launches_started() - launches_before, std::move(copies), std::move(read_at));
+    launch_graph(kept, stream);
+    ++stats().captures;
+    debug_line(absl::StrCat("captured (", replay.instances.size(), " kept for this schedule, ",
+                            copied, " input(s) copied in, a pool of ",
+                            pool_blocks(device, replay.pool), " blocks): ", why_captured));
+    count_capture(pool_blocks_before);
+  }
+
+  // A schedule whose runs keep doing other work pays a dry run and a capture for nothing: once
+  // its captures outrun its replays by kMaxCaptureDebt it runs the ordinary way for good. A loop
+  // that starts again over new buffers (another model of the same shapes) records a few graphs
+  // and replays again; one whose runs never repeat stops after kMaxCaptureDebt. A run whose
+  // pool had to grow is not counted: the pool was not yet what the loop's runs need, and the
+  // state that repeats comes after it.
+  void count_capture(int64_t pool_blocks_before) {
+    if (pool_blocks(device, replay.pool) == pool_blocks_before) ++replay.capture_debt;
+    if (replay.capture_debt > kMaxCaptureDebt) {
+      // The graph just launched goes with the others: a launched graph runs to its end.
+      replay.stop();
+      debug_line("its runs differ each time; no more graphs for this schedule");
+    }
+  }
+};
+
+}  // namespace
+
 void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
                     std::span<const BufferView* const> params, std::span<const bool> substitutable,
                     Backend::ReplayRun run) {
@@ -280,161 +463,36 @@ void run_replayable(int device, std::unique_ptr<ReplayCache>* cache,
     replay.ran = true;
     return;
   }
-
-  // Runs again the ordinary way after a try that could not be recorded.
-  auto fall_back = [&](const NotReplayable& why) {
-    if (why.lasting) replay.stop();
-    ++stats().fallbacks;
-    debug_line(absl::StrCat("not recorded: ", why.why, why.lasting ? " (for good)" : ""));
-    run({});
-  };
   activate(device);
-  const CUstream stream = device_stream(device);
   if (replay.pool == 0) {
     replay.pool_device = device;
     replay.pool = create_pool(device);
   }
-  const uint64_t fingerprint = pool_fingerprint(device, replay.pool);
-  std::vector<uint64_t> record;
-  const std::vector<uint64_t>& before = replay.last_addresses[0];
-  const std::vector<uint64_t>& earlier = replay.last_addresses[1];
-  // A param where the last two runs had it too has stopped moving (a model's weights after a
-  // second model of the same shapes ran): a graph that copies it in would copy it every run.
-  auto settled = [&](size_t i) {
-    return earlier.size() == params.size() && before.size() == params.size() &&
-           before[i] == addresses[i] && earlier[i] == addresses[i];
-  };
-  // The most recently used graph recorded from the pool as it is now that reads every param it
-  // does not copy where it is now, and copies none that has settled.
-  const auto candidate = std::find_if(
-      replay.instances.begin(), replay.instances.end(), [&](const GraphInstance& instance) {
-        if (instance.pool_fingerprint != fingerprint) return false;
-        for (size_t i = 0; i < params.size(); ++i) {
-          if (instance.copies[i] ? settled(i) : instance.addresses[i] != addresses[i]) return false;
-        }
-        return true;
-      });
-  // Why this run is captured rather than replayed, for LAZYFUSE_DEBUG's line (worked out only
-  // when it is printed).
+  ReplayTry attempt{replay,
+                    device,
+                    device_stream(device),
+                    params,
+                    substitutable,
+                    run,
+                    addresses,
+                    pool_fingerprint(device, replay.pool)};
+  // Why this run is captured rather than replayed, worked out only when LAZYFUSE_DEBUG prints
+  // it.
   const bool explain = env_config().debug >= 1;
-  std::string why_captured = "no graph yet";
-  if (explain && candidate == replay.instances.end() && !replay.instances.empty()) {
-    const GraphInstance& latest = replay.instances.front();
-    why_captured = "its memory pool is not as any graph's was";
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (latest.copies[i] ? !settled(i) : latest.addresses[i] == addresses[i]) continue;
-      why_captured =
-          absl::StrCat("param ", i, " of ", params.size(), " (", shape_str(params[i]->shape),
-                       latest.copies[i] ? ") has settled where the latest graph copies it from"
-                                        : ") is not where the latest graph reads it");
-      break;
-    }
-  }
-  if (candidate != replay.instances.end()) {
+  std::string why_captured;
+  std::vector<uint64_t> record;
+  const auto candidate = attempt.candidate();
+  if (candidate == replay.instances.end()) {
+    if (explain) why_captured = attempt.why_no_candidate();
+  } else {
     try {
-      ScopedHostPhase dry_run(HostPhase::DryRun);
-      RecordingScope scope(Recording::Dry, record);
-      PoolScope pool(device, replay.pool);
-      run(candidate->copies);
+      if (attempt.replay_if_same(candidate, record)) return;
     } catch (const NotReplayable& why) {
-      return fall_back(why);
+      return attempt.fall_back(why);
     }
-    if (candidate->record == record) {
-      copy_inputs(params, candidate->copies, stream);
-      launch_graph(*candidate, stream);
-      count_launch(candidate->launches);
-      replay.instances.splice(replay.instances.begin(), replay.instances, candidate);
-      least_recently_used().splice(least_recently_used().begin(), least_recently_used(),
-                                   candidate->position);
-      ++stats().replays;
-      replay.capture_debt = std::max<int64_t>(replay.capture_debt - 1, 0);
-      debug_line("replayed");
-      return;
-    }
-    if (explain) {
-      const auto [graphs, runs] = std::mismatch(candidate->record.begin(), candidate->record.end(),
-                                                record.begin(), record.end());
-      const auto at = graphs - candidate->record.begin();
-      why_captured = absl::StrCat(
-          "its work differs from the graph's at word ", at, " of ", record.size(), " (",
-          graphs != candidate->record.end() ? absl::StrCat(absl::Hex(*graphs)) : "end", " against ",
-          runs != record.end() ? absl::StrCat(absl::Hex(*runs)) : "end", ")");
-      if (runs != record.end())
-        for (size_t i = 0; i < params.size(); ++i)
-          if (addresses[i] == *runs) absl::StrAppend(&why_captured, ", this run's being param ", i);
-    }
+    if (explain) why_captured = attempt.why_not_replayed(*candidate, record);
   }
-
-  // A param at an address neither of the last two runs had it at is an input that moves (a new
-  // batch each step); one that alternates between two buffers (a parameter updated out of
-  // place) or stays put is read where it is. The graph reads a mover from a copy of its own.
-  std::vector<std::optional<BufferView>> copies(params.size());
-  std::vector<uint64_t> read_at = addresses;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const bool moves = earlier.size() == params.size() && before.size() == params.size() &&
-                       before[i] != addresses[i] && earlier[i] != addresses[i];
-    if (moves && substitutable[i] && params[i]->is_contiguous()) {
-      copies[i] = allocate_buffer(params[i]->storage->device(), params[i]->dtype, params[i]->shape);
-      read_at[i] = 0;
-    }
-  }
-  copy_inputs(params, copies, stream);
-  const int64_t pool_blocks_before = pool_blocks(device, replay.pool);
-  const DriverApi& api = *driver();
-  std::optional<ScopedHostPhase> capturing(std::in_place, HostPhase::Capture);
-  check(api.cuStreamBeginCapture(stream, kStreamCaptureModeRelaxed), "cuStreamBeginCapture");
-  const int64_t launches_before = launches_started();
-  try {
-    RecordingScope scope(Recording::Capture, record);
-    PoolScope pool(device, replay.pool);
-    run(copies);
-  } catch (const NotReplayable& why) {
-    capturing.reset();  // the run made again below is not a capture
-    abandon_capture(stream);
-    count_launch(launches_before - launches_started());  // they were captured, never run
-    return fall_back(why);
-  } catch (...) {
-    capturing.reset();
-    abandon_capture(stream);
-    count_launch(launches_before - launches_started());
-    throw;
-  }
-  CUgraph graph = nullptr;
-  CUgraphExec exec = nullptr;
-  CUresult result = api.cuStreamEndCapture(stream, &graph);
-  if (result == 0) result = api.cuGraphInstantiate(&exec, graph, 0);
-  if (graph != nullptr) api.cuGraphDestroy(graph);
-  capturing.reset();
-  if (result != 0) {
-    // The captured work was queued nowhere: run it as ordinary launches.
-    count_launch(launches_before - launches_started());
-    const char* message = nullptr;
-    api.cuGetErrorString(result, &message);
-    return fall_back(NotReplayable{
-        absl::StrCat("the driver refused the capture (", message ? message : "", ")"), true});
-  }
-  const int64_t copied = std::count_if(copies.begin(), copies.end(),
-                                       [](const auto& copy) { return copy.has_value(); });
-  GraphInstance& kept =
-      keep(replay, device, std::move(record), fingerprint, exec,
-           launches_started() - launches_before, std::move(copies), std::move(read_at));
-  launch_graph(kept, stream);
-  ++stats().captures;
-  debug_line(absl::StrCat("captured (", replay.instances.size(), " kept for this schedule, ",
-                          copied, " input(s) copied in, a pool of ",
-                          pool_blocks(device, replay.pool), " blocks): ", why_captured));
-  // A schedule whose runs keep doing other work pays a dry run and a capture for nothing: once
-  // its captures outrun its replays by kMaxCaptureDebt it runs the ordinary way for good. A loop
-  // that starts again over new buffers (another model of the same shapes) records a few graphs
-  // and replays again; one whose runs never repeat stops after kMaxCaptureDebt. A run whose
-  // pool had to grow is not counted: the pool was not yet what the loop's runs need, and the
-  // state that repeats comes after it.
-  if (pool_blocks(device, replay.pool) == pool_blocks_before) ++replay.capture_debt;
-  if (replay.capture_debt > kMaxCaptureDebt) {
-    // The graph just launched goes with the others: a launched graph runs to its end.
-    replay.stop();
-    debug_line("its runs differ each time; no more graphs for this schedule");
-  }
+  attempt.capture(record, why_captured);
 }
 
 }  // namespace lazyfuse::cuda
