@@ -442,34 +442,55 @@ std::string emit_kernel(const LfJitProgram& program, const std::string& name,
   return "";
 }
 
-// Writes the kernel function `name` for the row program `program` (LfJitProgram::phases): for
-// each row of the range, every phase in turn, a loop over the row's vectors or a line run once.
-// A reducing phase's loop takes 16 * sets elements an iteration, so that each vector's lanes go
-// to accumulators known when compiling (the optimizer keeps them in registers).
-std::string emit_row_kernel(const LfJitProgram& program, const std::string& name,
-                            llvm::Module& module) {
-  KernelFrame frame;
-  if (std::string error = declare_kernel(program, name, module, &frame); !error.empty())
-    return error;
-  llvm::LLVMContext& context = module.getContext();
-  const bool dp = program.double_precision != 0;
-  const auto& [kernel, element, vector, element_ptr, vector_ptr, i64, suffix, lanes, operands,
-               results, begin, end] = frame;
-  const int64_t length = program.row_length;
-  if (length <= 0 || length % 16 != 0) return "a row program's rows are a multiple of 16 long";
-  for (int32_t p = 0; p < program.num_phases; ++p)
-    for (int32_t k = 0; k < program.phases[p].num_instrs; ++k)
-      if (program.phases[p].instrs[k].memory != kLfJitMemoryAsRegisters)
-        return "a row program's loads and stores lie in memory as its registers";
+// Writes the kernel function for the row program `program` (LfJitProgram::phases): for each
+// row of the range, every phase in turn, a loop over the row's vectors or a line run once. A
+// reducing phase's loop takes 16 * sets elements an iteration, so that each vector's lanes go to
+// accumulators known when compiling (the optimizer keeps them in registers). Each part returns
+// an error message, empty where it succeeded.
+class RowKernelEmitter {
+ public:
+  RowKernelEmitter(const LfJitProgram& program, llvm::Module& module, const KernelFrame& frame)
+      : program_(program),
+        module_(module),
+        context_(module.getContext()),
+        f_(frame),
+        length_(program.row_length),
+        element_align_(program.double_precision != 0 ? 8 : 4),
+        entry_(llvm::BasicBlock::Create(context_, "entry", frame.kernel)),
+        rows_(llvm::BasicBlock::Create(context_, "rows", frame.kernel)),
+        b_(entry_) {}
 
-  auto* entry = llvm::BasicBlock::Create(context, "entry", kernel);
-  auto* rows = llvm::BasicBlock::Create(context, "rows", kernel);
-  llvm::IRBuilder<> b(entry);
-  const llvm::Align element_align(dp ? 8 : 4);
-  auto base = [&](llvm::Value* array, int32_t slot) { return frame.base(b, array, slot); };
-  auto is_store = [](int32_t kind) {
-    return kind == kLfJitStore || kind == kLfJitStoreStream || kind == kLfJitStoreRowRun;
-  };
+  std::string emit() {
+    if (length_ <= 0 || length_ % 16 != 0) return "a row program's rows are a multiple of 16 long";
+    for (int32_t p = 0; p < program_.num_phases; ++p)
+      for (int32_t k = 0; k < program_.phases[p].num_instrs; ++k)
+        if (program_.phases[p].instrs[k].memory != kLfJitMemoryAsRegisters)
+          return "a row program's loads and stores lie in memory as its registers";
+    states_.resize(static_cast<size_t>(program_.num_phases));
+    for (int32_t p = 0; p < program_.num_phases; ++p)
+      if (std::string error = prepare_phase(p); !error.empty()) return error;
+    choose_prefetching();
+    auto* done = llvm::BasicBlock::Create(context_, "done", f_.kernel);
+    b_.CreateCondBr(b_.CreateICmpSLT(f_.begin, f_.end), rows_, done);
+    // rows: the row from `row_start`, every phase in turn.
+    b_.SetInsertPoint(rows_);
+    row_start_ = b_.CreatePHI(f_.i64, 2, "row_start");
+    row_start_->addIncoming(f_.begin, entry_);
+    row_ = b_.CreateUDiv(row_start_, b_.getInt64(length_), "row");
+    llvm::Value* row_end = b_.CreateAdd(row_start_, b_.getInt64(length_));
+    for (int32_t p = 0; p < program_.num_phases; ++p) {
+      view_.assign(static_cast<size_t>(program_.phases[p].num_registers), nullptr);
+      std::string error = program_.phases[p].once_a_row ? emit_once_a_row(p) : emit_loop(p);
+      if (!error.empty()) return error;
+    }
+    row_start_->addIncoming(row_end, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(row_end, f_.end), rows_, done);
+    b_.SetInsertPoint(done);
+    b_.CreateRetVoid();
+    return "";
+  }
+
+ private:
   // Per phase: each instruction's base address and result slot, and the accumulators.
   struct PhaseState {
     std::vector<llvm::Value*> bases, slots;
@@ -489,12 +510,17 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
     llvm::Value* finished = nullptr;  // the row's value in every lane
     llvm::Value* scratch = nullptr;   // where a split reduction's values wait (reduce_scratch)
   };
+
+  static bool is_store(int32_t kind) {
+    return kind == kLfJitStore || kind == kLfJitStoreStream || kind == kLfJitStoreRowRun;
+  }
+
   // Whether an op function calls a function of another library (SLEEF's), which keeps every
   // vector register the caller holds across it in memory.
-  auto calls_out_of_line = [&](const LfJitPhase& phase) {
+  bool calls_out_of_line(const LfJitPhase& phase) const {
     for (int32_t k = 0; k < phase.num_instrs; ++k) {
       if (phase.instrs[k].kind != kLfJitApply) continue;
-      const llvm::Function* op = module.getFunction(phase.instrs[k].function);
+      const llvm::Function* op = module_.getFunction(phase.instrs[k].function);
       if (op == nullptr) continue;
       for (const llvm::BasicBlock& block : *op)
         for (const llvm::Instruction& instruction : block)
@@ -504,315 +530,380 @@ std::string emit_row_kernel(const LfJitProgram& program, const std::string& name
               return true;
     }
     return false;
-  };
-  std::vector<PhaseState> states(static_cast<size_t>(program.num_phases));
-  for (int32_t p = 0; p < program.num_phases; ++p) {
-    const LfJitPhase& phase = program.phases[p];
-    PhaseState& state = states[p];
+  }
+
+  // Phase p's slots, base addresses and accumulators, allocated in the entry block.
+  std::string prepare_phase(int32_t p) {
+    const LfJitPhase& phase = program_.phases[p];
+    PhaseState& state = states_[p];
     state.bases.assign(static_cast<size_t>(phase.num_instrs), nullptr);
     state.slots.assign(static_cast<size_t>(phase.num_instrs), nullptr);
     // A part over one value a row has no loop to take a reciprocal out of.
     state.divisors = phase.once_a_row
                          ? std::vector<int32_t>(static_cast<size_t>(phase.num_instrs), -1)
-                         : fixed_divisors(phase.instrs, phase.num_instrs, suffix,
+                         : fixed_divisors(phase.instrs, phase.num_instrs, f_.suffix,
                                           /*row_values_fixed=*/true);
-    state.reciprocals = frame.reciprocal_slots(b, state.divisors);
+    state.reciprocals = f_.reciprocal_slots(b_, state.divisors);
     for (int32_t k = 0; k < phase.num_instrs; ++k) {
       const LfJitInstr& instr = phase.instrs[k];
-      state.slots[k] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
+      state.slots[k] = b_.CreateBitCast(b_.CreateAlloca(f_.vector, nullptr), f_.element_ptr);
       if (instr.kind == kLfJitConst || instr.kind == kLfJitApply) continue;
-      state.bases[k] = base(is_store(instr.kind) ? results : operands, instr.slot);
+      state.bases[k] = f_.base(b_, is_store(instr.kind) ? f_.results : f_.operands, instr.slot);
     }
-    if (phase.reduce_src >= 0) {
-      if (phase.reduce_sets < 1 || length % (16 * phase.reduce_sets) != 0)
-        return "a row program's reduction has sets its rows do not fill";
-      llvm::Type* accumulator =
-          phase.reduce_accumulator_bytes == 8 ? b.getDoubleTy() : b.getFloatTy();
-      llvm::Type* accumulators =
-          llvm::FixedVectorType::get(accumulator, static_cast<unsigned>(lanes));
-      const int64_t every = phase.reduce_flush_every;
-      if (every < 0 || every % (16 * phase.reduce_sets) != 0)
-        return "a row program's reduction flushes between its loop's iterations";
-      // Stretches are independent until they are added, in order, into the accumulators: a
-      // loop over 2 or 4 of them at once (vector j of each an iteration) has as many chains of
-      // additions in flight, which one stretch's chain had bound.
-      for (int64_t g : {4, 2})
-        if (every > 0 && state.together == 1 && length % (g * every) == 0) state.together = g;
-      for (int64_t u = 0; u < 16 * phase.reduce_sets / lanes; ++u)
-        state.accumulators.push_back(b.CreateAlloca(accumulators, nullptr));
-      for (int64_t k = 0; k < state.together * static_cast<int64_t>(state.accumulators.size()); ++k)
-        state.stretches.push_back(b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr));
-      state.finishing =
-          b.CreateAlloca(llvm::ArrayType::get(accumulators, state.accumulators.size()), nullptr);
-      state.finished = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
-      if (phase.reduce_scratch >= 0 && calls_out_of_line(phase))
-        state.scratch = base(results, phase.reduce_scratch);
-      state.bases.push_back(base(results, phase.reduce_result));
-    }
+    if (phase.reduce_src < 0) return "";
+    if (phase.reduce_sets < 1 || length_ % (16 * phase.reduce_sets) != 0)
+      return "a row program's reduction has sets its rows do not fill";
+    llvm::Type* accumulator =
+        phase.reduce_accumulator_bytes == 8 ? b_.getDoubleTy() : b_.getFloatTy();
+    llvm::Type* accumulators =
+        llvm::FixedVectorType::get(accumulator, static_cast<unsigned>(f_.lanes));
+    const int64_t every = phase.reduce_flush_every;
+    if (every < 0 || every % (16 * phase.reduce_sets) != 0)
+      return "a row program's reduction flushes between its loop's iterations";
+    // Stretches are independent until they are added, in order, into the accumulators: a loop
+    // over 2 or 4 of them at once (vector j of each an iteration) has as many chains of
+    // additions in flight, which one stretch's chain had bound.
+    for (int64_t g : {4, 2})
+      if (every > 0 && state.together == 1 && length_ % (g * every) == 0) state.together = g;
+    for (int64_t u = 0; u < 16 * phase.reduce_sets / f_.lanes; ++u)
+      state.accumulators.push_back(b_.CreateAlloca(accumulators, nullptr));
+    for (int64_t k = 0; k < state.together * static_cast<int64_t>(state.accumulators.size()); ++k)
+      state.stretches.push_back(
+          b_.CreateBitCast(b_.CreateAlloca(f_.vector, nullptr), f_.element_ptr));
+    state.finishing =
+        b_.CreateAlloca(llvm::ArrayType::get(accumulators, state.accumulators.size()), nullptr);
+    state.finished = b_.CreateBitCast(b_.CreateAlloca(f_.vector, nullptr), f_.element_ptr);
+    if (phase.reduce_scratch >= 0 && calls_out_of_line(phase))
+      state.scratch = f_.base(b_, f_.results, phase.reduce_scratch);
+    state.bases.push_back(f_.base(b_, f_.results, phase.reduce_result));
+    return "";
   }
+
   // The loop that asks for the lines ahead: the one applying the most ops, so that the next
   // rows arrive while the row computes (asked for by a quick loop, a max's, the lines came in a
   // burst that stalled on the fill buffers, and the long loop found memory idle). It asks for
   // every operand the program reads densely, whichever loop reads it.
-  int32_t prefetching = -1;
-  for (int32_t p = 0, most = -1; p < program.num_phases; ++p) {
-    if (program.phases[p].once_a_row) continue;
-    int32_t applies = 0;
-    for (int32_t k = 0; k < program.phases[p].num_instrs; ++k)
-      applies += program.phases[p].instrs[k].kind == kLfJitApply;
-    if (applies > most) most = applies, prefetching = p;
-  }
-  std::vector<llvm::Value*> prefetched;  // the base of each densely read operand
-  std::vector<int32_t> prefetched_slots;
-  for (int32_t p = 0; p < program.num_phases && program.prefetch_bytes > 0; ++p) {
-    for (int32_t k = 0; k < program.phases[p].num_instrs; ++k) {
-      const LfJitInstr& instr = program.phases[p].instrs[k];
-      if (program.phases[p].once_a_row || instr.kind != kLfJitLoadDense ||
-          std::find(prefetched_slots.begin(), prefetched_slots.end(), instr.slot) !=
-              prefetched_slots.end())
-        continue;
-      prefetched_slots.push_back(instr.slot);
-      prefetched.push_back(states[p].bases[k]);
+  void choose_prefetching() {
+    for (int32_t p = 0, most = -1; p < program_.num_phases; ++p) {
+      if (program_.phases[p].once_a_row) continue;
+      int32_t applies = 0;
+      for (int32_t k = 0; k < program_.phases[p].num_instrs; ++k)
+        applies += program_.phases[p].instrs[k].kind == kLfJitApply;
+      if (applies > most) most = applies, prefetching_ = p;
+    }
+    std::vector<int32_t> slots;
+    for (int32_t p = 0; p < program_.num_phases && program_.prefetch_bytes > 0; ++p) {
+      for (int32_t k = 0; k < program_.phases[p].num_instrs; ++k) {
+        const LfJitInstr& instr = program_.phases[p].instrs[k];
+        if (program_.phases[p].once_a_row || instr.kind != kLfJitLoadDense ||
+            std::find(slots.begin(), slots.end(), instr.slot) != slots.end())
+          continue;
+        slots.push_back(instr.slot);
+        prefetched_.push_back(states_[p].bases[k]);
+      }
     }
   }
-  auto* done = llvm::BasicBlock::Create(context, "done", kernel);
-  b.CreateCondBr(b.CreateICmpSLT(begin, end), rows, done);
 
-  // rows: the row from `row_start`, every phase in turn.
-  b.SetInsertPoint(rows);
-  llvm::PHINode* row_start = b.CreatePHI(i64, 2, "row_start");
-  row_start->addIncoming(begin, entry);
-  llvm::Value* row = b.CreateUDiv(row_start, b.getInt64(length), "row");
-  llvm::Value* row_end = b.CreateAdd(row_start, b.getInt64(length));
-  auto vector_at = [&](llvm::IRBuilder<>& at, llvm::Value* pointer) {
-    return at.CreateAlignedLoad(vector, at.CreateBitCast(pointer, vector_ptr), element_align);
-  };
-  for (int32_t p = 0; p < program.num_phases; ++p) {
-    const LfJitPhase& phase = program.phases[p];
-    PhaseState& state = states[p];
-    std::vector<llvm::Value*> view(static_cast<size_t>(phase.num_registers), nullptr);
-    auto splat = [&](llvm::IRBuilder<>& at, llvm::Value* scalar, int32_t k) {
-      at.CreateAlignedStore(at.CreateVectorSplat(static_cast<unsigned>(lanes), scalar),
-                            at.CreateBitCast(state.slots[k], vector_ptr), element_align);
-      view[phase.instrs[k].dst] = state.slots[k];
-      if (state.reciprocals[k] != nullptr)
-        frame.store_reciprocal(at, state.slots[k], state.reciprocals[k], element_align);
-    };
-    auto apply = [&](llvm::IRBuilder<>& at, const LfJitInstr& instr, int32_t k) -> std::string {
-      llvm::Value* reciprocal =
-          state.divisors[k] >= 0 ? state.reciprocals[state.divisors[k]] : nullptr;
-      if (std::string error = call_op(at, module, instr, view, reciprocal, suffix, state.slots[k]);
-          !error.empty())
-        return error;
-      view[instr.dst] = state.slots[k];
-      return "";
-    };
-    if (phase.once_a_row) {
-      // A part over one value a row, on vectors of that value.
-      for (int32_t k = 0; k < phase.num_instrs; ++k) {
-        const LfJitInstr& instr = phase.instrs[k];
-        switch (instr.kind) {
-          case kLfJitLoadDense:
-            splat(b,
-                  b.CreateAlignedLoad(element, b.CreateGEP(element, state.bases[k], row),
-                                      element_align),
-                  k);
-            break;
-          case kLfJitLoadScalar:
-            splat(b, b.CreateAlignedLoad(element, state.bases[k], element_align), k);
-            break;
-          case kLfJitConst:
-            splat(b, llvm::ConstantFP::get(element, instr.value), k);
-            break;
-          case kLfJitApply:
-            if (std::string error = apply(b, instr, k); !error.empty()) return error;
-            break;
-          case kLfJitStore:
-          case kLfJitStoreStream:
-            b.CreateAlignedStore(
-                b.CreateExtractElement(vector_at(b, view[instr.src[0]]), static_cast<uint64_t>(0)),
-                b.CreateGEP(element, state.bases[k], row), element_align);
-            break;
-          default:
-            return "a row program's once-a-row part has a load or store of whole rows";
-        }
+  llvm::Value* vector_at(llvm::Value* pointer) {
+    return b_.CreateAlignedLoad(f_.vector, b_.CreateBitCast(pointer, f_.vector_ptr),
+                                element_align_);
+  }
+
+  // `scalar` in every lane of instruction k's slot of phase p, which its register reads.
+  void splat(int32_t p, llvm::Value* scalar, int32_t k) {
+    const PhaseState& state = states_[p];
+    b_.CreateAlignedStore(b_.CreateVectorSplat(static_cast<unsigned>(f_.lanes), scalar),
+                          b_.CreateBitCast(state.slots[k], f_.vector_ptr), element_align_);
+    view_[program_.phases[p].instrs[k].dst] = state.slots[k];
+    if (state.reciprocals[k] != nullptr)
+      f_.store_reciprocal(b_, state.slots[k], state.reciprocals[k], element_align_);
+  }
+
+  // Instruction k of phase p, an op, into its slot.
+  std::string apply(int32_t p, int32_t k) {
+    const PhaseState& state = states_[p];
+    const LfJitInstr& instr = program_.phases[p].instrs[k];
+    llvm::Value* reciprocal =
+        state.divisors[k] >= 0 ? state.reciprocals[state.divisors[k]] : nullptr;
+    if (std::string error =
+            call_op(b_, module_, instr, view_, reciprocal, f_.suffix, state.slots[k]);
+        !error.empty())
+      return error;
+    view_[instr.dst] = state.slots[k];
+    return "";
+  }
+
+  // A part over one value a row, on vectors of that value.
+  std::string emit_once_a_row(int32_t p) {
+    const LfJitPhase& phase = program_.phases[p];
+    const PhaseState& state = states_[p];
+    for (int32_t k = 0; k < phase.num_instrs; ++k) {
+      const LfJitInstr& instr = phase.instrs[k];
+      switch (instr.kind) {
+        case kLfJitLoadDense:
+          splat(p,
+                b_.CreateAlignedLoad(f_.element, b_.CreateGEP(f_.element, state.bases[k], row_),
+                                     element_align_),
+                k);
+          break;
+        case kLfJitLoadScalar:
+          splat(p, b_.CreateAlignedLoad(f_.element, state.bases[k], element_align_), k);
+          break;
+        case kLfJitConst:
+          splat(p, llvm::ConstantFP::get(f_.element, instr.value), k);
+          break;
+        case kLfJitApply:
+          if (std::string error = apply(p, k); !error.empty()) return error;
+          break;
+        case kLfJitStore:
+        case kLfJitStoreStream:
+          b_.CreateAlignedStore(
+              b_.CreateExtractElement(vector_at(view_[instr.src[0]]), static_cast<uint64_t>(0)),
+              b_.CreateGEP(f_.element, state.bases[k], row_), element_align_);
+          break;
+        default:
+          return "a row program's once-a-row part has a load or store of whole rows";
       }
-      continue;
     }
-    // A loop over the row's vectors, `per_iteration` of them an iteration.
-    const bool reduces = phase.reduce_src >= 0;
-    const int64_t per_iteration = reduces ? 16 * phase.reduce_sets / lanes : 1;
-    llvm::Function* init = reduces ? module.getFunction(phase.reduce_init) : nullptr;
-    llvm::Function* combine = reduces ? module.getFunction(phase.reduce_combine) : nullptr;
-    llvm::Function* flush = reduces ? module.getFunction(phase.reduce_flush) : nullptr;
-    llvm::Function* finish = reduces ? module.getFunction(phase.reduce_finish) : nullptr;
-    if (reduces && (init == nullptr || combine == nullptr || flush == nullptr || finish == nullptr))
-      return std::string("no reduction functions ") + phase.reduce_combine;
-    auto accumulators_of = [&](llvm::IRBuilder<>& at, size_t u) {
-      return at.CreateBitCast(state.accumulators[u], at.getInt8PtrTy());
-    };
-    const size_t vectors = state.accumulators.size();
-    const int64_t every = phase.reduce_flush_every;  // 0: no stretches, nothing to flush
+    return "";
+  }
+
+  // The reduction functions of phase p (its init, combine, flush and finish), where it reduces.
+  struct ReductionFunctions {
+    llvm::Function *init = nullptr, *combine = nullptr, *flush = nullptr, *finish = nullptr;
+  };
+
+  llvm::Value* accumulators_of(int32_t p, size_t u) {
+    return b_.CreateBitCast(states_[p].accumulators[u], b_.getInt8PtrTy());
+  }
+
+  // Every stretch of phase p into its vector's accumulators, in the row's order; in a loop, only
+  // once `done` (a multiple of the loop's step) is a whole number of stretches.
+  void flush_all(int32_t p, llvm::Function* flush, llvm::Value* done, const std::string& label) {
+    const PhaseState& state = states_[p];
+    llvm::BasicBlock* flushing = nullptr;
+    llvm::BasicBlock* flushed = nullptr;
+    if (done != nullptr) {
+      flushing = llvm::BasicBlock::Create(context_, "flush" + label, f_.kernel);
+      flushed = llvm::BasicBlock::Create(context_, "flushed" + label, f_.kernel);
+      llvm::Value* in_stretch =
+          b_.CreateURem(done, b_.getInt64(program_.phases[p].reduce_flush_every));
+      b_.CreateCondBr(b_.CreateICmpEQ(in_stretch, b_.getInt64(0)), flushing, flushed);
+      b_.SetInsertPoint(flushing);
+    }
     for (size_t k = 0; k < state.stretches.size(); ++k)
-      b.CreateCall(init, {accumulators_of(b, k % vectors), state.stretches[k]});
-    // Every stretch into its vector's accumulators, in the row's order; in a loop, only once
-    // `done` (a multiple of the loop's step) is a whole number of stretches.
-    auto flush_all = [&](llvm::Value* done, const std::string& label) {
-      llvm::BasicBlock* flushing = nullptr;
-      llvm::BasicBlock* flushed = nullptr;
-      if (done != nullptr) {
-        flushing = llvm::BasicBlock::Create(context, "flush" + label, kernel);
-        flushed = llvm::BasicBlock::Create(context, "flushed" + label, kernel);
-        llvm::Value* in_stretch = b.CreateURem(done, b.getInt64(every));
-        b.CreateCondBr(b.CreateICmpEQ(in_stretch, b.getInt64(0)), flushing, flushed);
-        b.SetInsertPoint(flushing);
-      }
-      for (size_t k = 0; k < state.stretches.size(); ++k)
-        b.CreateCall(flush, {accumulators_of(b, k % vectors), state.stretches[k]});
-      if (done != nullptr) {
-        b.CreateBr(flushed);
-        b.SetInsertPoint(flushed);
-      }
-    };
-    // What is the same for the whole row, before the loop: loads of one value, or of the
-    // row's value, and constants.
+      b_.CreateCall(flush, {accumulators_of(p, k % state.accumulators.size()), state.stretches[k]});
+    if (done != nullptr) {
+      b_.CreateBr(flushed);
+      b_.SetInsertPoint(flushed);
+    }
+  }
+
+  // What is the same for the whole row, before phase p's loop: loads of one value, or of the
+  // row's value, and constants.
+  void emit_row_invariants(int32_t p) {
+    const LfJitPhase& phase = program_.phases[p];
+    const PhaseState& state = states_[p];
     for (int32_t k = 0; k < phase.num_instrs; ++k) {
       const LfJitInstr& instr = phase.instrs[k];
       if (instr.kind == kLfJitLoadScalar) {
-        splat(b, b.CreateAlignedLoad(element, state.bases[k], element_align), k);
+        splat(p, b_.CreateAlignedLoad(f_.element, state.bases[k], element_align_), k);
       } else if (instr.kind == kLfJitLoadRowValue) {
-        llvm::Value* offset = b.CreateMul(row, b.getInt64(instr.row_stride));
-        splat(b,
-              b.CreateAlignedLoad(element, b.CreateGEP(element, state.bases[k], offset),
-                                  element_align),
+        llvm::Value* offset = b_.CreateMul(row_, b_.getInt64(instr.row_stride));
+        splat(p,
+              b_.CreateAlignedLoad(f_.element, b_.CreateGEP(f_.element, state.bases[k], offset),
+                                   element_align_),
               k);
       } else if (instr.kind == kLfJitConst) {
-        splat(b, llvm::ConstantFP::get(element, instr.value), k);
+        splat(p, llvm::ConstantFP::get(f_.element, instr.value), k);
       }
     }
-    llvm::BasicBlock* before = b.GetInsertBlock();
-    auto* loop = llvm::BasicBlock::Create(context, "phase" + std::to_string(p), kernel);
-    auto* after = llvm::BasicBlock::Create(context, "after" + std::to_string(p), kernel);
-    b.CreateBr(loop);
-    b.SetInsertPoint(loop);
-    // A loop's counter q steps through a stretch's elements (`every` of them) while the loop
-    // takes vector j of each of `together` stretches at once: the column of vector u of an
-    // iteration's part for stretch g (the plain column q + u * lanes where together is 1).
-    auto column_of = [&](llvm::Value* q, int64_t together, int64_t g, int64_t u) {
-      llvm::Value* column = q;
-      if (together > 1)
-        column = b.CreateAdd(
-            b.CreateMul(b.CreateUDiv(q, b.getInt64(every)), b.getInt64(together * every)),
-            b.CreateURem(q, b.getInt64(every)));
-      const int64_t offset = g * every + u * lanes;
-      return offset == 0 ? column : b.CreateAdd(column, b.getInt64(offset), "", true, true);
-    };
+  }
+
+  // A loop's counter q steps through a stretch's elements (`every` of them) while the loop
+  // takes vector j of each of `together` stretches at once: the column of vector u of an
+  // iteration's part for stretch g (the plain column q + u * lanes where together is 1).
+  llvm::Value* column_of(llvm::Value* q, int64_t every, int64_t together, int64_t g, int64_t u) {
+    llvm::Value* column = q;
+    if (together > 1)
+      column = b_.CreateAdd(
+          b_.CreateMul(b_.CreateUDiv(q, b_.getInt64(every)), b_.getInt64(together * every)),
+          b_.CreateURem(q, b_.getInt64(every)));
+    const int64_t offset = g * every + u * f_.lanes;
+    return offset == 0 ? column : b_.CreateAdd(column, b_.getInt64(offset), "", true, true);
+  }
+
+  // Instruction k of phase p for the vector at `at` in the operands (`column` in the row).
+  std::string emit_in_loop(int32_t p, int32_t k, llvm::Value* at, llvm::Value* column) {
+    const PhaseState& state = states_[p];
+    const LfJitInstr& instr = program_.phases[p].instrs[k];
+    switch (instr.kind) {
+      case kLfJitLoadDense:
+        view_[instr.dst] = b_.CreateGEP(f_.element, state.bases[k], at);
+        return "";
+      case kLfJitLoadRowRun:
+        view_[instr.dst] = b_.CreateGEP(f_.element, state.bases[k], column);
+        return "";
+      case kLfJitLoadScalar:
+      case kLfJitLoadRowValue:
+      case kLfJitConst:
+        // Computed before the loop; the register holds it again from here (a register is reused
+        // once its value is dead, and each vector of the iteration reads anew).
+        view_[instr.dst] = state.slots[k];
+        return "";
+      case kLfJitApply:
+        return apply(p, k);
+      case kLfJitStore:
+      case kLfJitStoreRowRun:
+      case kLfJitStoreStream: {
+        llvm::Value* to =
+            b_.CreateGEP(f_.element, state.bases[k], instr.kind == kLfJitStoreRowRun ? column : at);
+        if (instr.kind == kLfJitStoreStream) {
+          llvm::Function* stream = module_.getFunction(std::string("lf_jit_stream") + f_.suffix);
+          if (stream == nullptr) return "the op functions' bitcode has no stream function";
+          b_.CreateCall(stream, {to, view_[instr.src[0]]});
+        } else {
+          b_.CreateAlignedStore(vector_at(view_[instr.src[0]]), b_.CreateBitCast(to, f_.vector_ptr),
+                                element_align_);
+        }
+        return "";
+      }
+      default:
+        return "unknown JIT instruction kind " + std::to_string(instr.kind);
+    }
+  }
+
+  // Phase p's loop over the row's vectors, `per_iteration` of them an iteration, and a
+  // reduction's finish.
+  std::string emit_loop(int32_t p) {
+    const LfJitPhase& phase = program_.phases[p];
+    PhaseState& state = states_[p];
+    const bool reduces = phase.reduce_src >= 0;
+    const int64_t per_iteration = reduces ? 16 * phase.reduce_sets / f_.lanes : 1;
+    ReductionFunctions fn;
+    if (reduces) {
+      fn = {module_.getFunction(phase.reduce_init), module_.getFunction(phase.reduce_combine),
+            module_.getFunction(phase.reduce_flush), module_.getFunction(phase.reduce_finish)};
+      if (fn.init == nullptr || fn.combine == nullptr || fn.flush == nullptr ||
+          fn.finish == nullptr)
+        return std::string("no reduction functions ") + phase.reduce_combine;
+    }
+    const int64_t every = phase.reduce_flush_every;  // 0: no stretches, nothing to flush
+    for (size_t k = 0; k < state.stretches.size(); ++k)
+      b_.CreateCall(fn.init,
+                    {accumulators_of(p, k % state.accumulators.size()), state.stretches[k]});
+    emit_row_invariants(p);
+    llvm::BasicBlock* before = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(context_, "phase" + std::to_string(p), f_.kernel);
+    auto* after = llvm::BasicBlock::Create(context_, "after" + std::to_string(p), f_.kernel);
+    b_.CreateBr(loop);
+    b_.SetInsertPoint(loop);
     const int64_t together = reduces && state.scratch == nullptr ? state.together : 1;
-    llvm::PHINode* q = b.CreatePHI(i64, 2, "q");
-    q->addIncoming(b.getInt64(0), before);
+    llvm::PHINode* q = b_.CreatePHI(f_.i64, 2, "q");
+    q->addIncoming(b_.getInt64(0), before);
     for (int64_t v = 0; v < together * per_iteration; ++v) {
       const int64_t u = v % per_iteration;
-      llvm::Value* column = column_of(q, together, v / per_iteration, u);
-      llvm::Value* at = b.CreateAdd(row_start, column, "", true, true);
-      if (p == prefetching)
-        for (llvm::Value* operand : prefetched)
-          prefetch_ahead(b, b.CreateGEP(element, operand, at), program.prefetch_bytes);
-      for (int32_t k = 0; k < phase.num_instrs; ++k) {
-        const LfJitInstr& instr = phase.instrs[k];
-        switch (instr.kind) {
-          case kLfJitLoadDense:
-            view[instr.dst] = b.CreateGEP(element, state.bases[k], at);
-            break;
-          case kLfJitLoadRowRun:
-            view[instr.dst] = b.CreateGEP(element, state.bases[k], column);
-            break;
-          case kLfJitLoadScalar:
-          case kLfJitLoadRowValue:
-          case kLfJitConst:
-            // Computed before the loop; the register holds it again from here (a register is
-            // reused once its value is dead, and each vector of the iteration reads anew).
-            view[instr.dst] = state.slots[k];
-            break;
-          case kLfJitApply:
-            if (std::string error = apply(b, instr, k); !error.empty()) return error;
-            break;
-          case kLfJitStore:
-          case kLfJitStoreRowRun:
-          case kLfJitStoreStream: {
-            llvm::Value* to =
-                b.CreateGEP(element, state.bases[k], instr.kind == kLfJitStoreRowRun ? column : at);
-            if (instr.kind == kLfJitStoreStream) {
-              llvm::Function* stream = module.getFunction(std::string("lf_jit_stream") + suffix);
-              if (stream == nullptr) return "the op functions' bitcode has no stream function";
-              b.CreateCall(stream, {to, view[instr.src[0]]});
-            } else {
-              b.CreateAlignedStore(vector_at(b, view[instr.src[0]]),
-                                   b.CreateBitCast(to, vector_ptr), element_align);
-            }
-            break;
-          }
-          default:
-            return "unknown JIT instruction kind " + std::to_string(instr.kind);
-        }
-      }
+      llvm::Value* column = column_of(q, every, together, v / per_iteration, u);
+      llvm::Value* at = b_.CreateAdd(row_start_, column, "", true, true);
+      if (p == prefetching_)
+        for (llvm::Value* operand : prefetched_)
+          prefetch_ahead(b_, b_.CreateGEP(f_.element, operand, at), program_.prefetch_bytes);
+      for (int32_t k = 0; k < phase.num_instrs; ++k)
+        if (std::string error = emit_in_loop(p, k, at, column); !error.empty()) return error;
       if (reduces && state.scratch != nullptr) {
-        b.CreateAlignedStore(
-            vector_at(b, view[phase.reduce_src]),
-            b.CreateBitCast(b.CreateGEP(element, state.scratch, column), vector_ptr),
-            element_align);
+        b_.CreateAlignedStore(
+            vector_at(view_[phase.reduce_src]),
+            b_.CreateBitCast(b_.CreateGEP(f_.element, state.scratch, column), f_.vector_ptr),
+            element_align_);
       } else if (reduces) {
-        b.CreateCall(combine, {accumulators_of(b, static_cast<size_t>(u)), state.stretches[v],
-                               view[phase.reduce_src]});
+        b_.CreateCall(fn.combine, {accumulators_of(p, static_cast<size_t>(u)), state.stretches[v],
+                                   view_[phase.reduce_src]});
       }
     }
     llvm::Value* next =
-        b.CreateAdd(q, b.getInt64(per_iteration * lanes), "next", /*HasNUW=*/true, true);
-    if (reduces && state.scratch == nullptr && every > 0) flush_all(next, std::to_string(p));
-    q->addIncoming(next, b.GetInsertBlock());
-    b.CreateCondBr(b.CreateICmpSLT(next, b.getInt64(length / together)), loop, after);
-    b.SetInsertPoint(after);
-    if (reduces && state.scratch != nullptr) {
-      // The row's values, reduced from the buffer in the same lanes as in the loop above.
-      auto* reduce = llvm::BasicBlock::Create(context, "reduce" + std::to_string(p), kernel);
-      auto* reduced = llvm::BasicBlock::Create(context, "reduced" + std::to_string(p), kernel);
-      b.CreateBr(reduce);
-      b.SetInsertPoint(reduce);
-      llvm::PHINode* j = b.CreatePHI(i64, 2, "j");
-      j->addIncoming(b.getInt64(0), after);
-      for (int64_t v = 0; v < state.together * per_iteration; ++v) {
-        const int64_t u = v % per_iteration;
-        llvm::Value* column = column_of(j, state.together, v / per_iteration, u);
-        b.CreateCall(combine, {accumulators_of(b, static_cast<size_t>(u)), state.stretches[v],
-                               b.CreateGEP(element, state.scratch, column)});
-      }
-      llvm::Value* next_j =
-          b.CreateAdd(j, b.getInt64(per_iteration * lanes), "next_j", /*HasNUW=*/true, true);
-      if (every > 0) flush_all(next_j, "_scratch" + std::to_string(p));
-      j->addIncoming(next_j, b.GetInsertBlock());
-      b.CreateCondBr(b.CreateICmpSLT(next_j, b.getInt64(length / state.together)), reduce, reduced);
-      b.SetInsertPoint(reduced);
-    }
-    if (reduces) {
-      // The row's last stretch, where it is not whole.
-      if (every > 0 && length % every != 0) flush_all(nullptr, "");
-      llvm::Type* accumulators = state.accumulators[0]->getType()->getPointerElementType();
-      for (size_t u = 0; u < state.accumulators.size(); ++u)
-        b.CreateStore(b.CreateLoad(accumulators, state.accumulators[u]),
-                      b.CreateConstGEP2_32(state.finishing->getType()->getPointerElementType(),
-                                           state.finishing, 0, static_cast<unsigned>(u)));
-      b.CreateCall(
-          finish,
-          {b.CreateBitCast(state.finishing, b.getInt8PtrTy()), b.getInt32(phase.reduce_sets),
-           llvm::ConstantFP::get(b.getDoubleTy(), static_cast<double>(length)), state.finished});
-      b.CreateAlignedStore(b.CreateAlignedLoad(element, state.finished, element_align),
-                           b.CreateGEP(element, state.bases.back(), row), element_align);
-    }
+        b_.CreateAdd(q, b_.getInt64(per_iteration * f_.lanes), "next", /*HasNUW=*/true, true);
+    if (reduces && state.scratch == nullptr && every > 0)
+      flush_all(p, fn.flush, next, std::to_string(p));
+    q->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(next, b_.getInt64(length_ / together)), loop, after);
+    b_.SetInsertPoint(after);
+    if (!reduces) return "";
+    if (state.scratch != nullptr) reduce_scratch(p, fn, per_iteration, after);
+    finish_reduction(p, fn);
+    return "";
   }
-  row_start->addIncoming(row_end, b.GetInsertBlock());
-  b.CreateCondBr(b.CreateICmpSLT(row_end, end), rows, done);
-  b.SetInsertPoint(done);
-  b.CreateRetVoid();
-  return "";
+
+  // The row's values of phase p, reduced from the scratch buffer in the same lanes as in its
+  // loop.
+  void reduce_scratch(int32_t p, const ReductionFunctions& fn, int64_t per_iteration,
+                      llvm::BasicBlock* after) {
+    const PhaseState& state = states_[p];
+    const int64_t every = program_.phases[p].reduce_flush_every;
+    auto* reduce = llvm::BasicBlock::Create(context_, "reduce" + std::to_string(p), f_.kernel);
+    auto* reduced = llvm::BasicBlock::Create(context_, "reduced" + std::to_string(p), f_.kernel);
+    b_.CreateBr(reduce);
+    b_.SetInsertPoint(reduce);
+    llvm::PHINode* j = b_.CreatePHI(f_.i64, 2, "j");
+    j->addIncoming(b_.getInt64(0), after);
+    for (int64_t v = 0; v < state.together * per_iteration; ++v) {
+      const int64_t u = v % per_iteration;
+      llvm::Value* column = column_of(j, every, state.together, v / per_iteration, u);
+      b_.CreateCall(fn.combine, {accumulators_of(p, static_cast<size_t>(u)), state.stretches[v],
+                                 b_.CreateGEP(f_.element, state.scratch, column)});
+    }
+    llvm::Value* next_j =
+        b_.CreateAdd(j, b_.getInt64(per_iteration * f_.lanes), "next_j", /*HasNUW=*/true, true);
+    if (every > 0) flush_all(p, fn.flush, next_j, "_scratch" + std::to_string(p));
+    j->addIncoming(next_j, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(next_j, b_.getInt64(length_ / state.together)), reduce,
+                    reduced);
+    b_.SetInsertPoint(reduced);
+  }
+
+  // Phase p's accumulators finished into the row's value, stored.
+  void finish_reduction(int32_t p, const ReductionFunctions& fn) {
+    const LfJitPhase& phase = program_.phases[p];
+    const PhaseState& state = states_[p];
+    const int64_t every = phase.reduce_flush_every;
+    // The row's last stretch, where it is not whole.
+    if (every > 0 && length_ % every != 0) flush_all(p, fn.flush, nullptr, "");
+    llvm::Type* accumulators = state.accumulators[0]->getType()->getPointerElementType();
+    for (size_t u = 0; u < state.accumulators.size(); ++u)
+      b_.CreateStore(b_.CreateLoad(accumulators, state.accumulators[u]),
+                     b_.CreateConstGEP2_32(state.finishing->getType()->getPointerElementType(),
+                                           state.finishing, 0, static_cast<unsigned>(u)));
+    b_.CreateCall(
+        fn.finish,
+        {b_.CreateBitCast(state.finishing, b_.getInt8PtrTy()), b_.getInt32(phase.reduce_sets),
+         llvm::ConstantFP::get(b_.getDoubleTy(), static_cast<double>(length_)), state.finished});
+    b_.CreateAlignedStore(b_.CreateAlignedLoad(f_.element, state.finished, element_align_),
+                          b_.CreateGEP(f_.element, state.bases.back(), row_), element_align_);
+  }
+
+  const LfJitProgram& program_;
+  llvm::Module& module_;
+  llvm::LLVMContext& context_;
+  const KernelFrame& f_;
+  const int64_t length_;
+  const llvm::Align element_align_;
+  llvm::BasicBlock* entry_;
+  llvm::BasicBlock* rows_;
+  llvm::IRBuilder<> b_;
+  std::vector<PhaseState> states_;
+  int32_t prefetching_ = -1;
+  std::vector<llvm::Value*> prefetched_;  // the base of each densely read operand
+  llvm::PHINode* row_start_ = nullptr;
+  llvm::Value* row_ = nullptr;
+  // Where each register of the phase being written is read from.
+  std::vector<llvm::Value*> view_;
+};
+
+std::string emit_row_kernel(const LfJitProgram& program, const std::string& name,
+                            llvm::Module& module) {
+  KernelFrame frame;
+  if (std::string error = declare_kernel(program, name, module, &frame); !error.empty())
+    return error;
+  return RowKernelEmitter(program, module, frame).emit();
 }
 
 thread_local std::string last_error;
