@@ -246,200 +246,247 @@ std::string declare_kernel(const LfJitProgram& program, const std::string& name,
   return "";
 }
 
-// Writes the kernel function `name` for `program` into `module`, which holds the op functions.
+// Writes the kernel function for the block program `program` (one loop over the range's
+// vectors, or a loop over rows around one over a row's vectors) into the module, which holds
+// the op functions. Each part returns an error message, empty where it succeeded.
+class KernelEmitter {
+ public:
+  KernelEmitter(const LfJitProgram& program, llvm::Module& module, const KernelFrame& frame)
+      : program_(program),
+        module_(module),
+        context_(module.getContext()),
+        f_(frame),
+        element_align_(program.double_precision != 0 ? 8 : 4),
+        entry_(llvm::BasicBlock::Create(context_, "entry", frame.kernel)),
+        rows_(llvm::BasicBlock::Create(context_, "rows", frame.kernel)),
+        vectors_(llvm::BasicBlock::Create(context_, "vectors", frame.kernel)),
+        next_row_(llvm::BasicBlock::Create(context_, "next_row", frame.kernel)),
+        done_(llvm::BasicBlock::Create(context_, "done", frame.kernel)),
+        b_(entry_),
+        once_(rows_) {}
+
+  std::string emit() {
+    choose_nesting();
+    prepare();
+    open_loops();
+    for (int32_t k = 0; k < program_.num_instrs; ++k)
+      if (std::string error = emit_instr(k); !error.empty()) return error;
+    close_loops();
+    return "";
+  }
+
+ private:
+  // A program that reads rows (a row's run, a row's value) of one length runs as a loop over
+  // rows around a loop over the row's vectors: the row's values (a norm's statistics), 0-d
+  // operands and constants are loaded and splat once a row, in the outer loop, and a row's run
+  // is addressed without a division. Otherwise one flat loop.
+  void choose_nesting() {
+    bool one_row_length = true;
+    for (int32_t k = 0; k < program_.num_instrs; ++k) {
+      const LfJitInstr& instr = program_.instrs[k];
+      if (instr.kind != kLfJitLoadRowRun && instr.kind != kLfJitLoadRowValue) continue;
+      one_row_length &= row_ == 0 || row_ == instr.row;
+      row_ = instr.row;
+    }
+    nested_ = row_ > 0 && one_row_length;
+  }
+
+  // In the entry block: each instruction's slot, the reciprocals' slots, and each operand's and
+  // result's base address, read once.
+  void prepare() {
+    // A slot per instruction's result rather than per register: a value computed once a row
+    // must not share its slot with one computed every vector. Promoted to registers by the
+    // optimizer.
+    slots_.assign(static_cast<size_t>(program_.num_instrs), nullptr);
+    for (int32_t k = 0; k < program_.num_instrs; ++k) {
+      const int32_t kind = program_.instrs[k].kind;
+      // A dense or row-run load reads its operand in place, but for a half type's, converted.
+      const bool in_place = (kind == kLfJitLoadDense || kind == kLfJitLoadRowRun) &&
+                            program_.instrs[k].memory == kLfJitMemoryAsRegisters;
+      if (!in_place && kind != kLfJitStore && kind != kLfJitStoreStream)
+        slots_[k] = b_.CreateBitCast(b_.CreateAlloca(f_.vector, nullptr), f_.element_ptr);
+    }
+    // A slot for the reciprocal of each divisor the loop does not change.
+    divisors_ = fixed_divisors(program_.instrs, program_.num_instrs, f_.suffix,
+                               /*row_values_fixed=*/nested_);
+    reciprocals_ = f_.reciprocal_slots(b_, divisors_);
+    bases_.assign(static_cast<size_t>(program_.num_instrs), nullptr);
+    for (int32_t k = 0; k < program_.num_instrs; ++k) {
+      const LfJitInstr& instr = program_.instrs[k];
+      if (instr.kind == kLfJitConst || instr.kind == kLfJitApply) continue;
+      const bool store = instr.kind == kLfJitStore || instr.kind == kLfJitStoreStream;
+      bases_[k] = f_.base(b_, store ? f_.results : f_.operands, instr.slot);
+      if (instr.memory != kLfJitMemoryAsRegisters)
+        bases_[k] = b_.CreateBitCast(bases_[k], b_.getInt16Ty()->getPointerTo());
+    }
+    view_.assign(static_cast<size_t>(program_.num_registers), nullptr);
+  }
+
+  // rows: from `row_begin` to the end of its row (or of the range); once a row (`once_`), the
+  // row's values; then `vectors`, with `i_` the vector's first element.
+  void open_loops() {
+    b_.CreateCondBr(b_.CreateICmpSLT(f_.begin, f_.end), rows_, done_);
+    b_.SetInsertPoint(rows_);
+    row_begin_ = b_.CreatePHI(f_.i64, 2, "row_begin");
+    row_begin_->addIncoming(f_.begin, entry_);
+    row_index_ = nested_ ? b_.CreateUDiv(row_begin_, b_.getInt64(row_)) : nullptr;
+    row_start_ = nested_ ? b_.CreateMul(row_index_, b_.getInt64(row_)) : nullptr;
+    row_end_ = f_.end;
+    if (nested_) {
+      llvm::Value* next_start = b_.CreateAdd(row_start_, b_.getInt64(row_));
+      row_end_ = b_.CreateSelect(b_.CreateICmpSLT(next_start, f_.end), next_start, f_.end);
+    }
+    once_.SetInsertPoint(rows_);  // the row's part, before the branch into its vectors
+    b_.SetInsertPoint(vectors_);
+    i_ = b_.CreatePHI(f_.i64, 2, "i");
+    i_->addIncoming(row_begin_, rows_);
+  }
+
+  void close_loops() {
+    once_.CreateBr(vectors_);
+    llvm::Value* next =
+        b_.CreateAdd(i_, b_.getInt64(f_.lanes), "next", /*HasNUW=*/true, /*HasNSW=*/true);
+    i_->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpSLT(next, row_end_), vectors_, next_row_);
+    b_.SetInsertPoint(next_row_);
+    row_begin_->addIncoming(row_end_, next_row_);
+    b_.CreateCondBr(b_.CreateICmpSLT(row_end_, f_.end), rows_, done_);
+    b_.SetInsertPoint(done_);
+    b_.CreateRetVoid();
+  }
+
+  // An element's address in the operand or result of instruction k.
+  llvm::Value* element_at(llvm::IRBuilder<>& at, int32_t k, llvm::Value* index) {
+    const bool half = program_.instrs[k].memory != kLfJitMemoryAsRegisters;
+    return at.CreateGEP(half ? at.getInt16Ty() : f_.element, bases_[k], index);
+  }
+
+  // `scalar` in every lane of instruction k's slot, which its register reads from here.
+  void splat(llvm::IRBuilder<>& at, llvm::Value* scalar, int32_t k) {
+    at.CreateAlignedStore(at.CreateVectorSplat(static_cast<unsigned>(f_.lanes), scalar),
+                          at.CreateBitCast(slots_[k], f_.vector_ptr), element_align_);
+    view_[program_.instrs[k].dst] = slots_[k];
+    if (reciprocals_[k] != nullptr)
+      f_.store_reciprocal(at, slots_[k], reciprocals_[k], element_align_);
+  }
+
+  // A load of a half type's element (`one`: into every lane) by instruction k, converted into
+  // its slot.
+  std::string load_half(llvm::IRBuilder<>& to, int32_t k, llvm::Value* address, bool one) {
+    if (std::string error = call_half_memory(to, module_, one ? "load_one" : "load",
+                                             program_.instrs[k], address, slots_[k]);
+        !error.empty())
+      return error;
+    view_[program_.instrs[k].dst] = slots_[k];
+    if (one && reciprocals_[k] != nullptr)
+      f_.store_reciprocal(to, slots_[k], reciprocals_[k], element_align_);
+    return "";
+  }
+
+  // Instruction k, in the vectors' loop or, where it is the same for a whole row, once a row.
+  std::string emit_instr(int32_t k) {
+    const LfJitInstr& instr = program_.instrs[k];
+    // Once a row: loads of a row's value or of one value, and constants (an op of those alone
+    // is never here: fusion gives a row's values a step of their own); in a flat loop, the load
+    // of a fixed divisor, whose reciprocal the loop would otherwise compute again wherever an
+    // op calls out of line. (Hoisting every constant and load of one value out of flat loops
+    // made chain16 slower on the 2-core Intel machine: docs/benchmarks.md, "The CPU JIT".)
+    const bool invariant =
+        (nested_ && (instr.kind == kLfJitLoadScalar || instr.kind == kLfJitConst ||
+                     instr.kind == kLfJitLoadRowValue)) ||
+        reciprocals_[k] != nullptr;
+    llvm::IRBuilder<>& at = invariant ? once_ : b_;
+    const bool half = instr.memory != kLfJitMemoryAsRegisters;
+    switch (instr.kind) {
+      case kLfJitLoadDense: {
+        llvm::Value* address = element_at(b_, k, i_);
+        if (program_.prefetch_bytes > 0) prefetch_ahead(b_, address, program_.prefetch_bytes);
+        if (half) return load_half(b_, k, address, false);
+        view_[instr.dst] = address;
+        return "";
+      }
+      case kLfJitLoadScalar:
+        if (half) return load_half(at, k, bases_[k], true);
+        splat(at, at.CreateAlignedLoad(f_.element, bases_[k], element_align_), k);
+        return "";
+      case kLfJitLoadRowRun: {
+        llvm::Value* column =
+            nested_ ? b_.CreateSub(i_, row_start_) : b_.CreateURem(i_, b_.getInt64(instr.row));
+        if (half) return load_half(b_, k, element_at(b_, k, column), false);
+        view_[instr.dst] = element_at(b_, k, column);
+        return "";
+      }
+      case kLfJitLoadRowValue: {
+        llvm::Value* index = nested_ ? row_index_ : at.CreateUDiv(i_, at.getInt64(instr.row));
+        llvm::Value* offset = at.CreateMul(index, at.getInt64(instr.row_stride));
+        if (half) return load_half(at, k, element_at(at, k, offset), true);
+        splat(at, at.CreateAlignedLoad(f_.element, element_at(at, k, offset), element_align_), k);
+        return "";
+      }
+      case kLfJitConst:
+        splat(at, llvm::ConstantFP::get(f_.element, instr.value), k);
+        return "";
+      case kLfJitApply: {
+        llvm::Value* reciprocal = divisors_[k] >= 0 ? reciprocals_[divisors_[k]] : nullptr;
+        if (std::string error =
+                call_op(at, module_, instr, view_, reciprocal, f_.suffix, slots_[k]);
+            !error.empty())
+          return error;
+        view_[instr.dst] = slots_[k];
+        return "";
+      }
+      case kLfJitStore:
+      case kLfJitStoreStream:
+        return emit_store(k);
+      default:
+        return "unknown JIT instruction kind " + std::to_string(instr.kind);
+    }
+  }
+
+  // Store instruction k: a vector, a half type's converted, or one that streams past the cache.
+  std::string emit_store(int32_t k) {
+    const LfJitInstr& instr = program_.instrs[k];
+    llvm::Value* to = element_at(b_, k, i_);
+    const bool stream = instr.kind == kLfJitStoreStream;
+    if (instr.memory != kLfJitMemoryAsRegisters)
+      return call_half_memory(b_, module_, stream ? "stream" : "store", instr, to,
+                              view_[instr.src[0]]);
+    if (stream) {
+      llvm::Function* function = module_.getFunction(std::string("lf_jit_stream") + f_.suffix);
+      if (function == nullptr) return "the op functions' bitcode has no stream function";
+      b_.CreateCall(function, {to, view_[instr.src[0]]});
+      return "";
+    }
+    llvm::Value* value = b_.CreateAlignedLoad(
+        f_.vector, b_.CreateBitCast(view_[instr.src[0]], f_.vector_ptr), element_align_);
+    b_.CreateAlignedStore(value, b_.CreateBitCast(to, f_.vector_ptr), element_align_);
+    return "";
+  }
+
+  const LfJitProgram& program_;
+  llvm::Module& module_;
+  llvm::LLVMContext& context_;
+  const KernelFrame& f_;
+  const llvm::Align element_align_;
+  llvm::BasicBlock *entry_, *rows_, *vectors_, *next_row_, *done_;
+  llvm::IRBuilder<> b_;
+  llvm::IRBuilder<> once_;  // the row's part, before the branch into its vectors
+  int64_t row_ = 0;
+  bool nested_ = false;
+  std::vector<llvm::Value*> slots_, reciprocals_, bases_;
+  std::vector<int32_t> divisors_;
+  // Where each register's vector is read from (an instruction's slot, or an operand in place).
+  std::vector<llvm::Value*> view_;
+  llvm::PHINode *row_begin_ = nullptr, *i_ = nullptr;
+  llvm::Value *row_index_ = nullptr, *row_start_ = nullptr, *row_end_ = nullptr;
+};
+
 std::string emit_kernel(const LfJitProgram& program, const std::string& name,
                         llvm::Module& module) {
   KernelFrame frame;
   if (std::string error = declare_kernel(program, name, module, &frame); !error.empty())
     return error;
-  llvm::LLVMContext& context = module.getContext();
-  const bool dp = program.double_precision != 0;
-  const auto& [kernel, element, vector, element_ptr, vector_ptr, i64, suffix, lanes, operands,
-               results, begin, end] = frame;
-
-  // A program that reads rows (a row's run, a row's value) of one length runs as a loop over
-  // rows around a loop over the row's vectors: the row's values (a norm's statistics), 0-d
-  // operands and constants are loaded and splat once a row, in the outer loop, and a row's run
-  // is addressed without a division. Otherwise one flat loop.
-  int64_t row = 0;
-  bool one_row_length = true;
-  for (int32_t k = 0; k < program.num_instrs; ++k) {
-    const LfJitInstr& instr = program.instrs[k];
-    if (instr.kind != kLfJitLoadRowRun && instr.kind != kLfJitLoadRowValue) continue;
-    one_row_length &= row == 0 || row == instr.row;
-    row = instr.row;
-  }
-  const bool nested = row > 0 && one_row_length;
-
-  auto* entry = llvm::BasicBlock::Create(context, "entry", kernel);
-  auto* rows = llvm::BasicBlock::Create(context, "rows", kernel);
-  auto* vectors = llvm::BasicBlock::Create(context, "vectors", kernel);
-  auto* next_row = llvm::BasicBlock::Create(context, "next_row", kernel);
-  auto* done = llvm::BasicBlock::Create(context, "done", kernel);
-  llvm::IRBuilder<> b(entry);
-  const llvm::Align element_align(dp ? 8 : 4);
-  // A slot per instruction's result rather than per register: a value computed once a row must
-  // not share its slot with one computed every vector. Promoted to registers by the optimizer.
-  std::vector<llvm::Value*> slots(static_cast<size_t>(program.num_instrs), nullptr);
-  for (int32_t k = 0; k < program.num_instrs; ++k) {
-    const int32_t kind = program.instrs[k].kind;
-    // A dense or row-run load reads its operand in place, but for a half type's, converted.
-    const bool in_place = (kind == kLfJitLoadDense || kind == kLfJitLoadRowRun) &&
-                          program.instrs[k].memory == kLfJitMemoryAsRegisters;
-    if (!in_place && kind != kLfJitStore && kind != kLfJitStoreStream)
-      slots[k] = b.CreateBitCast(b.CreateAlloca(vector, nullptr), element_ptr);
-  }
-  // A slot for the reciprocal of each divisor the loop does not change.
-  const std::vector<int32_t> divisors =
-      fixed_divisors(program.instrs, program.num_instrs, suffix, /*row_values_fixed=*/nested);
-  const std::vector<llvm::Value*> reciprocals = frame.reciprocal_slots(b, divisors);
-  // Each operand's and result's base address, read once.
-  auto base = [&](llvm::Value* array, int32_t slot) { return frame.base(b, array, slot); };
-  std::vector<llvm::Value*> bases(static_cast<size_t>(program.num_instrs), nullptr);
-  for (int32_t k = 0; k < program.num_instrs; ++k) {
-    const LfJitInstr& instr = program.instrs[k];
-    if (instr.kind == kLfJitConst || instr.kind == kLfJitApply) continue;
-    const bool store = instr.kind == kLfJitStore || instr.kind == kLfJitStoreStream;
-    bases[k] = base(store ? results : operands, instr.slot);
-    if (instr.memory != kLfJitMemoryAsRegisters)
-      bases[k] = b.CreateBitCast(bases[k], b.getInt16Ty()->getPointerTo());
-  }
-  // An element's address in the operand or result of instruction k.
-  auto element_at = [&](llvm::IRBuilder<>& at, int32_t k, llvm::Value* index) {
-    const bool half = program.instrs[k].memory != kLfJitMemoryAsRegisters;
-    return at.CreateGEP(half ? at.getInt16Ty() : element, bases[k], index);
-  };
-  b.CreateCondBr(b.CreateICmpSLT(begin, end), rows, done);
-
-  // rows: from `row_begin` to the end of its row (or of the range); once a row, the row's values.
-  b.SetInsertPoint(rows);
-  llvm::PHINode* row_begin = b.CreatePHI(i64, 2, "row_begin");
-  row_begin->addIncoming(begin, entry);
-  llvm::Value* row_index = nested ? b.CreateUDiv(row_begin, b.getInt64(row)) : nullptr;
-  llvm::Value* row_start = nested ? b.CreateMul(row_index, b.getInt64(row)) : nullptr;
-  llvm::Value* row_end = end;
-  if (nested) {
-    llvm::Value* next_start = b.CreateAdd(row_start, b.getInt64(row));
-    row_end = b.CreateSelect(b.CreateICmpSLT(next_start, end), next_start, end);
-  }
-  llvm::IRBuilder<> once(rows);  // the row's part, before the branch into its vectors
-  b.SetInsertPoint(vectors);
-  llvm::PHINode* i = b.CreatePHI(i64, 2, "i");
-  i->addIncoming(row_begin, rows);
-
-  // Where each register's vector is read from (an instruction's slot, or an operand in place).
-  std::vector<llvm::Value*> view(static_cast<size_t>(program.num_registers), nullptr);
-  auto splat = [&](llvm::IRBuilder<>& at, llvm::Value* scalar, int32_t k) {
-    at.CreateAlignedStore(at.CreateVectorSplat(static_cast<unsigned>(lanes), scalar),
-                          at.CreateBitCast(slots[k], vector_ptr), element_align);
-    view[program.instrs[k].dst] = slots[k];
-    if (reciprocals[k] != nullptr)
-      frame.store_reciprocal(at, slots[k], reciprocals[k], element_align);
-  };
-  for (int32_t k = 0; k < program.num_instrs; ++k) {
-    const LfJitInstr& instr = program.instrs[k];
-    // Once a row: loads of a row's value or of one value, and constants (an op of those alone
-    // is never here: fusion gives a row's values a step of their own); in a flat loop, the load
-    // of a fixed divisor, whose reciprocal the loop would otherwise compute again wherever an
-    // op calls out of line. (Hoisting every constant and load of one value out of flat
-    // loops measured chain16 at 2^24 7% slower in two interleaved rounds on the 2-core Intel
-    // machine.)
-    const bool invariant =
-        (nested && (instr.kind == kLfJitLoadScalar || instr.kind == kLfJitConst ||
-                    instr.kind == kLfJitLoadRowValue)) ||
-        reciprocals[k] != nullptr;
-    llvm::IRBuilder<>& at = invariant ? once : b;
-    const bool half = instr.memory != kLfJitMemoryAsRegisters;
-    // A load of a half type's element (`one`: into every lane) converted into the slot.
-    auto load_half = [&](llvm::IRBuilder<>& to, llvm::Value* address, bool one) {
-      if (std::string error =
-              call_half_memory(to, module, one ? "load_one" : "load", instr, address, slots[k]);
-          !error.empty())
-        return error;
-      view[instr.dst] = slots[k];
-      if (one && reciprocals[k] != nullptr)
-        frame.store_reciprocal(to, slots[k], reciprocals[k], element_align);
-      return std::string();
-    };
-    std::string error;
-    switch (instr.kind) {
-      case kLfJitLoadDense: {
-        llvm::Value* address = element_at(b, k, i);
-        if (program.prefetch_bytes > 0) prefetch_ahead(b, address, program.prefetch_bytes);
-        if (half)
-          error = load_half(b, address, false);
-        else
-          view[instr.dst] = address;
-        break;
-      }
-      case kLfJitLoadScalar:
-        if (half)
-          error = load_half(at, bases[k], true);
-        else
-          splat(at, at.CreateAlignedLoad(element, bases[k], element_align), k);
-        break;
-      case kLfJitLoadRowRun: {
-        llvm::Value* column =
-            nested ? b.CreateSub(i, row_start) : b.CreateURem(i, b.getInt64(instr.row));
-        if (half)
-          error = load_half(b, element_at(b, k, column), false);
-        else
-          view[instr.dst] = element_at(b, k, column);
-        break;
-      }
-      case kLfJitLoadRowValue: {
-        llvm::Value* index = nested ? row_index : at.CreateUDiv(i, at.getInt64(instr.row));
-        llvm::Value* offset = at.CreateMul(index, at.getInt64(instr.row_stride));
-        if (half)
-          error = load_half(at, element_at(at, k, offset), true);
-        else
-          splat(at, at.CreateAlignedLoad(element, element_at(at, k, offset), element_align), k);
-        break;
-      }
-      case kLfJitConst:
-        splat(at, llvm::ConstantFP::get(element, instr.value), k);
-        break;
-      case kLfJitApply: {
-        llvm::Value* reciprocal = divisors[k] >= 0 ? reciprocals[divisors[k]] : nullptr;
-        if (std::string error = call_op(at, module, instr, view, reciprocal, suffix, slots[k]);
-            !error.empty())
-          return error;
-        view[instr.dst] = slots[k];
-        break;
-      }
-      case kLfJitStore:
-      case kLfJitStoreStream: {
-        llvm::Value* to = element_at(b, k, i);
-        const bool stream = instr.kind == kLfJitStoreStream;
-        if (half) {
-          error = call_half_memory(b, module, stream ? "stream" : "store", instr, to,
-                                   view[instr.src[0]]);
-        } else if (stream) {
-          llvm::Function* function = module.getFunction(std::string("lf_jit_stream") + suffix);
-          if (function == nullptr) return "the op functions' bitcode has no stream function";
-          b.CreateCall(function, {to, view[instr.src[0]]});
-        } else {
-          llvm::Value* value = b.CreateAlignedLoad(
-              vector, b.CreateBitCast(view[instr.src[0]], vector_ptr), element_align);
-          b.CreateAlignedStore(value, b.CreateBitCast(to, vector_ptr), element_align);
-        }
-        break;
-      }
-      default:
-        return "unknown JIT instruction kind " + std::to_string(instr.kind);
-    }
-    if (!error.empty()) return error;
-  }
-  once.CreateBr(vectors);
-  llvm::Value* next = b.CreateAdd(i, b.getInt64(lanes), "next", /*HasNUW=*/true, /*HasNSW=*/true);
-  i->addIncoming(next, b.GetInsertBlock());
-  b.CreateCondBr(b.CreateICmpSLT(next, row_end), vectors, next_row);
-  b.SetInsertPoint(next_row);
-  row_begin->addIncoming(row_end, next_row);
-  b.CreateCondBr(b.CreateICmpSLT(row_end, end), rows, done);
-  b.SetInsertPoint(done);
-  b.CreateRetVoid();
-  return "";
+  return KernelEmitter(program, module, frame).emit();
 }
 
 // Writes the kernel function for the row program `program` (LfJitProgram::phases): for each
