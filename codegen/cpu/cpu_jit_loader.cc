@@ -98,9 +98,9 @@ const Library& library() {
 std::mutex stats_mutex;
 CpuJitStats stats;
 // Runs are counted on every call of compiled code, from every thread: a counter per thread slot,
-// each on its own cache line, since one counter that every core wrote took 15% of a sum of
-// squares' profile. A slot's thread adds with a load and a store rather than a locked add (4% of a
-// LayerNorm's profile, called once a row): past 64 threads two may share a slot and lose a count,
+// each on its own cache line, since one counter that every core wrote was a large part of a sum
+// of squares' profile. A slot's thread adds with a load and a store rather than a locked add
+// (docs/benchmarks.md, "The CPU JIT"): past 64 threads two may share a slot and lose a count,
 // which a statistic can afford.
 struct alignas(64) RunCounter {
   std::atomic<int64_t> count{0};

@@ -288,8 +288,8 @@ void lf_jit_stream_f64(double* out, const double* value) {
         lazyfuse::to_float(lazyfuse::from_float(a[j]));                                       \
   }
 // bfloat16's conversions are a few integer operations without a branch: asked to be one vector
-// operation each, since with AVX2's eight lanes clang otherwise unrolled them into scalar code
-// (bfloat16 `(z + 2).exp() * y` at 2^20 880 us compiled against 596 interpreted). float16's
+// operation each, since with AVX2's eight lanes clang otherwise unrolled them into scalar code,
+// slower compiled than interpreted (docs/benchmarks.md, "The CPU JIT"). float16's
 // portable conversions branch and stay scalar.
 LF_HALF_MEMORY_FUNCTIONS(bf16, lazyfuse::BFloat16, bfloat16_to_float, float_to_bfloat16,
                          _Pragma("clang loop vectorize(enable)"))

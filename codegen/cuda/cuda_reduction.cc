@@ -399,8 +399,8 @@ std::string fused_reduction_body(const Graph& graph, const Step& step,
     // 16 bytes of each operand a thread at a time (the runtime vectorizes only rows that are
     // whole vectors, and chunks are too). Element l of each vector goes to accumulator l, and
     // the accumulators are combined in order after the loop: independent chains of additions
-    // (one float32 chain a thread held a bfloat16 sum of squares to 79-86% of the roof on the
-    // H200, against 89-97% in float64), in the same order on every run.
+    // (one float32 chain a thread held a bfloat16 sum of squares below the float64 one's share
+    // of the roof: docs/benchmarks.md, "GPU reductions"), in the same order on every run.
     const int width = spec.vector_width;
     const char* a = type_name(acc);
     absl::StrAppend(&s, "  ", a, " lane_acc[", width, "];\n#pragma unroll\n  for (int l = 0; l < ",

@@ -232,10 +232,9 @@ std::vector<ValueId> handed_between_parts(const std::vector<Step>& parts,
 // Elements per block of rows: up to 64K (256 KiB of float32 per value the parts hand each
 // other, within a core's L2 cache), and no fewer than 16K where the step has too few rows for
 // two blocks a thread of the most. Longer blocks cost less per row (each part's setup is once a
-// block) and are longer runs for the prefetchers to follow; on the 2-core Intel machine
-// (2026-12-05, `lazyfuse bench --device=cpu`), 64K elements against 16K: softmax over rows of
-// 1024 at 2^20 460 -> 408 us and 2^24 9.1 -> 8.1 ms, LayerNorm 290 -> 268 us and 6.8 -> 6.2 ms,
-// RMSNorm 226 -> 207 us and 5.2 -> 4.8 ms. 4K elements were 1.2-1.6x slower than 16K.
+// block) and are longer runs for the prefetchers to follow: 64K ran softmax, LayerNorm and
+// RMSNorm faster than 16K, and 4K slower still (docs/benchmarks.md, "CPU block programs and
+// reductions").
 constexpr int64_t kRowBlockElements = 64 * 1024;
 constexpr int64_t kRowBlockMinElements = 16 * 1024;
 
