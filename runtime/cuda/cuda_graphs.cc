@@ -51,9 +51,11 @@ namespace lazyfuse::cuda {
 //   runs leave the pool alike (a forward over the same weights; a step whose outputs are dropped
 //   before the next, or whose step count alternates between two buffers) finds its records
 //   repeat, whatever else the program allocates between runs. A graph is tried only from the
-//   pool state it was recorded from. A schedule whose captures outrun its replays by twice the
-//   graphs it keeps (its runs never repeat) stops trying: a dry run and a capture cost more
-//   than its launches.
+//   pool state it was recorded from, or, where its capture grew the pool (a schedule's first
+//   capture), from that state with the blocks the capture added free: so the run after the
+//   first capture can replay it, where it would otherwise record a second graph. A schedule whose
+//   captures outrun its replays by twice the graphs it keeps (its runs never repeat) stops trying:
+//   a dry run and a capture cost more than its launches.
 // - A param at an address neither of the last two runs had it at (a new batch each step) is
 //   read by the graph from a copy of its own, made before each launch. One the last two runs
 //   had where this one has it has settled: it is read in place, and a graph that copies it is
@@ -77,6 +79,9 @@ class GraphReplay;
 struct GraphInstance {
   std::vector<uint64_t> record;
   uint64_t pool_fingerprint = 0;  // of its schedule's pool when its run started
+  // Where its run grew the pool: that state with the added blocks free, which the loop's next
+  // run starts from (Note [A graph's own memory pool]); else pool_fingerprint.
+  uint64_t grown_pool_fingerprint = 0;
   CUgraphExec exec = nullptr;
   int device = 0;
   int64_t launches = 0;  // the kernel launches and library calls it runs
@@ -180,11 +185,12 @@ void launch_graph(GraphInstance& instance, CUstream stream) {
 // Keeps `exec` as `replay`'s most recent graph, dropping the least recently used past the
 // bounds: kGraphsPerSchedule for the schedule, LAZYFUSE_CUDA_GRAPH_CACHE in all.
 GraphInstance& keep(GraphReplay& replay, int device, std::vector<uint64_t> record,
-                    uint64_t fingerprint, CUgraphExec exec, int64_t launches,
-                    std::vector<std::optional<BufferView>> copies,
+                    uint64_t fingerprint, uint64_t grown_fingerprint, CUgraphExec exec,
+                    int64_t launches, std::vector<std::optional<BufferView>> copies,
                     std::vector<uint64_t> addresses) {
   replay.instances.push_front(GraphInstance{std::move(record),
                                             fingerprint,
+                                            grown_fingerprint,
                                             exec,
                                             device,
                                             launches,
@@ -295,7 +301,9 @@ struct ReplayTry {
   std::list<GraphInstance>::iterator candidate() {
     return std::find_if(
         replay.instances.begin(), replay.instances.end(), [&](const GraphInstance& instance) {
-          if (instance.pool_fingerprint != fingerprint) return false;
+          if (instance.pool_fingerprint != fingerprint &&
+              instance.grown_pool_fingerprint != fingerprint)
+            return false;
           for (size_t i = 0; i < params.size(); ++i) {
             if (instance.copies[i] ? settled(i) : instance.addresses[i] != addresses[i])
               return false;
@@ -404,8 +412,12 @@ struct ReplayTry {
     }
     const int64_t copied = std::count_if(copies.begin(), copies.end(),
                                          [](const auto& copy) { return copy.has_value(); });
+    const uint64_t grown_fingerprint =
+        pool_blocks(device, replay.pool) > pool_blocks_before
+            ? grown_pool_fingerprint(device, replay.pool, pool_blocks_before)
+            : fingerprint;
     GraphInstance& kept =
-        keep(replay, device, std::move(record), fingerprint, exec,
+        keep(replay, device, std::move(record), fingerprint, grown_fingerprint, exec,
              launches_started() - launches_before, std::move(copies), std::move(read_at));
     launch_graph(kept, stream);
     ++stats().captures;

@@ -1,10 +1,12 @@
 // The caching allocator.
 #include "lazyfuse/runtime/cuda/cuda_memory.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
 #include <set>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
@@ -27,8 +29,11 @@ namespace lazyfuse::cuda {
 // cache does, so which blocks a run gets depends only on which of the pool's blocks are still
 // held from earlier runs (a step's outputs the user keeps, a step count read while its
 // successor is written). That state is small and is fingerprinted; a graph is tried only by a
-// run that starts from the fingerprint it was recorded from. A pool grows to what its runs
-// hold at once and is given back when its schedule stops recording graphs or is dropped.
+// run that starts from the fingerprint it was recorded from, or, where its run grew the pool,
+// from that state with the blocks the run added free: the state the next run finds once the
+// step's temporaries and dropped outputs are back (its dry run then checks that it takes the
+// same blocks). A pool grows to what its runs hold at once and is given back when its schedule
+// stops recording graphs or is dropped.
 
 namespace {
 
@@ -38,7 +43,9 @@ using FreeBlocks = std::map<int64_t, std::set<CUdeviceptr>>;
 
 struct Pool {
   FreeBlocks free_blocks;
-  int64_t blocks = 0;  // it has taken from the cache or the driver, free or not
+  // Every block it has taken from the cache or the driver, free or in use, in the order taken,
+  // with its rounded size.
+  std::vector<std::pair<int64_t, CUdeviceptr>> blocks;
 };
 
 struct DeviceCache {
@@ -88,8 +95,10 @@ void free_blocks(DeviceCache& c, FreeBlocks& blocks_by_size) {
 void free_cached(DeviceCache& c) {
   free_blocks(c, c.free_blocks);
   for (auto& [id, pool] : c.pools) {
-    for (const auto& [size, blocks] : pool.free_blocks)
-      pool.blocks -= static_cast<int64_t>(blocks.size());
+    std::erase_if(pool.blocks, [&](const auto& taken) {
+      auto it = pool.free_blocks.find(taken.first);
+      return it != pool.free_blocks.end() && it->second.contains(taken.second);
+    });
     free_blocks(c, pool.free_blocks);
   }
 }
@@ -117,7 +126,7 @@ void* allocate(int device, int64_t nbytes) {
     c.stats.peak_bytes = std::max(c.stats.peak_bytes, c.stats.allocated_bytes);
     if (pool != nullptr) {
       c.pool_of[block] = pool_id;
-      if (!from_pool) ++pool->blocks;
+      if (!from_pool) pool->blocks.emplace_back(size, block);
     }
     return reinterpret_cast<void*>(block);
   };
@@ -205,22 +214,41 @@ void destroy_pool(int device, int64_t pool) {
   absl::erase_if(c.pool_of, [&](const auto& entry) { return entry.second == pool; });
 }
 
+namespace {
+
+uint64_t fingerprint_of(const FreeBlocks& free) {
+  uint64_t hash = 0;
+  for (const auto& [size, blocks] : free)
+    for (CUdeviceptr block : blocks) hash = absl::HashOf(hash, size, block);
+  return hash;
+}
+
+}  // namespace
+
 uint64_t pool_fingerprint(int device, int64_t pool) {
   DeviceCache& c = cache(device);
   std::lock_guard lock(c.mutex);
   auto it = c.pools.find(pool);
+  return it == c.pools.end() ? 0 : fingerprint_of(it->second.free_blocks);
+}
+
+uint64_t grown_pool_fingerprint(int device, int64_t pool, int64_t blocks_before) {
+  DeviceCache& c = cache(device);
+  std::lock_guard lock(c.mutex);
+  auto it = c.pools.find(pool);
   if (it == c.pools.end()) return 0;
-  uint64_t hash = 0;
-  for (const auto& [size, blocks] : it->second.free_blocks)
-    for (CUdeviceptr block : blocks) hash = absl::HashOf(hash, size, block);
-  return hash;
+  FreeBlocks free = it->second.free_blocks;
+  const auto& blocks = it->second.blocks;
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(blocks_before, 0)); i < blocks.size(); ++i)
+    free[blocks[i].first].insert(blocks[i].second);
+  return fingerprint_of(free);
 }
 
 int64_t pool_blocks(int device, int64_t pool) {
   DeviceCache& c = cache(device);
   std::lock_guard lock(c.mutex);
   auto it = c.pools.find(pool);
-  return it == c.pools.end() ? 0 : it->second.blocks;
+  return it == c.pools.end() ? 0 : static_cast<int64_t>(it->second.blocks.size());
 }
 
 PoolScope::PoolScope(int device, int64_t pool)

@@ -27,6 +27,9 @@ void destroy_pool(int device, int64_t pool);
 // A hash of which blocks `pool` holds free now, by size: two runs that start from equal
 // fingerprints and allocate alike get the same blocks.
 uint64_t pool_fingerprint(int device, int64_t pool);
+// The fingerprint `pool` would have with the blocks it took after its first `blocks_before`
+// free as well: what a run that grew the pool leaves the next one once its blocks are freed.
+uint64_t grown_pool_fingerprint(int device, int64_t pool, int64_t blocks_before);
 
 // The blocks `pool` has taken, free or in use: it grows until its runs find what they need in it.
 int64_t pool_blocks(int device, int64_t pool);
