@@ -72,6 +72,16 @@ ReductionParts reduction_parts(const Step& step) {
   return parts;
 }
 
+bool is_column_row_step(const Step& step) {
+  if (step.kind != StepKind::Column) return false;
+  int reductions = 0;
+  for (Role role : step.roles) {
+    reductions += role == Role::Reduction;
+    if (role == Role::RowValue || role == Role::Epilogue) return true;
+  }
+  return reductions > 1;
+}
+
 std::vector<Step> split_reduction_step(const Graph& graph, const Step& step) {
   const ReductionParts parts = reduction_parts(step);
   // A part over `nodes` that stores `outputs`; its inputs are whatever the nodes read that they

@@ -99,6 +99,10 @@ struct ReductionParts {
   std::vector<ValueId> epilogue;
 };
 ReductionParts reduction_parts(const Step& step);
+// A Column step with more than one reduction and the work it walks the columns with: several
+// reductions, values per column or work after them (a softmax over dim 0). Its kernel is a row
+// kernel over columns; a column step of one reduction is the column reduction's.
+bool is_column_row_step(const Step& step);
 
 // A reduction step as steps of one reduction each, in order, every one with the members it
 // needs (what earlier parts computed becomes an input); members that a later part reads or

@@ -119,6 +119,10 @@ struct FusionOptions {
   // The longest row (elements) a row step takes: its kernel walks each row once per reduction
   // and once more for the epilogue, from cache.
   int64_t max_row = 32768;
+  // The longest column (elements) a column step with work after its reductions takes (softmax
+  // over dim 0): a GPU block walks a tile of whole columns once per reduction and once more, so
+  // the kernel has a block per 32 columns however long they are.
+  int64_t max_column = 4096;
 };
 
 struct Schedule {

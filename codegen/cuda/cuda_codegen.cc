@@ -386,6 +386,10 @@ CudaElementwiseSpec spec_for_fresh_operands(const Graph& graph, const Step& step
     choose_cuda_row_layout(plan, columns, step.inputs.size(), /*outputs_aligned=*/true);
     return plan.spec;
   }
+  if (is_column_row_step(step)) {
+    choose_cuda_column_layout(plan);
+    return plan.spec;
+  }
   choose_cuda_fused_reduction_layout(plan, step.kind == StepKind::Column, columns,
                                      cuda_reduce_chunk(rows, columns));
   return plan.spec;

@@ -204,6 +204,14 @@ void choose_cuda_fused_reduction_layout(CudaElementwiseLaunch& plan, bool over_c
 // The blocks and threads a row kernel of `spec` launches for `rows` rows.
 int64_t cuda_row_blocks(const CudaElementwiseSpec& spec, int64_t rows);
 int cuda_row_threads(const CudaElementwiseSpec& spec);
+// A column step's row kernel (is_column_row_step: a softmax over dim 0): a block takes a tile
+// of a warp's width of columns, a lane each, and its kCudaColumnSlices warps walk every
+// kCudaColumnSlices-th element of the tile's columns, combining through shared memory; `rows`
+// is then the count of columns and `columns` their length. The layout set in `plan`; the
+// blocks it launches (of cuda_row_threads threads) for `columns` columns.
+inline constexpr int64_t kCudaColumnSlices = 8;
+void choose_cuda_column_layout(CudaElementwiseLaunch& plan);
+int64_t cuda_column_step_blocks(int64_t columns);
 
 // The kernel a step with generated code (elementwise or reduction) runs, by its kind and what
 // is fused into it; a reduction's `spec` is vectorized only for a row kernel

@@ -518,7 +518,8 @@ CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaEl
     return generate_cuda_elementwise(graph, step, spec, fast_math);
   if (!is_reduction_kind(step.kind))
     throw VerifierError("only elementwise and reduction steps have generated kernels");
-  if (step.kind == StepKind::Row) return generate_cuda_row_kernel(graph, step, spec, fast_math);
+  if (step.kind == StepKind::Row || is_column_row_step(step))
+    return generate_cuda_row_kernel(graph, step, spec, fast_math);
   const ReductionParts parts = reduction_parts(step);
   if (!parts.prologue.empty() || cuda_reduces_stored_half_in_vectors(graph, step))
     return generate_cuda_fused_reduction(graph, step, spec, fast_math);

@@ -3,6 +3,11 @@
 // gradients). A warp, or a block of warps, takes a row; its lanes keep their elements of the
 // row's operands in registers where they fit (choose_cuda_row_layout), reduce through shuffles,
 // and make one more pass over the row to store what the step stores.
+//
+// A Column step with work after its reductions (softmax over dim 0) is the same kernel turned
+// on its side: a block takes a tile of a warp's width of columns, a lane each, so that a warp
+// reads consecutive elements; its warps (slices) walk every kCudaColumnSlices-th element of the
+// columns and combine through shared memory rather than shuffles.
 #include <algorithm>
 #include <bit>
 
@@ -55,7 +60,11 @@ class RowKernel {
         registers_(spec.row_registers),
         loads_(cuda_emit::strided_loads(spec)),
         pass_loads_(loads_),
-        known_(graph.nodes.size(), false) {
+        known_(graph.nodes.size(), false),
+        columns_(step.kind == StepKind::Column),
+        leader_(columns_ ? "slice == 0 && in_range" : "lane == 0") {
+    if (columns_ && spec.row_in_registers)
+      throw VerifierError("a column step's kernel rereads its columns in every pass");
     // With the row in registers, lane element t is column lane + lanes * t, every pass unrolled
     // so that the registers are named statically. Vectorized, the lanes take the row in groups
     // of lanes * V columns, V consecutive ones each (V = vector_width, 16 bytes of the
@@ -80,9 +89,14 @@ class RowKernel {
     }
   }
 
-  // Which row this lane works on, and its lane in the row.
+  // Which row this lane works on, and its lane in the row; for columns, its column and slice
+  // (a lane past the last column takes part in combining, never reading or storing).
   void find_row() {
-    if (spec_.row_warps == 1) {
+    if (columns_) {
+      absl::StrAppend(&s_, "  const int lane = threadIdx.x % ", warp_, ", slice = threadIdx.x / ",
+                      warp_, ";\n  const long long row = (long long)blockIdx.x * ", warp_,
+                      " + lane;\n  const bool in_range = row < args.rows;\n");
+    } else if (spec_.row_warps == 1) {
       absl::StrAppend(&s_, "  const long long row = (long long)blockIdx.x * (blockDim.x / ", warp_,
                       ") + threadIdx.x / ", warp_, ";\n  const int lane = threadIdx.x % ", warp_,
                       ";\n  if (row >= args.rows) return;\n");
@@ -163,7 +177,7 @@ class RowKernel {
           std::find(ready.begin(), ready.end(), v) == ready.end())
         continue;
       const char* type = type_name(graph_.nodes[v].dtype);
-      absl::StrAppend(&s_, "  if (lane == 0) ((", type, "*)args.out[", o, "])[row] = lf_store<",
+      absl::StrAppend(&s_, "  if (", leader_, ") ((", type, "*)args.out[", o, "])[row] = lf_store<",
                       type, ">(v", v, ");\n");
     }
   }
@@ -289,6 +303,10 @@ class RowKernel {
       absl::StrAppend(&p, "#pragma unroll\n  for (int t = 0; t < ", registers_,
                       "; ++t) {\n    if (", past_row_, ") break;\n",
                       "    const IDX i = (IDX)(row * args.columns + ", column_, ");\n");
+    } else if (columns_) {
+      absl::StrAppend(
+          &p, "#pragma unroll 4\n  for (long long j = slice; in_range && j < args.columns; j += ",
+          spec_.row_warps, ") {\n    const IDX i = (IDX)(j * args.rows + row);\n");
     } else {
       absl::StrAppend(&p, "#pragma unroll 4\n  for (long long j = lane; j < args.columns; j += ",
                       lanes_, ") {\n    const IDX i = (IDX)(row * args.columns + j);\n");
@@ -304,6 +322,14 @@ class RowKernel {
   // reads it), in warp order by every lane.
   void combine_lanes(size_t k, const char* a, const std::string& combine) {
     const std::string acc = absl::StrCat("acc", k);
+    if (columns_) {
+      // A column's slices, in slice order, by each of its lanes.
+      absl::StrAppend(&s_, "  __shared__ ", a, " slice_acc", k, "[", spec_.row_warps, "][", warp_,
+                      "];\n  slice_acc", k, "[slice][lane] = ", acc, ";\n  __syncthreads();\n  ",
+                      acc, " = slice_acc", k, "[0][lane];\n  for (int w = 1; w < ", spec_.row_warps,
+                      "; ++w) ", acc, " = ", combine, "(", acc, ", slice_acc", k, "[w][lane]);\n");
+      return;
+    }
     absl::StrAppend(&s_, "  for (int offset = ", warp_ / 2, "; offset > 0; offset /= 2) ", acc,
                     " = ", combine, "(", acc, ", ", gpu_dialect().shuffle_xor(acc, "offset"),
                     ");\n");
@@ -334,7 +360,7 @@ class RowKernel {
                     ";\n");
     for (size_t o = 0; o < step_.outputs.size(); ++o)
       if (step_.outputs[o] == r)
-        absl::StrAppend(&s_, "  if (lane == 0) ((", result_type, "*)args.out[", o,
+        absl::StrAppend(&s_, "  if (", leader_, ") ((", result_type, "*)args.out[", o,
                         "])[row] = total", k, ";\n");
   }
 
@@ -374,6 +400,8 @@ class RowKernel {
   bool stores_ = false;
   std::vector<bool> known_;
   size_t next_row_value_ = 0;
+  const bool columns_;  // a column step: a lane a column, the block's warps slices of it
+  const char* leader_;  // the lane that stores a row's (or column's) values
 };
 
 }  // namespace
@@ -423,6 +451,20 @@ void choose_cuda_row_layout(CudaElementwiseLaunch& plan, int64_t columns, size_t
                                    per_lane, spec.vectorized ? spec.vector_width : 1)))));
 }
 
+void choose_cuda_column_layout(CudaElementwiseLaunch& plan) {
+  CudaElementwiseSpec& spec = plan.spec;
+  spec.row_warps = static_cast<int>(kCudaColumnSlices);
+  spec.row_in_registers = false;
+  spec.vectorized = false;
+  spec.vector_width = 4;
+  spec.periods_are_rows = false;
+}
+
+int64_t cuda_column_step_blocks(int64_t columns) {
+  const int64_t warp = gpu_dialect().warp_size();
+  return (columns + warp - 1) / warp;
+}
+
 int cuda_row_threads(const CudaElementwiseSpec& spec) {
   return spec.row_warps == 1 ? kCudaReduceThreads : gpu_dialect().warp_size() * spec.row_warps;
 }
@@ -445,8 +487,12 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
   }
   CudaSource source = cuda_emit::begin_row_kernel(
       graph, step, spec, fast_math, preamble,
-      absl::StrCat(names, " over each row, then ", parts.epilogue.size(),
-                   " fused nodes over the row again"),
+      absl::StrCat(
+          names,
+          step.kind == StepKind::Column ? " over each column, then " : " over each row, then ",
+          parts.epilogue.size(),
+          step.kind == StepKind::Column ? " fused nodes over the column again"
+                                        : " fused nodes over the row again"),
       [&](ArgLayout& layout) { add_row_fields(layout, static_cast<int>(step.outputs.size())); },
       cuda_row_threads(spec));
   RowKernel row(graph, step, spec, source.source);

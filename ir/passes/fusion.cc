@@ -121,23 +121,33 @@ std::vector<bool> members_needed_by(const Graph& graph, const Step& step, ValueI
   return needed;
 }
 
+// Whether a member of `step` reads `value`.
+bool member_reads(const Graph& graph, const Step& step, ValueId value) {
+  for (ValueId m : step.nodes)
+    for (ValueId in : graph.nodes[m].inputs)
+      if (in == value) return true;
+  return false;
+}
+
 // A step with its members set, of a group holding reductions: the kind (Reduction, Row or
-// Column) and each member's role. One reduction over leading dims is a column step, every
-// other member its prologue. Otherwise a member is a row value when it has one value per row
-// (not the space's shape; a scalar constant is computed where it is used); a prologue member
-// when a reduction reads it; else an epilogue member. Several reductions, row values, an
-// epilogue or stored work over the space make a row step.
+// Column) and each member's role. A member is a row value when it has one value per row (not
+// the space's shape; a scalar constant is computed where it is used); a prologue member when a
+// reduction reads it; else an epilogue member. Reductions over leading dims make a column step
+// (one reduction with its prologue, or a column's row step: softmax over dim 0); otherwise
+// several reductions, row values, an epilogue or stored work over the space make a row step.
 void record_reduction_roles(const Graph& graph, Step& step) {
   std::vector<ValueId> reductions;
   for (ValueId v : step.nodes)
     if (is_reduction(graph.nodes[v].op)) reductions.push_back(v);
   const Node& first = graph.nodes[reductions.front()];
   const int64_t rank = static_cast<int64_t>(graph.nodes[first.inputs[0]].shape.size());
+  const bool columns = reduces_leading_dims(reduction_dims(first.attrs, rank), rank);
   step.roles.assign(step.nodes.size(), Role::Prologue);
-  if (reductions.size() == 1 && reduces_leading_dims(reduction_dims(first.attrs, rank), rank)) {
-    step.kind = StepKind::Column;
+  if (columns && reductions.size() == 1 && !member_reads(graph, step, reductions.front())) {
+    // One reduction and the work it walks the columns with (phase 7), whatever it stores.
     for (size_t i = 0; i < step.nodes.size(); ++i)
       if (step.nodes[i] == reductions.front()) step.roles[i] = Role::Reduction;
+    step.kind = StepKind::Column;
     return;
   }
   std::vector<bool> in_prologue(graph.nodes.size(), false);
@@ -161,7 +171,7 @@ void record_reduction_roles(const Graph& graph, Step& step) {
         std::find(step.outputs.begin(), step.outputs.end(), step.nodes[i]) != step.outputs.end();
     row |= stored && step.roles[i] == Role::Prologue;
   }
-  step.kind = row ? StepKind::Row : StepKind::Reduction;
+  step.kind = columns ? StepKind::Column : row ? StepKind::Row : StepKind::Reduction;
 }
 
 // A step with its members, inputs and outputs set: its kind, refined for reductions, and its
@@ -187,40 +197,61 @@ void record_kind_and_roles(const Graph& graph, Step& step) {
   }
 }
 
-// The rows a reduction over trailing dims walks, with or without keepdim, when they have at most
-// `max_row` elements: its operand's shape and how many trailing dims it reduces.
+// The fewest kept elements a column step takes: fewer than a warp's lanes would leave most of
+// each column walk idle.
+constexpr int64_t kMinColumns = 32;
+
+// The rows a reduction over trailing dims walks, or the columns one over leading dims walks (a
+// softmax over dim 0), with or without keepdim, when each has at most `max_row` elements (a
+// column `max_column`): its operand's shape, how many dims it reduces, and which end they are.
 struct RowSpace {
   Shape space;
   size_t reduced = 0;
+  bool columns = false;  // the leading dims are reduced: a column step's
   Device device;
   bool operator==(const RowSpace&) const = default;
-  // One value per row, as keepdim leaves it: the space with the reduced dims of size 1.
+  // One value per row (or column), as keepdim leaves it: the space with the reduced dims of
+  // size 1.
   Shape row_shape() const {
     Shape shape = space;
-    std::fill(shape.end() - static_cast<std::ptrdiff_t>(reduced), shape.end(), 1);
+    const auto reduced_dims = static_cast<std::ptrdiff_t>(reduced);
+    if (columns)
+      std::fill(shape.begin(), shape.begin() + reduced_dims, 1);
+    else
+      std::fill(shape.end() - reduced_dims, shape.end(), 1);
     return shape;
   }
 };
-std::optional<RowSpace> row_space_of(const Graph& graph, ValueId id, int64_t max_row) {
+std::optional<RowSpace> row_space_of(const Graph& graph, ValueId id, const FusionOptions& options) {
   const Node& node = graph.nodes[id];
-  if (!is_reduction(node.op) || !reduces_trailing_dims(graph, id)) return std::nullopt;
+  if (!is_reduction(node.op)) return std::nullopt;
   const Shape& space = graph.nodes[node.inputs[0]].shape;
-  const int64_t rows = numel(node.shape);
-  if (rows == 0 || numel(space) / rows > max_row) return std::nullopt;
-  const size_t reduced = reduction_dims(node.attrs, static_cast<int64_t>(space.size())).size();
+  const int64_t rank = static_cast<int64_t>(space.size());
+  const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
+  const bool rows = lazyfuse::reduces_trailing_dims(dims, rank);
+  if (!rows && !reduces_leading_dims(dims, rank)) return std::nullopt;
+  const int64_t kept = numel(node.shape);
+  if (kept == 0 || numel(space) / kept > (rows ? options.max_row : options.max_column) ||
+      (!rows && kept < kMinColumns))
+    return std::nullopt;
   // A reduction of every dim is one row: it runs best over many blocks, not in a row kernel.
-  if (reduced == 0 || reduced == space.size()) return std::nullopt;
-  return RowSpace{space, reduced, node.device};
+  if (dims.empty() || dims.size() == space.size()) return std::nullopt;
+  return RowSpace{space, dims.size(), !rows, node.device};
 }
 
-bool is_row_reduction(const Graph& graph, ValueId id, int64_t max_row) {
+// A row reduction with keepdim (of every dim too: one row), or a column reduction with keepdim,
+// whose result an elementwise group over its operand's shape can read.
+bool is_row_reduction(const Graph& graph, ValueId id, const FusionOptions& options) {
   const Node& node = graph.nodes[id];
-  if (!is_reduction(node.op) || !node.attrs.has("keepdim") || !node.attrs.get_bool("keepdim") ||
-      !reduces_trailing_dims(graph, id))
+  if (!is_reduction(node.op) || !node.attrs.has("keepdim") || !node.attrs.get_bool("keepdim"))
     return false;
   const Shape& space = graph.nodes[node.inputs[0]].shape;
-  const int64_t row = numel(node.shape) == 0 ? 0 : numel(space) / numel(node.shape);
-  return row <= max_row;
+  const int64_t rank = static_cast<int64_t>(space.size());
+  const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
+  const int64_t length = numel(node.shape) == 0 ? 0 : numel(space) / numel(node.shape);
+  if (lazyfuse::reduces_trailing_dims(dims, rank)) return length <= options.max_row;
+  return reduces_leading_dims(dims, rank) && numel(node.shape) >= kMinColumns &&
+         length <= options.max_column;
 }
 
 class UnionFind {
@@ -496,7 +527,7 @@ void Grouping::absorb_epilogues() {
   if (!options_.enabled) return;
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     const Node& node = graph_.nodes[i];
-    if (!is_row_reduction(graph_, static_cast<ValueId>(i), options_.max_row)) continue;
+    if (!is_row_reduction(graph_, static_cast<ValueId>(i), options_)) continue;
     const Shape& space = graph_.nodes[node.inputs[0]].shape;
     const int step_group = find(group_of_[i]);
     // The consumer group: elementwise users of the reduction over the operand's shape.
@@ -550,7 +581,7 @@ void Grouping::join_row_steps() {
   };
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     const Node& node = graph_.nodes[i];
-    if (!is_row_reduction(graph_, static_cast<ValueId>(i), options_.max_row)) continue;
+    if (!is_row_reduction(graph_, static_cast<ValueId>(i), options_)) continue;
     const ValueId operand = node.inputs[0];
     if (group_of_[operand] < 0 || !is_fusable_elementwise(graph_.nodes[operand].op)) continue;
     const int step_group = find(group_of_[i]);
@@ -559,7 +590,7 @@ void Grouping::join_row_steps() {
     // The producer must be a row step over the same rows.
     bool same_rows = false;
     for (ValueId m : groups_[producer].members)
-      same_rows |= is_row_reduction(graph_, m, options_.max_row) &&
+      same_rows |= is_row_reduction(graph_, m, options_) &&
                    row_space(m) == row_space(static_cast<ValueId>(i));
     if (!same_rows) continue;
     // Nothing else the step reads may depend on the producer (that would be a cycle).
@@ -604,7 +635,7 @@ bool Grouping::fits_row_step(int step, int g, const RowSpace& rows) {
     ++members;
     if (node.device != rows.device) return false;
     if (is_reduction(node.op)) {
-      if (row_space_of(graph_, m, options_.max_row) != rows) return false;
+      if (row_space_of(graph_, m, options_) != rows) return false;
       continue;
     }
     if (!is_fusable_elementwise(node.op) || epilogue_of_[m] >= 0) return false;
@@ -639,8 +670,7 @@ void Grouping::grow_row_steps() {
   for (bool grew = true; grew;) {
     grew = false;
     for (size_t i = 0; i < graph_.nodes.size(); ++i) {
-      const std::optional<RowSpace> rows =
-          row_space_of(graph_, static_cast<ValueId>(i), options_.max_row);
+      const std::optional<RowSpace> rows = row_space_of(graph_, static_cast<ValueId>(i), options_);
       if (!rows) continue;
       int step = group(static_cast<ValueId>(i));
       // Neighbours: the groups the step reads, and those that read it.
@@ -671,8 +701,8 @@ void Grouping::absorb_column_prologues() {
     const ValueId operand = node.inputs[0];
     const Shape& space = graph_.nodes[operand].shape;
     const int64_t rank = static_cast<int64_t>(space.size());
-    // Fewer kept elements than a warp's lanes would leave most of each column walk idle.
-    if (!reduces_leading_dims(reduction_dims(node.attrs, rank), rank) || numel(node.shape) < 32)
+    if (!reduces_leading_dims(reduction_dims(node.attrs, rank), rank) ||
+        numel(node.shape) < kMinColumns)
       continue;
     const int step = group(static_cast<ValueId>(i));
     const int producer = group(operand);

@@ -155,8 +155,10 @@ std::vector<Step> fuse_siblings(const Graph& graph, std::vector<Step> steps,
 // elementwise work fused before it (a row step stays alone), whose reduction is its last member.
 bool is_group_member(const Step& step) {
   if (step.kind == StepKind::Elementwise) return true;
-  return (step.kind == StepKind::Reduction || step.kind == StepKind::Column) &&
-         step.roles.back() == Role::Reduction;
+  if (step.kind != StepKind::Reduction && step.kind != StepKind::Column) return false;
+  // One reduction, last: a column's row step (softmax over dim 0) has more, or work after it.
+  return step.roles.back() == Role::Reduction &&
+         std::count(step.roles.begin(), step.roles.end(), Role::Reduction) == 1;
 }
 
 Step make_group(std::vector<Step> members) {

@@ -62,6 +62,10 @@ void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, S
     case StepKind::Reduction:
     case StepKind::Column: {
       const ReductionParts parts = reduction_parts(step);
+      if (is_column_row_step(step)) {
+        run_row_kernel(graph, step, graph.nodes[parts.reduction], values, memo);
+        return;
+      }
       const Node& reduction = graph.nodes[parts.reduction];
       if (step.kind == StepKind::Column && !parts.prologue.empty()) {
         run_fused_column_reduction(graph, step, reduction, values, memo);

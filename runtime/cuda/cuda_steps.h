@@ -148,7 +148,8 @@ int64_t column_tiles(const ReductionWords& words);
 void run_fused_column_reduction(const Graph& graph, const Step& step, const Node& node,
                                 ValueBuffers& values, LaunchMemo* memo);
 
-// A row step (reductions of the same rows, an epilogue): one warp per row.
+// A row step (reductions of the same rows, an epilogue): one warp per row; a column step with
+// work after its reduction (is_column_row_step) the same kernel over columns, a lane a column.
 void run_row_kernel(const Graph& graph, const Step& step, const Node& node, ValueBuffers& values,
                     LaunchMemo* memo);
 

@@ -193,6 +193,8 @@ void run_row_kernel(const Graph& graph, const Step& step, const Node& node, Valu
                     LaunchMemo* memo) {
   cuda::activate(node.device.index());
   const absl::InlinedVector<uint64_t, 4> outputs = allocate_outputs(graph, step, values);
+  // A column step's row kernel (is_column_row_step) takes a column as a row kernel a row.
+  const bool over_columns = step.kind == StepKind::Column;
   const int64_t rows = numel(node.shape);
   if (rows == 0) return;
   // Lanes read and write 16 bytes at once (choose_cuda_row_layout) where the row is in
@@ -210,7 +212,10 @@ void run_row_kernel(const Graph& graph, const Step& step, const Node& node, Valu
       step, values, outputs_aligned ? memo : nullptr, scratch,
       [&](const std::vector<OperandLayout>& layouts) {
         CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
-        choose_cuda_row_layout(plan, plan.numel / rows, step.inputs.size(), outputs_aligned);
+        if (over_columns)
+          choose_cuda_column_layout(plan);
+        else
+          choose_cuda_row_layout(plan, plan.numel / rows, step.inputs.size(), outputs_aligned);
         return plan;
       },
       [&](const CudaElementwiseSpec& spec, bool fast_math) {
@@ -221,8 +226,8 @@ void run_row_kernel(const Graph& graph, const Step& step, const Node& node, Valu
   append_space_args(kernel.plan, input_addresses(step, values), args);
   append_row_args(outputs, rows, columns, args);
   launch(node.device.index(), static_cast<cuda::CUfunction>(kernel.function),
-         cuda_row_blocks(kernel.plan.spec, rows), cuda_row_threads(kernel.plan.spec), args,
-         kernel.name);
+         over_columns ? cuda_column_step_blocks(rows) : cuda_row_blocks(kernel.plan.spec, rows),
+         cuda_row_threads(kernel.plan.spec), args, kernel.name);
 }
 
 PlainReduction plan_plain_reduction(const Node& node, const BufferView& input, DType acc) {
