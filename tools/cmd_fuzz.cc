@@ -227,9 +227,18 @@ Graph build(uint64_t seed, const Device& device, bool rows) {
           break;
         }
         default: {
+          // A softmax over the last dim (a row step) or the first (a column step), or a batch
+          // norm's normalization over the first.
           if (a.dim() == 0) continue;
-          Tensor e = (a.to(kFloat32) - a.to(kFloat32).max(-1, true)).exp();
-          out = e / e.sum({-1}, true);  // softmax
+          const int64_t dim = a.dim() > 1 && pick(2) ? 0 : -1;
+          const Tensor f = a.to(kFloat32);
+          if (dim == 0 && pick(2)) {
+            const Tensor centred = f - f.mean({0}, true);
+            out = centred * ((centred * centred).mean({0}, true) + 1e-5).rsqrt();
+          } else {
+            Tensor e = (f - f.max(dim, true)).exp();
+            out = e / e.sum({dim}, true);
+          }
         }
       }
       pool.push_back(out);
