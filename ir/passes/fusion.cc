@@ -37,6 +37,9 @@
 //     are computed once per row between the passes; a full-size member may read them, and
 //     stored ones are stored once per row. So LayerNorm, RMSNorm, log-softmax and
 //     cross-entropy with its gradient are one kernel each.
+//     Phases 4-6 take column reductions alike (reductions over leading dims, of columns up to
+//     `max_column` elements and at least 32 columns): softmax over dim 0 and a batch norm's
+//     statistics with its normalization are one column step, a row kernel turned on its side.
 //  7. absorb_column_prologues: a reduction over leading dims (a bias gradient's sum over the
 //     batch, a batch norm's column statistics) of at least 32 kept elements takes the
 //     elementwise group computing its operand, whatever else reads that group's values (they
