@@ -28,8 +28,11 @@ for p in $(seq 0 $((processes - 1))); do
       left=$((deadline - SECONDS))
       [ "$left" -le 1 ] && break
       n=$((share - c * per_chunk < per_chunk ? share - c * per_chunk : per_chunk))
+      # Odd processes draw the family whose innermost size is 16, 64 or 256 (row steps, and
+      # column steps of 32 columns or more).
+      rows=$([ $((p % 2)) = 1 ] && echo --rows || true)
       OMP_NUM_THREADS=1 timeout "$left" "$lazyfuse" fuzz --seed=$((first_seed + p * 10000 + c)) \
-        --graphs=$n --device="${FUZZ_DEVICE:-cuda:0}" > "$out/fuzz-parts/$p.$c.log" 2>&1
+        --graphs=$n --device="${FUZZ_DEVICE:-cuda:0}" $rows > "$out/fuzz-parts/$p.$c.log" 2>&1
       echo "exit $?" >> "$out/fuzz-parts/$p.$c.log"
       c=$((c + 1))
     done
