@@ -69,19 +69,11 @@ Tensor Tensor::to(DType dtype, Loc where) const {
 }
 
 Tensor Tensor::neg(Loc where) const { return make_op(Op::Neg, {*this}, {}, where); }
-Tensor Tensor::abs(Loc where) const { return make_op(Op::Abs, {*this}, {}, where); }
-Tensor Tensor::exp(Loc where) const { return make_op(Op::Exp, {*this}, {}, where); }
-Tensor Tensor::log(Loc where) const { return make_op(Op::Log, {*this}, {}, where); }
-Tensor Tensor::sqrt(Loc where) const { return make_op(Op::Sqrt, {*this}, {}, where); }
-Tensor Tensor::rsqrt(Loc where) const { return make_op(Op::Rsqrt, {*this}, {}, where); }
-Tensor Tensor::log1p(Loc where) const { return make_op(Op::Log1p, {*this}, {}, where); }
-Tensor Tensor::expm1(Loc where) const { return make_op(Op::Expm1, {*this}, {}, where); }
-Tensor Tensor::erf(Loc where) const { return make_op(Op::Erf, {*this}, {}, where); }
-Tensor Tensor::sin(Loc where) const { return make_op(Op::Sin, {*this}, {}, where); }
-Tensor Tensor::cos(Loc where) const { return make_op(Op::Cos, {*this}, {}, where); }
-Tensor Tensor::tanh(Loc where) const { return make_op(Op::Tanh, {*this}, {}, where); }
-Tensor Tensor::sigmoid(Loc where) const { return make_op(Op::Sigmoid, {*this}, {}, where); }
-Tensor Tensor::relu(Loc where) const { return make_op(Op::Relu, {*this}, {}, where); }
+#define LAZYFUSE_DEFINE_UNARY(name, op)                                                \
+  Tensor Tensor::name(Loc where) const { return make_op(Op::op, {*this}, {}, where); } \
+  Tensor name(const Tensor& t, Loc where) { return t.name(where); }
+LAZYFUSE_UNARY_OPS(LAZYFUSE_DEFINE_UNARY)
+#undef LAZYFUSE_DEFINE_UNARY
 Tensor Tensor::pow(const Tensor& exponent, Loc where) const {
   return make_op(Op::Pow, {*this, exponent}, {}, where);
 }
@@ -462,18 +454,6 @@ LF_SCALAR_FIRST_OPERATOR(>=, Op::Ge)
 
 Tensor operator-(TensorArg a) { return a.tensor.neg(a.where); }
 
-Tensor exp(const Tensor& t, Loc where) { return t.exp(where); }
-Tensor log(const Tensor& t, Loc where) { return t.log(where); }
-Tensor sqrt(const Tensor& t, Loc where) { return t.sqrt(where); }
-Tensor tanh(const Tensor& t, Loc where) { return t.tanh(where); }
-Tensor sigmoid(const Tensor& t, Loc where) { return t.sigmoid(where); }
-Tensor relu(const Tensor& t, Loc where) { return t.relu(where); }
-Tensor abs(const Tensor& t, Loc where) { return t.abs(where); }
-Tensor log1p(const Tensor& t, Loc where) { return t.log1p(where); }
-Tensor expm1(const Tensor& t, Loc where) { return t.expm1(where); }
-Tensor erf(const Tensor& t, Loc where) { return t.erf(where); }
-Tensor sin(const Tensor& t, Loc where) { return t.sin(where); }
-Tensor cos(const Tensor& t, Loc where) { return t.cos(where); }
 Tensor pow(const Tensor& base, const Tensor& exponent, Loc where) {
   return base.pow(exponent, where);
 }

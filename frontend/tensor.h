@@ -151,6 +151,16 @@ struct TensorImpl {
   std::shared_ptr<AutogradMeta> autograd;
 };
 
+// The unary elementwise ops of ir/ops.def that are a method and a free function of the same name,
+// as torch's x.exp() and torch::exp(x), each as X(name, Op enumerator). A new unary op is its
+// ops.def line and its entry here.
+// clang-format off
+#define LAZYFUSE_UNARY_OPS(X)                                                \
+  X(abs, Abs) X(exp, Exp) X(log, Log) X(sqrt, Sqrt) X(rsqrt, Rsqrt)          \
+  X(log1p, Log1p) X(expm1, Expm1) X(erf, Erf) X(sin, Sin) X(cos, Cos)        \
+  X(tanh, Tanh) X(sigmoid, Sigmoid) X(relu, Relu)
+// clang-format on
+
 class Tensor {
  public:
   Tensor() = default;  // undefined: every use but defined() throws
@@ -184,21 +194,12 @@ class Tensor {
   Tensor to(DType dtype, Loc where = Loc::current()) const;
   Tensor cpu(Loc where = Loc::current()) const { return to(Device::cpu(), where); }
 
-  // Elementwise.
+  // Elementwise: neg (also operator-), the unary ops of LAZYFUSE_UNARY_OPS (abs, exp, log,
+  // sqrt, rsqrt, log1p, expm1, erf, sin, cos, tanh, sigmoid, relu), pow, clamp.
   Tensor neg(Loc where = Loc::current()) const;
-  Tensor abs(Loc where = Loc::current()) const;
-  Tensor exp(Loc where = Loc::current()) const;
-  Tensor log(Loc where = Loc::current()) const;
-  Tensor sqrt(Loc where = Loc::current()) const;
-  Tensor rsqrt(Loc where = Loc::current()) const;
-  Tensor log1p(Loc where = Loc::current()) const;
-  Tensor expm1(Loc where = Loc::current()) const;
-  Tensor erf(Loc where = Loc::current()) const;
-  Tensor sin(Loc where = Loc::current()) const;
-  Tensor cos(Loc where = Loc::current()) const;
-  Tensor tanh(Loc where = Loc::current()) const;
-  Tensor sigmoid(Loc where = Loc::current()) const;
-  Tensor relu(Loc where = Loc::current()) const;
+#define LAZYFUSE_DECLARE_UNARY_METHOD(name, op) Tensor name(Loc where = Loc::current()) const;
+  LAZYFUSE_UNARY_OPS(LAZYFUSE_DECLARE_UNARY_METHOD)
+#undef LAZYFUSE_DECLARE_UNARY_METHOD
   Tensor pow(const Tensor& exponent, Loc where = Loc::current()) const;
   Tensor pow(Scalar exponent, Loc where = Loc::current()) const;
   Tensor clamp(Scalar min, Scalar max, Loc where = Loc::current()) const;
@@ -388,19 +389,11 @@ Tensor operator<=(TensorArg a, Scalar b);
 Tensor operator>(TensorArg a, Scalar b);
 Tensor operator>=(TensorArg a, Scalar b);
 
-// Free functions, as torch::exp(t) and friends.
-Tensor exp(const Tensor& t, Loc where = Loc::current());
-Tensor log(const Tensor& t, Loc where = Loc::current());
-Tensor sqrt(const Tensor& t, Loc where = Loc::current());
-Tensor tanh(const Tensor& t, Loc where = Loc::current());
-Tensor sigmoid(const Tensor& t, Loc where = Loc::current());
-Tensor relu(const Tensor& t, Loc where = Loc::current());
-Tensor abs(const Tensor& t, Loc where = Loc::current());
-Tensor log1p(const Tensor& t, Loc where = Loc::current());
-Tensor expm1(const Tensor& t, Loc where = Loc::current());
-Tensor erf(const Tensor& t, Loc where = Loc::current());
-Tensor sin(const Tensor& t, Loc where = Loc::current());
-Tensor cos(const Tensor& t, Loc where = Loc::current());
+// Free functions, as torch::exp(t) and friends: each of LAZYFUSE_UNARY_OPS, then the rest.
+#define LAZYFUSE_DECLARE_UNARY_FUNCTION(name, op) \
+  Tensor name(const Tensor& t, Loc where = Loc::current());
+LAZYFUSE_UNARY_OPS(LAZYFUSE_DECLARE_UNARY_FUNCTION)
+#undef LAZYFUSE_DECLARE_UNARY_FUNCTION
 Tensor pow(const Tensor& base, const Tensor& exponent, Loc where = Loc::current());
 Tensor pow(const Tensor& base, Scalar exponent, Loc where = Loc::current());
 Tensor pow(Scalar base, const Tensor& exponent, Loc where = Loc::current());

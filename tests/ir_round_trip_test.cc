@@ -108,7 +108,7 @@ std::string check_stages(const std::string& text, const ExpectedFailure* expecte
   }
   std::vector<std::string> passes;  // the passes that ran so far
   std::vector<std::string> stages = {""};
-  stages.insert(stages.end(), std::begin(kPassNames), std::end(kPassNames));
+  for (std::string_view name : pass_name_list()) stages.emplace_back(name);
   for (const std::string& pass : stages) {
     std::vector<std::string> with_pass = passes;
     if (!pass.empty()) with_pass.push_back(pass);

@@ -28,12 +28,25 @@ Schedule run_fusion(Graph graph, const FusionOptions& options);
 // (siblings over one space) or a launch (a Group step).
 void run_horizontal_fusion(Schedule& schedule, const FusionOptions& options);
 
-// The passes in pipeline order, and their names as --passes, --print-after and LAZYFUSE_DUMP
-// give them: the one list that the pipeline, the CLI and its help read.
-enum class Pass { Placement, SinkViews, Cse, Dce, Fusion, HorizontalFusion };
-inline constexpr std::string_view kPassNames[] = {"placement", "sink-views", "cse",
-                                                  "dce",       "fusion",     "horizontal-fusion"};
-constexpr std::string_view pass_name(Pass pass) { return kPassNames[static_cast<int>(pass)]; }
+// A pass over the graph, before fusion cuts it into steps.
+struct GraphPass {
+  std::string_view name;
+  void (*run)(Graph& graph);
+  bool places = false;  // after it, every operand is on its node's device (verify's `placed`)
+};
+
+// The passes in pipeline order, by the names --passes, --print-after and LAZYFUSE_DUMP give
+// them: the graph passes, then fusion and horizontal fusion, which make and reshape the
+// schedule. The one list that the pipeline, the CLI and its help read: a new graph pass is a
+// file of its own in ir/passes/ and a line here.
+inline constexpr GraphPass kGraphPasses[] = {{"placement", run_placement, /*places=*/true},
+                                             {"sink-views", run_sink_views},
+                                             {"cse", run_cse},
+                                             {"dce", run_dce}};
+inline constexpr std::string_view kFusionPass = "fusion";
+inline constexpr std::string_view kHorizontalFusionPass = "horizontal-fusion";
+// Every pass's name, in pipeline order.
+std::vector<std::string_view> pass_name_list();
 // Every pass name, in order, between `separator`s: "placement,sink-views,...".
 std::string pass_names(std::string_view separator);
 
