@@ -93,6 +93,20 @@ Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 
 // any shape) names, shaped as input with embedding_dim appended. An index outside the table is
 // an IndexError when the value is computed. Its gradient sums into the rows looked up.
 Tensor embedding(const Tensor& input, const Tensor& weight, Loc where = Loc::current());
+// Attention as PyTorch's F.scaled_dot_product_attention: softmax(q k^T * scale + mask) v over
+// query [..., L, E], key [..., S, E], value [..., S, Ev], batch dims broadcasting, giving
+// [..., L, Ev]. scale defaults to 1/sqrt(E). attn_mask, broadcasting to [..., L, S], is bool
+// (true: the key is seen) or of query's dtype (added to the scores); is_causal lets query i see
+// keys 0..i (with no attn_mask). dropout_p > 0 drops attention weights (always, as PyTorch's
+// functional does) from lazyfuse's random stream. With enable_gqa, key and value heads (dim -3)
+// dividing query's are each shared by consecutive query heads. A query that sees no key gives
+// zeros (PyTorch's math backend). Shapes that do not line up are a ShapeError naming them,
+// dtypes that differ a DTypeError.
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask = {}, double dropout_p = 0.0,
+                                    bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt,
+                                    bool enable_gqa = false, Loc where = Loc::current());
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Loc where = Loc::current());
 

@@ -1,0 +1,128 @@
+// nn::functional::scaled_dot_product_attention, as PyTorch's. Written in the ops of tensor.h,
+// the form a model author writes by hand (scores, a mask through where or an added bias, a
+// softmax over the keys, a product with the values), so it is lazy, has its gradients from the
+// ops' rules, and gives fusion the same graph whoever wrote it.
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "lazyfuse/frontend/functional.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/ir/graph.h"
+
+namespace lazyfuse::nn::functional {
+namespace {
+
+[[noreturn]] void shape_error(const std::string& message, const Loc& where) {
+  throw ShapeError(absl::StrCat("scaled_dot_product_attention: ", message, " (at ",
+                                SourceLoc::from(where).str(), ")"));
+}
+
+// Checks what PyTorch checks, naming the argument and the shapes.
+void check_operands(const Tensor& query, const Tensor& key, const Tensor& value,
+                    const Tensor& attn_mask, double dropout_p, bool is_causal, bool enable_gqa,
+                    const Loc& where) {
+  for (const auto& [name, t] : {std::pair{"query", &query}, {"key", &key}, {"value", &value}}) {
+    if (!t->defined()) shape_error(absl::StrCat(name, " is undefined"), where);
+    if (t->dim() < 2)
+      shape_error(absl::StrCat(name, " must have at least 2 dims ([..., length, head dim]), got ",
+                               shape_str(t->sizes())),
+                  where);
+  }
+  if (key.dtype() != query.dtype() || value.dtype() != query.dtype() || !is_floating(query.dtype()))
+    throw DTypeError(absl::StrCat(
+        "scaled_dot_product_attention: query, key and value must have one floating dtype, got ",
+        dtype_torch_name(query.dtype()), ", ", dtype_torch_name(key.dtype()), " and ",
+        dtype_torch_name(value.dtype()), " (at ", SourceLoc::from(where).str(), ")"));
+  if (query.size(-1) != key.size(-1))
+    shape_error(absl::StrCat("query's head dim (its last) must equal key's: query ",
+                             shape_str(query.sizes()), ", key ", shape_str(key.sizes())),
+                where);
+  if (key.size(-2) != value.size(-2))
+    shape_error(absl::StrCat("key and value must have one length (dim -2): key ",
+                             shape_str(key.sizes()), ", value ", shape_str(value.sizes())),
+                where);
+  if (enable_gqa && query.dim() >= 3) {
+    const int64_t heads = query.size(-3), key_heads = key.size(-3);
+    if (key.dim() < 3 || value.dim() < 3 || value.size(-3) != key_heads || key_heads == 0 ||
+        heads % key_heads != 0)
+      shape_error(absl::StrCat("with enable_gqa, key's and value's heads (dim -3) must be equal "
+                               "and divide query's: query ",
+                               shape_str(query.sizes()), ", key ", shape_str(key.sizes()),
+                               ", value ", shape_str(value.sizes())),
+                  where);
+  }
+  if (attn_mask.defined()) {
+    if (is_causal)
+      throw ValueError(absl::StrCat(
+          "scaled_dot_product_attention: attn_mask must not be given with is_causal=true (at ",
+          SourceLoc::from(where).str(), ")"));
+    if (attn_mask.dtype() != DType::Bool && attn_mask.dtype() != query.dtype())
+      throw DTypeError(absl::StrCat(
+          "scaled_dot_product_attention: attn_mask must be bool or query's dtype (",
+          dtype_torch_name(query.dtype()), "), got ", dtype_torch_name(attn_mask.dtype()), " (at ",
+          SourceLoc::from(where).str(), ")"));
+  }
+  if (!(dropout_p >= 0 && dropout_p < 1))
+    throw ValueError(absl::StrCat("scaled_dot_product_attention: dropout_p must be in [0, 1), got ",
+                                  dropout_p, " (at ", SourceLoc::from(where).str(), ")"));
+}
+
+// Key or value heads [..., H_kv, S, E] each repeated `groups` times in a row ([..., H_kv *
+// groups, S, E]), as repeat_interleave along dim -3 gives them.
+Tensor repeat_heads(const Tensor& t, int64_t groups, const Loc& where) {
+  if (groups == 1) return t;
+  Shape expanded = t.sizes();
+  expanded.insert(expanded.end() - 2, groups);
+  Shape merged = t.sizes();
+  merged[merged.size() - 3] *= groups;
+  return t.unsqueeze(-3, where).expand(expanded, where).reshape(merged, where);
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                    std::optional<double> scale, bool enable_gqa, Loc where) {
+  check_operands(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, where);
+  Tensor k = key, v = value;
+  if (enable_gqa && query.dim() >= 3) {
+    const int64_t groups = query.size(-3) / key.size(-3);
+    k = repeat_heads(key, groups, where);
+    v = repeat_heads(value, groups, where);
+  }
+  const double factor = scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));
+  Tensor scores = query.matmul(k.transpose(-2, -1, where), where) * factor;
+  const double minus_infinity = -std::numeric_limits<double>::infinity();
+  if (is_causal) {
+    // Query i sees keys 0..i (the mask's top left corner, as PyTorch's is_causal).
+    const int64_t queries = query.size(-2), keys = k.size(-2);
+    const TensorOptions positions = TensorOptions(DType::Int64).device(query.device());
+    const Tensor seen = arange(queries, positions, where).unsqueeze(1, where) >=
+                        arange(keys, positions, where).unsqueeze(0, where);
+    scores = lazyfuse::where(seen, scores, minus_infinity, where);
+  } else if (attn_mask.defined()) {
+    Shape broadcast;
+    if (!broadcast_shapes(attn_mask.sizes(), scores.sizes(), &broadcast) ||
+        broadcast != scores.sizes())
+      shape_error(absl::StrCat("attn_mask ", shape_str(attn_mask.sizes()),
+                               " does not broadcast to the scores ", shape_str(scores.sizes())),
+                  where);
+    scores = attn_mask.dtype() == DType::Bool
+                 ? lazyfuse::where(attn_mask, scores, minus_infinity, where)
+                 :
+                 operator+({scores, where}, attn_mask);
+  }
+  // A softmax over the keys in which a row that sees no key gives zeros, as PyTorch's math
+  // backend (its _safe_softmax) does, rather than NaN: such a row's max is taken as 0 and its
+  // sum of exponentials (0) as 1.
+  const Tensor top = scores.amax({-1}, true, where);
+  const Tensor shifted = scores - lazyfuse::where(top == minus_infinity, 0.0, top, where);
+  const Tensor e = shifted.exp(where);
+  const Tensor total = e.sum({-1}, true, where);
+  Tensor weights = e / lazyfuse::where(total == 0.0, 1.0, total, where);
+  if (dropout_p > 0) weights = dropout(weights, dropout_p, /*training=*/true, where);
+  return weights.matmul(v, where);
+}
+
+}  // namespace lazyfuse::nn::functional

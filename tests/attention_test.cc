@@ -1,0 +1,245 @@
+// nn::functional::scaled_dot_product_attention against a float64 attention written here, loop
+// by loop: forward over masks, causal, GQA, scales and dropout; gradients against central
+// differences; bad input as typed errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "lazyfuse/lazyfuse.h"
+#include "tests/gradcheck.h"
+
+namespace lazyfuse {
+namespace {
+
+using nn::functional::scaled_dot_product_attention;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<double> random_values(int64_t n, uint32_t seed, double lo = -1.5, double hi = 1.5) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = dist(rng);
+  return v;
+}
+
+// The shapes of one case: query [B, H, L, E], key and value [B, Hkv, S, E] and [B, Hkv, S, Ev].
+struct Dims {
+  int64_t b, h, hkv, l, s, e, ev;
+};
+
+// Attention in float64, one query row at a time. `bias(b, h, i, j)` is added to each score
+// (-inf for a key the query does not see); `keep(b, h, i, j)` scales a weight after the
+// softmax (dropout's mask over 1 - p), 1 without dropout. A row that sees no key gives zeros.
+template <typename Bias, typename Keep>
+std::vector<double> reference(const Dims& d, const std::vector<double>& q,
+                              const std::vector<double>& k, const std::vector<double>& v,
+                              double scale, Bias bias, Keep keep) {
+  std::vector<double> out(static_cast<size_t>(d.b * d.h * d.l * d.ev), 0.0);
+  const int64_t groups = d.h / d.hkv;
+  for (int64_t b = 0; b < d.b; ++b)
+    for (int64_t h = 0; h < d.h; ++h) {
+      const int64_t kh = h / groups;
+      for (int64_t i = 0; i < d.l; ++i) {
+        std::vector<double> scores(static_cast<size_t>(d.s));
+        double top = -kInf;
+        for (int64_t j = 0; j < d.s; ++j) {
+          double dot = 0;
+          for (int64_t x = 0; x < d.e; ++x)
+            dot +=
+                q[((b * d.h + h) * d.l + i) * d.e + x] * k[((b * d.hkv + kh) * d.s + j) * d.e + x];
+          scores[j] = dot * scale + bias(b, h, i, j);
+          top = std::max(top, scores[j]);
+        }
+        if (top == -kInf) continue;
+        double total = 0;
+        for (double& s : scores) total += (s = std::exp(s - top));
+        for (int64_t j = 0; j < d.s; ++j) {
+          const double weight = scores[j] / total * keep(b, h, i, j);
+          for (int64_t y = 0; y < d.ev; ++y)
+            out[((b * d.h + h) * d.l + i) * d.ev + y] +=
+                weight * v[((b * d.hkv + kh) * d.s + j) * d.ev + y];
+        }
+      }
+    }
+  return out;
+}
+
+auto no_bias = [](int64_t, int64_t, int64_t, int64_t) { return 0.0; };
+auto keep_all = [](int64_t, int64_t, int64_t, int64_t) { return 1.0; };
+
+struct Operands {
+  Tensor q, k, v;
+  std::vector<double> qs, ks, vs;  // as the tensors hold them
+};
+Operands operands(const Dims& d, DType dtype, uint32_t seed) {
+  const TensorOptions options(dtype);
+  Operands o;
+  o.q = from_vector(random_values(d.b * d.h * d.l * d.e, seed), {d.b, d.h, d.l, d.e}, options);
+  o.k = from_vector(random_values(d.b * d.hkv * d.s * d.e, seed + 1), {d.b, d.hkv, d.s, d.e},
+                    options);
+  o.v = from_vector(random_values(d.b * d.hkv * d.s * d.ev, seed + 2), {d.b, d.hkv, d.s, d.ev},
+                    options);
+  o.qs = o.q.to_vector<double>();
+  o.ks = o.k.to_vector<double>();
+  o.vs = o.v.to_vector<double>();
+  return o;
+}
+
+void expect_near(const Tensor& got, const std::vector<double>& want, double tolerance) {
+  const std::vector<double> values = got.to_vector<double>();
+  ASSERT_EQ(values.size(), want.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    ASSERT_NEAR(values[i], want[i], tolerance * std::max(1.0, std::fabs(want[i])))
+        << "element " << i;
+}
+
+double tolerance(DType dtype) { return dtype == kFloat64 ? 1e-12 : 2e-6; }
+
+TEST(Attention, PlainAndScaledMatchFloat64) {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (const Dims& d :
+         {Dims{2, 3, 3, 5, 7, 16, 16}, Dims{1, 2, 2, 1, 1, 8, 4}, Dims{1, 1, 1, 33, 65, 64, 32}}) {
+      SCOPED_TRACE(testing::Message() << dtype << " L " << d.l << " S " << d.s << " E " << d.e);
+      const Operands o = operands(d, dtype, 11);
+      expect_near(scaled_dot_product_attention(o.q, o.k, o.v),
+                  reference(d, o.qs, o.ks, o.vs, 1 / std::sqrt(double(d.e)), no_bias, keep_all),
+                  tolerance(dtype));
+      expect_near(scaled_dot_product_attention(o.q, o.k, o.v, {}, 0.0, false, 0.3),
+                  reference(d, o.qs, o.ks, o.vs, 0.3, no_bias, keep_all), tolerance(dtype));
+    }
+  }
+}
+
+// is_causal: query i sees keys 0..i, the mask's top left corner also where L != S.
+TEST(Attention, CausalMatchesFloat64) {
+  for (const Dims& d :
+       {Dims{2, 2, 2, 9, 9, 16, 16}, Dims{1, 2, 2, 4, 6, 8, 8}, Dims{1, 1, 1, 6, 4, 8, 8}}) {
+    SCOPED_TRACE(testing::Message() << "L " << d.l << " S " << d.s);
+    const Operands o = operands(d, kFloat64, 12);
+    auto causal = [](int64_t, int64_t, int64_t i, int64_t j) { return j <= i ? 0.0 : -kInf; };
+    expect_near(scaled_dot_product_attention(o.q, o.k, o.v, {}, 0.0, true),
+                reference(d, o.qs, o.ks, o.vs, 1 / std::sqrt(double(d.e)), causal, keep_all),
+                1e-12);
+  }
+}
+
+// A bool mask [L, S] broadcast over batch and heads, with a row that sees no key (zeros, as
+// PyTorch's math backend gives); an additive float mask [B, 1, L, S] broadcast over heads.
+TEST(Attention, MasksMatchFloat64) {
+  const Dims d{2, 3, 3, 5, 6, 8, 8};
+  for (DType dtype : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(testing::Message() << dtype);
+    const Operands o = operands(d, dtype, 13);
+    std::vector<double> seen(d.l * d.s);
+    for (int64_t i = 0; i < d.l; ++i)
+      for (int64_t j = 0; j < d.s; ++j) seen[i * d.s + j] = i != 2 && (i + j) % 3 != 0;
+    const Tensor bool_mask = from_vector(seen, {d.l, d.s}).to(kBool);
+    auto by_bool = [&](int64_t, int64_t, int64_t i, int64_t j) {
+      return seen[i * d.s + j] != 0 ? 0.0 : -kInf;
+    };
+    const double scale = 1 / std::sqrt(double(d.e));
+    const Tensor masked = scaled_dot_product_attention(o.q, o.k, o.v, bool_mask);
+    expect_near(masked, reference(d, o.qs, o.ks, o.vs, scale, by_bool, keep_all), tolerance(dtype));
+    for (double x : masked.narrow(2, 2, 1).to_vector<double>()) EXPECT_EQ(x, 0.0);
+
+    const Tensor float_mask =
+        from_vector(random_values(d.b * d.l * d.s, 14, -2, 2), {d.b, 1, d.l, d.s}, dtype);
+    const std::vector<double> added = float_mask.to_vector<double>();
+    auto by_float = [&](int64_t b, int64_t, int64_t i, int64_t j) {
+      return added[(b * d.l + i) * d.s + j];
+    };
+    expect_near(scaled_dot_product_attention(o.q, o.k, o.v, float_mask),
+                reference(d, o.qs, o.ks, o.vs, scale, by_float, keep_all), tolerance(dtype));
+  }
+}
+
+// Grouped-query attention: key and value heads each shared by consecutive query heads.
+TEST(Attention, GroupedQueryHeadsMatchFloat64) {
+  const Dims d{2, 6, 2, 5, 7, 8, 4};
+  const Operands o = operands(d, kFloat64, 15);
+  expect_near(
+      scaled_dot_product_attention(o.q, o.k, o.v, {}, 0.0, true, std::nullopt, true),
+      reference(
+          d, o.qs, o.ks, o.vs, 1 / std::sqrt(double(d.e)),
+          [](int64_t, int64_t, int64_t i, int64_t j) { return j <= i ? 0.0 : -kInf; }, keep_all),
+      1e-12);
+}
+
+// Dropout draws from lazyfuse's random stream: after the same seed, a rand over the weights'
+// shape draws the same mask, which the reference applies.
+TEST(Attention, DropoutIsTheSeedsMask) {
+  const Dims d{1, 2, 2, 4, 5, 8, 8};
+  const Operands o = operands(d, kFloat64, 16);
+  manual_seed(7);
+  const Tensor got = scaled_dot_product_attention(o.q, o.k, o.v, {}, 0.25);
+  const std::vector<double> values = got.to_vector<double>();
+  manual_seed(7);
+  const std::vector<double> draws = rand({d.b, d.h, d.l, d.s}, kFloat64).to_vector<double>();
+  auto keep = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
+    return draws[((b * d.h + h) * d.l + i) * d.s + j] >= 0.25 ? 1 / 0.75 : 0.0;
+  };
+  expect_near(got, reference(d, o.qs, o.ks, o.vs, 1 / std::sqrt(double(d.e)), no_bias, keep),
+              1e-12);
+  manual_seed(7);
+  EXPECT_EQ(scaled_dot_product_attention(o.q, o.k, o.v, {}, 0.25).to_vector<double>(), values);
+}
+
+TEST(Attention, GradientsMatchCentralDifferences) {
+  using testing_gradcheck::gradcheck;
+  const Shape q{2, 4, 5, 8}, kv{2, 2, 6, 8}, same{2, 4, 6, 8};
+  gradcheck("plain",
+            [](const std::vector<Tensor>& in) {
+              return scaled_dot_product_attention(in[0], in[1], in[2]);
+            },
+            {q, same, same});
+  gradcheck("causal",
+            [](const std::vector<Tensor>& in) {
+              return scaled_dot_product_attention(in[0], in[1], in[2], {}, 0.0, true);
+            },
+            {q, same, same});
+  gradcheck("grouped, causal, scaled",
+            [](const std::vector<Tensor>& in) {
+              return scaled_dot_product_attention(in[0], in[1], in[2], {}, 0.0, true, 0.5, true);
+            },
+            {q, kv, kv});
+  gradcheck("an additive mask, itself differentiated",
+            [](const std::vector<Tensor>& in) {
+              return scaled_dot_product_attention(in[0], in[1], in[2], in[3]);
+            },
+            {q, same, same, Shape{5, 6}});
+}
+
+TEST(Attention, BadInputIsATypedErrorNamingTheShapes) {
+  const Tensor q = zeros({2, 4, 5, 8}), k = zeros({2, 4, 6, 8}), v = zeros({2, 4, 6, 8});
+  auto message_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_THROW(scaled_dot_product_attention(q, zeros({2, 4, 6, 7}), v), ShapeError);
+  EXPECT_NE(message_of([&] {
+              scaled_dot_product_attention(q, zeros({2, 4, 6, 7}), v);
+            }).find("[2, 4, 6, 7]"),
+            std::string::npos);
+  EXPECT_THROW(scaled_dot_product_attention(q, k, zeros({2, 4, 5, 8})), ShapeError);
+  EXPECT_THROW(scaled_dot_product_attention(q, zeros({2, 3, 6, 8}), zeros({2, 3, 6, 8}), {}, 0.0,
+                                            false, std::nullopt, true),
+               ShapeError);
+  EXPECT_THROW(scaled_dot_product_attention(q, k, v, zeros({3, 6}).to(kBool)), ShapeError);
+  EXPECT_THROW(scaled_dot_product_attention(q, k.to(kFloat64), v), DTypeError);
+  EXPECT_THROW(scaled_dot_product_attention(q, k, v, zeros({5, 6}, kFloat64)), DTypeError);
+  EXPECT_THROW(scaled_dot_product_attention(q, k, v, zeros({5, 6}).to(kBool), 0.0, true),
+               ValueError);
+  EXPECT_THROW(scaled_dot_product_attention(q, k, v, {}, 1.0), ValueError);
+  EXPECT_THROW(scaled_dot_product_attention(zeros({8}), k, v), ShapeError);
+}
+
+}  // namespace
+}  // namespace lazyfuse
