@@ -1,12 +1,14 @@
-// nn::functional::scaled_dot_product_attention, as PyTorch's. Written in the ops of tensor.h,
-// the form a model author writes by hand (scores, a mask through where or an added bias, a
-// softmax over the keys, a product with the values), so it is lazy, has its gradients from the
-// ops' rules, and gives fusion the same graph whoever wrote it.
+// nn::functional::scaled_dot_product_attention and nn::MultiheadAttention, as PyTorch's. Both are
+// written in the ops of tensor.h, in the form a model author writes by hand (scores, a mask
+// through where or an added bias, a softmax over the keys, a product with the values), so they
+// are lazy, have their gradients from the ops' rules, and give fusion the same graph whoever
+// wrote it.
 #include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "lazyfuse/frontend/functional.h"
+#include "lazyfuse/frontend/nn.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/graph.h"
 
@@ -79,6 +81,18 @@ Tensor repeat_heads(const Tensor& t, int64_t groups, const Loc& where) {
   return t.unsqueeze(-3, where).expand(expanded, where).reshape(merged, where);
 }
 
+// A softmax over the keys (the last dim) in which a row that sees no key gives zeros, as
+// PyTorch's math backend (its _safe_softmax) does, rather than NaN: such a row's max is taken
+// as 0 and its sum of exponentials (0) as 1.
+Tensor softmax_over_keys(const Tensor& scores, const Loc& where) {
+  const double minus_infinity = -std::numeric_limits<double>::infinity();
+  const Tensor top = scores.amax({-1}, true, where);
+  const Tensor shifted = scores - lazyfuse::where(top == minus_infinity, 0.0, top, where);
+  const Tensor e = shifted.exp(where);
+  const Tensor total = e.sum({-1}, true, where);
+  return e / lazyfuse::where(total == 0.0, 1.0, total, where);
+}
+
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -113,16 +127,105 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                  :
                  operator+({scores, where}, attn_mask);
   }
-  // A softmax over the keys in which a row that sees no key gives zeros, as PyTorch's math
-  // backend (its _safe_softmax) does, rather than NaN: such a row's max is taken as 0 and its
-  // sum of exponentials (0) as 1.
-  const Tensor top = scores.amax({-1}, true, where);
-  const Tensor shifted = scores - lazyfuse::where(top == minus_infinity, 0.0, top, where);
-  const Tensor e = shifted.exp(where);
-  const Tensor total = e.sum({-1}, true, where);
-  Tensor weights = e / lazyfuse::where(total == 0.0, 1.0, total, where);
+  Tensor weights = softmax_over_keys(scores, where);
   if (dropout_p > 0) weights = dropout(weights, dropout_p, /*training=*/true, where);
   return weights.matmul(v, where);
 }
 
 }  // namespace lazyfuse::nn::functional
+
+namespace lazyfuse::nn {
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout,
+                                       bool bias)
+    : embed_dim_(embed_dim), num_heads_(num_heads), dropout_(dropout) {
+  if (embed_dim <= 0 || num_heads <= 0 || embed_dim % num_heads != 0)
+    throw ShapeError(absl::StrCat("MultiheadAttention: embed_dim (", embed_dim,
+                                  ") must be a positive multiple of num_heads (", num_heads, ")"));
+  // Xavier-uniform over [3E, E], as PyTorch's _reset_parameters; zero biases.
+  const double bound = std::sqrt(6.0 / static_cast<double>(embed_dim + 3 * embed_dim));
+  in_proj_weight_ = detail::skipping_init()
+                        ? zeros({3 * embed_dim, embed_dim})
+                        : rand({3 * embed_dim, embed_dim}) * (2 * bound) - bound;
+  if (bias) in_proj_bias_ = zeros({3 * embed_dim});
+  out_proj_ = register_module("out_proj", Linear(embed_dim, embed_dim, bias));
+  if (bias) out_proj_->bias() = zeros({embed_dim});
+  std::vector<Tensor> made = {in_proj_weight_};
+  if (bias) made.insert(made.end(), {in_proj_bias_, out_proj_->bias()});
+  if (!detail::skipping_init()) lazyfuse::eval(made);
+  in_proj_weight_.requires_grad_();
+  if (bias) {
+    in_proj_bias_.requires_grad_();
+    out_proj_->bias().requires_grad_();
+  }
+}
+
+std::vector<std::pair<std::string, Tensor*>> MultiheadAttention::own_parameters() {
+  return {{"in_proj_weight", &in_proj_weight_}, {"in_proj_bias", &in_proj_bias_}};
+}
+
+std::string MultiheadAttention::repr() const {
+  return absl::StrCat("MultiheadAttention(embed_dim=", embed_dim_, ", num_heads=", num_heads_,
+                      ", dropout=", dropout_, ")");
+}
+
+std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const Tensor& key,
+                                                       const Tensor& value,
+                                                       const Tensor& key_padding_mask,
+                                                       bool need_weights, const Tensor& attn_mask,
+                                                       bool average_attn_weights) {
+  const Loc where = Loc::current();
+  for (const Tensor* t : {&query, &key, &value})
+    if (t->dim() != 3 || t->size(2) != embed_dim_)
+      throw ShapeError(absl::StrCat("MultiheadAttention(embed_dim=", embed_dim_,
+                                    "): query, key and value must be [length, batch, ", embed_dim_,
+                                    "], got ", shape_str(query.sizes()), ", ",
+                                    shape_str(key.sizes()), ", ", shape_str(value.sizes())));
+  const int64_t length = query.size(0), batch = query.size(1), keys = key.size(0);
+  const int64_t head_dim = embed_dim_ / num_heads_;
+  // Projected and split into heads: [N, H, length, head_dim].
+  auto project = [&](const Tensor& x, int64_t part) {
+    const Tensor w = in_proj_weight_.narrow(0, part * embed_dim_, embed_dim_);
+    const Tensor b =
+        in_proj_bias_.defined() ? in_proj_bias_.narrow(0, part * embed_dim_, embed_dim_) : Tensor();
+    const int64_t n = x.size(0);
+    return functional::linear(x, w, b)
+        .reshape({n, batch, num_heads_, head_dim})
+        .permute({1, 2, 0, 3});
+  };
+  const Tensor q = project(query, 0), k = project(key, 1), v = project(value, 2);
+  // One additive mask [N or 1, H or 1, L, S] from both masks, true marking what is not seen.
+  const double minus_infinity = -std::numeric_limits<double>::infinity();
+  Tensor mask;
+  auto add = [&](Tensor m) { mask = mask.defined() ? mask + m : m; };
+  if (attn_mask.defined()) {
+    Tensor m =
+        attn_mask.dim() == 3 ? attn_mask.reshape({batch, num_heads_, length, keys}) : attn_mask;
+    add(m.dtype() == DType::Bool ? lazyfuse::where(m, minus_infinity, 0.0).to(q.dtype())
+                                 : m.to(q.dtype()));
+  }
+  if (key_padding_mask.defined()) {
+    if (key_padding_mask.sizes() != Shape{batch, keys})
+      throw ShapeError(absl::StrCat("MultiheadAttention: key_padding_mask must be [", batch, ", ",
+                                    keys, "], got ", shape_str(key_padding_mask.sizes())));
+    const Tensor padded = key_padding_mask.reshape({batch, 1, 1, keys});
+    add(padded.dtype() == DType::Bool ? lazyfuse::where(padded, minus_infinity, 0.0).to(q.dtype())
+                                      : padded.to(q.dtype()));
+  }
+  const double p = is_training() ? dropout_ : 0.0;
+  Tensor heads, weights;
+  if (need_weights) {
+    Tensor scores = q.matmul(k.transpose(-2, -1)) * (1.0 / std::sqrt(double(head_dim)));
+    if (mask.defined()) scores = scores + mask;
+    weights = functional::softmax_over_keys(scores, where);
+    const Tensor dropped = p > 0 ? functional::dropout(weights, p, true) : weights;
+    heads = dropped.matmul(v);
+    if (average_attn_weights) weights = weights.mean({1});
+  } else {
+    heads = functional::scaled_dot_product_attention(q, k, v, mask, p);
+  }
+  const Tensor merged = heads.permute({2, 0, 1, 3}).reshape({length, batch, embed_dim_});
+  return {(*out_proj_)(merged), weights};
+}
+
+}  // namespace lazyfuse::nn

@@ -6,6 +6,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,38 @@ class Linear : public Module {
  private:
   int64_t in_features_, out_features_;
   Tensor weight_, bias_;
+};
+
+// Multi-head attention as LibTorch's torch::nn::MultiheadAttention (sequence first): query
+// [L, N, E], key and value [S, N, E]; the projections in in_proj_weight [3E, E] and
+// in_proj_bias [3E] (PyTorch's names and initialisation: Xavier-uniform weight, zero biases),
+// the output through out_proj (a Linear, its bias zero). forward returns the output [L, N, E]
+// and, with need_weights, the attention weights [N, L, S] averaged over the heads (or
+// [N, H, L, S]). key_padding_mask [N, S] and a bool attn_mask ([L, S] or [N * H, L, S]) mark
+// with true what is not attended to, as PyTorch's module does (the opposite of
+// scaled_dot_product_attention's bool mask); a float attn_mask is added to the scores.
+// Dropout on the weights while training. Without need_weights the attention is
+// scaled_dot_product_attention's.
+class MultiheadAttention : public Module {
+ public:
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true);
+  std::tuple<Tensor, Tensor> forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                     const Tensor& key_padding_mask = {}, bool need_weights = true,
+                                     const Tensor& attn_mask = {},
+                                     bool average_attn_weights = true);
+  std::string repr() const override;
+  Tensor& in_proj_weight() { return in_proj_weight_; }
+  Tensor& in_proj_bias() { return in_proj_bias_; }  // undefined when made with bias = false
+  Linear& out_proj() { return *out_proj_; }
+
+ protected:
+  std::vector<std::pair<std::string, Tensor*>> own_parameters() override;
+
+ private:
+  int64_t embed_dim_, num_heads_;
+  double dropout_;
+  Tensor in_proj_weight_, in_proj_bias_;
+  std::shared_ptr<Linear> out_proj_;
 };
 
 // Activations and reshaping, as modules.

@@ -243,3 +243,104 @@ TEST(Attention, BadInputIsATypedErrorNamingTheShapes) {
 
 }  // namespace
 }  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+// nn::MultiheadAttention against the same attention written in float64 loops from its
+// parameters: projections, heads, masks true where not attended, the heads' average weights.
+TEST(Attention, MultiheadAttentionMatchesFloat64) {
+  constexpr int64_t L = 4, S = 5, N = 2, E = 8, H = 2, D = E / H;
+  nn::MultiheadAttention mha(E, H);
+  std::vector<std::string> names;
+  for (const auto& [name, p] : mha.named_parameters()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"in_proj_weight", "in_proj_bias", "out_proj.weight",
+                                             "out_proj.bias"}));
+  // Biases drawn too (they start at zero), so that the test sees each used.
+  mha.in_proj_bias() = from_vector(random_values(3 * E, 20), {3 * E}).requires_grad_();
+  mha.out_proj().bias() = from_vector(random_values(E, 21), {E}).requires_grad_();
+  const std::vector<double> w_in = mha.in_proj_weight().to_vector<double>(),
+                            b_in = mha.in_proj_bias().to_vector<double>(),
+                            w_out = mha.out_proj().weight().to_vector<double>(),
+                            b_out = mha.out_proj().bias().to_vector<double>();
+  const Tensor query = from_vector(random_values(L * N * E, 22), {L, N, E}),
+               key = from_vector(random_values(S * N * E, 23), {S, N, E}),
+               value = from_vector(random_values(S * N * E, 24), {S, N, E});
+  const std::vector<double> qs = query.to_vector<double>(), ks = key.to_vector<double>(),
+                            vs = value.to_vector<double>();
+  // x [T, N, E] projected by part `part` of in_proj: [T][N][E].
+  auto project = [&](const std::vector<double>& x, int64_t t_len, int64_t part) {
+    std::vector<double> out(t_len * N * E);
+    for (int64_t t = 0; t < t_len * N; ++t)
+      for (int64_t o = 0; o < E; ++o) {
+        double acc = b_in[part * E + o];
+        for (int64_t i = 0; i < E; ++i) acc += w_in[(part * E + o) * E + i] * x[t * E + i];
+        out[t * E + o] = acc;
+      }
+    return out;
+  };
+  const std::vector<double> pq = project(qs, L, 0), pk = project(ks, S, 1), pv = project(vs, S, 2);
+  // Output [L, N, E] and averaged weights [N, L, S]; `hidden(n, i, j)` marks what is not seen.
+  auto reference_mha = [&](auto hidden) {
+    std::vector<double> merged(L * N * E, 0), weights(N * L * S, 0), out(L * N * E);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < L; ++i) {
+          std::vector<double> w(S);
+          double top = -kInf, total = 0;
+          for (int64_t j = 0; j < S; ++j) {
+            double dot = 0;
+            for (int64_t d = 0; d < D; ++d)
+              dot += pq[(i * N + n) * E + h * D + d] * pk[(j * N + n) * E + h * D + d];
+            w[j] = hidden(n, i, j) ? -kInf : dot / std::sqrt(double(D));
+            top = std::max(top, w[j]);
+          }
+          for (double& x : w) total += (x = std::exp(x - top));
+          for (int64_t j = 0; j < S; ++j) {
+            weights[(n * L + i) * S + j] += w[j] / total / H;
+            for (int64_t d = 0; d < D; ++d)
+              merged[(i * N + n) * E + h * D + d] += w[j] / total * pv[(j * N + n) * E + h * D + d];
+          }
+        }
+    for (int64_t t = 0; t < L * N; ++t)
+      for (int64_t o = 0; o < E; ++o) {
+        double acc = b_out[o];
+        for (int64_t i = 0; i < E; ++i) acc += w_out[o * E + i] * merged[t * E + i];
+        out[t * E + o] = acc;
+      }
+    return std::pair{out, weights};
+  };
+  {
+    SCOPED_TRACE("no mask");
+    const auto [want, want_weights] =
+        reference_mha([](int64_t, int64_t, int64_t) { return false; });
+    const auto [got, got_weights] = mha.forward(query, key, value);
+    expect_near(got, want, 2e-6);
+    expect_near(got_weights, want_weights, 2e-6);
+    const auto [fused, none] = mha.forward(query, key, value, {}, /*need_weights=*/false);
+    expect_near(fused, want, 2e-6);
+    EXPECT_FALSE(none.defined());
+  }
+  {
+    SCOPED_TRACE("key padding and a causal mask");
+    std::vector<double> padding(N * S, 0), above(L * S, 0);
+    padding[0 * S + 4] = padding[1 * S + 3] = 1;
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j < S; ++j) above[i * S + j] = j > i;
+    const Tensor key_padding = from_vector(padding, {N, S}).to(kBool),
+                 causal = from_vector(above, {L, S}).to(kBool);
+    const auto [want, want_weights] = reference_mha([&](int64_t n, int64_t i, int64_t j) {
+      return padding[n * S + j] != 0 || above[i * S + j] != 0;
+    });
+    const auto [got, got_weights] = mha.forward(query, key, value, key_padding, true, causal);
+    expect_near(got, want, 2e-6);
+    expect_near(got_weights, want_weights, 2e-6);
+    const auto [fused, none] = mha.forward(query, key, value, key_padding, false, causal);
+    expect_near(fused, want, 2e-6);
+  }
+  EXPECT_THROW(nn::MultiheadAttention(10, 3), ShapeError);
+  EXPECT_THROW(mha.forward(query, key, value, zeros({N, S + 1}).to(kBool)), ShapeError);
+}
+
+}  // namespace
+}  // namespace lazyfuse
