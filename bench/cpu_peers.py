@@ -74,6 +74,10 @@ def numexpr_forms(ne, np):
         e = ev("exp(x - mx)", x=x, mx=x.max(axis=1, keepdims=True))
         return ev("e / s", e=e, s=e.sum(axis=1, keepdims=True))
 
+    def softmax_cols(x):
+        e = ev("exp(x - mx)", x=x, mx=x.max(axis=0, keepdims=True))
+        return ev("e / s", e=e, s=e.sum(axis=0, keepdims=True))
+
     def layer_norm(x, w, bias):
         centered = ev("x - mu", x=x, mu=x.mean(axis=1, keepdims=True))
         var = ev("centered * centered", centered=centered).mean(axis=1, keepdims=True)
@@ -94,6 +98,7 @@ def numexpr_forms(ne, np):
         "bias_relu": lambda x, bias: ev("where(x + bias > zero, x + bias, zero) * half", x=x, bias=bias),
         "softmax": softmax,
         "softmax_fn": softmax,
+        "softmax_cols": softmax_cols,
         "sum_squares": lambda x: ev("sum(x * x)", x=x),
         "chain16": chain16,
         "adam": adam,

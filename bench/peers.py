@@ -45,6 +45,10 @@ def workloads(xp, where, fuse=lambda f: f):
     def rms_norm(x, w):
         return x / sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * w
 
+    def softmax_cols(x):
+        e = exp(x - x.max(axis=0, keepdims=True))
+        return e / e.sum(axis=0, keepdims=True)
+
     def log_softmax(x):
         shifted = x - x.max(axis=1, keepdims=True)
         return shifted - xp.log(exp(shifted).sum(axis=1, keepdims=True))
@@ -64,6 +68,7 @@ def workloads(xp, where, fuse=lambda f: f):
                       lambda n, s: (2 * n + 1024) * s),
         "softmax": (lambda n: [(n // 1024, 1024)], softmax, lambda n, s: 2 * n * s),
         "softmax_fn": (lambda n: [(n // 1024, 1024)], softmax, lambda n, s: 2 * n * s),
+        "softmax_cols": (lambda n: [(1024, n // 1024)], softmax_cols, lambda n, s: 2 * n * s),
         "sum_squares": (lambda n: [(n,)], lambda x: (x * x).sum(), lambda n, s: n * s),
         "chain16": (lambda n: [(n,)], fuse(chain16), lambda n, s: 2 * n * s),
         "adam": (lambda n: [(n,), (n,), (n,), (n,)], adam, lambda n, s: 7 * n * s),
@@ -90,6 +95,9 @@ def torch_form(torch, name, fn):
     if name == "softmax_fn":
         def fn(x):
             return torch.softmax(x, dim=1)
+    if name == "softmax_cols":
+        def fn(x):
+            return torch.softmax(x, dim=0)
     return fn
 
 

@@ -92,6 +92,14 @@ const std::vector<Workload>& workloads() {
          return std::vector<Tensor>{nn::functional::softmax(in[0], 1)};
        },
        [](int64_t n, int64_t s) { return 2.0 * n * s; }},
+      {"softmax_cols",  // softmax() over dim 0 of [1024, n / 1024]: columns of 1024, a column step
+       [](int64_t n) {
+         return std::vector<Shape>{{1024, n / 1024}};
+       },
+       [](const std::vector<Tensor>& in) {
+         return std::vector<Tensor>{nn::functional::softmax(in[0], 0)};
+       },
+       [](int64_t n, int64_t s) { return 2.0 * n * s; }},
       {"log_softmax",  // over rows of 1024
        [](int64_t n) {
          return std::vector<Shape>{{n / 1024, 1024}};

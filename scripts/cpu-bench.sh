@@ -17,7 +17,7 @@ sizes=${1:-20,24}
 rounds=${2:-2}
 out=${OUT:-bench-results/cpu}
 venv=${LAZYFUSE_PEERS_VENV:-$HOME/.cache/lazyfuse/cpu-peers}
-workloads=${WORKLOADS:-exp_mul gelu bias_relu softmax softmax_fn sum_squares chain16 adam layernorm layernorm4k rmsnorm rmsnorm4k log_softmax}
+workloads=${WORKLOADS:-exp_mul gelu bias_relu softmax softmax_fn sum_squares chain16 adam layernorm layernorm4k rmsnorm rmsnorm4k log_softmax softmax_cols}
 if [ "${PEERS:-1}" != 0 ] && { [ ! -x "$venv/bin/python" ] ||
   ! "$venv/bin/python" -c "import torch, numexpr" 2> /dev/null; }; then
   python3 -m venv "$venv"

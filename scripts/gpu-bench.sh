@@ -21,7 +21,7 @@ peer_sizes=${1:-12,20,26,28}
 our_sizes=()
 [ -n "${2:-}" ] && our_sizes=(--sizes ${2//,/ })
 for workload in exp_mul gelu bias_relu softmax sum_squares chain16 adam layernorm layernorm4k \
-  rmsnorm rmsnorm4k log_softmax; do
+  rmsnorm rmsnorm4k log_softmax softmax_cols; do
   if [ -n "${BEFORE:-}" ]; then
     mkdir -p "$out/before"
     "$BEFORE/bin/lazyfuse" bench --workloads "$workload" "${our_sizes[@]}" \
