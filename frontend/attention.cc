@@ -144,15 +144,15 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, dou
                                   ") must be a positive multiple of num_heads (", num_heads, ")"));
   // Xavier-uniform over [3E, E], as PyTorch's _reset_parameters; zero biases.
   const double bound = std::sqrt(6.0 / static_cast<double>(embed_dim + 3 * embed_dim));
-  in_proj_weight_ = detail::skipping_init()
-                        ? zeros({3 * embed_dim, embed_dim})
-                        : rand({3 * embed_dim, embed_dim}) * (2 * bound) - bound;
+  in_proj_weight_ = detail::initial({3 * embed_dim, embed_dim}, [&] {
+    return rand({3 * embed_dim, embed_dim}) * (2 * bound) - bound;
+  });
   if (bias) in_proj_bias_ = zeros({3 * embed_dim});
   out_proj_ = register_module("out_proj", Linear(embed_dim, embed_dim, bias));
   if (bias) out_proj_->bias() = zeros({embed_dim});
   std::vector<Tensor> made = {in_proj_weight_};
   if (bias) made.insert(made.end(), {in_proj_bias_, out_proj_->bias()});
-  if (!detail::skipping_init()) lazyfuse::eval(made);
+  detail::compute_initial(made);
   in_proj_weight_.requires_grad_();
   if (bias) {
     in_proj_bias_.requires_grad_();
@@ -199,6 +199,11 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
   Tensor mask;
   auto add = [&](Tensor m) { mask = mask.defined() ? mask + m : m; };
   if (attn_mask.defined()) {
+    if (attn_mask.sizes() != Shape{length, keys} &&
+        attn_mask.sizes() != Shape{batch * num_heads_, length, keys})
+      throw ShapeError(absl::StrCat("MultiheadAttention: attn_mask must be [", length, ", ", keys,
+                                    "] or [", batch * num_heads_, ", ", length, ", ", keys,
+                                    "], got ", shape_str(attn_mask.sizes())));
     Tensor m =
         attn_mask.dim() == 3 ? attn_mask.reshape({batch, num_heads_, length, keys}) : attn_mask;
     add(m.dtype() == DType::Bool ? lazyfuse::where(m, minus_infinity, 0.0).to(q.dtype())

@@ -236,6 +236,17 @@ class ModuleDict : public Module {
 namespace detail {
 // Whether modules made on this thread now skip their random initialisation (skip_init).
 bool skipping_init();
+// A new parameter's initial value: `draw()`, or zeros of its shape when the module is made by
+// skip_init: nothing is drawn then, so the random stream is as if the module were not made.
+template <typename Draw>
+Tensor initial(const Shape& shape, Draw draw) {
+  return skipping_init() ? zeros(shape) : draw();
+}
+// Computes a new module's parameters in one evaluation, unless they are skip_init's zeros, which
+// stay uncomputed until a loaded value replaces them.
+inline void compute_initial(const std::vector<Tensor>& parameters) {
+  if (!skipping_init()) lazyfuse::eval(parameters);
+}
 class SkipInitGuard {
  public:
   SkipInitGuard();

@@ -9,22 +9,8 @@
 
 namespace lazyfuse::nn {
 
-namespace {
-
-// A new parameter's initial value: `draw()`, or zeros of its shape when the module is made by
-// skip_init: nothing is drawn then, so the random stream is as if the module were not made.
-template <typename Draw>
-Tensor initial(const Shape& shape, Draw draw) {
-  return detail::skipping_init() ? zeros(shape) : draw();
-}
-
-// Computes a new module's parameters in one evaluation, unless they are skip_init's zeros, which
-// stay uncomputed until a loaded value replaces them.
-void compute_initial(const std::vector<Tensor>& parameters) {
-  if (!detail::skipping_init()) lazyfuse::eval(parameters);
-}
-
-}  // namespace
+using detail::compute_initial;
+using detail::initial;
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
     : in_features_(in_features), out_features_(out_features) {

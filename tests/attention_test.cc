@@ -340,6 +340,7 @@ TEST(Attention, MultiheadAttentionMatchesFloat64) {
   }
   EXPECT_THROW(nn::MultiheadAttention(10, 3), ShapeError);
   EXPECT_THROW(mha.forward(query, key, value, zeros({N, S + 1}).to(kBool)), ShapeError);
+  EXPECT_THROW(mha.forward(query, key, value, {}, true, zeros({L, S + 1}).to(kBool)), ShapeError);
 }
 
 }  // namespace

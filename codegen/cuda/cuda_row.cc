@@ -478,6 +478,7 @@ int64_t cuda_row_blocks(const CudaElementwiseSpec& spec, int64_t rows) {
 CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
                                     const CudaElementwiseSpec& spec, bool fast_math) {
   const ReductionParts parts = reduction_parts(step);
+  const char* walked = step.kind == StepKind::Column ? "column" : "row";
   std::string preamble, names;
   for (size_t k = 0; k < parts.reductions.size(); ++k) {
     const Node& node = graph.nodes[parts.reductions[k]];
@@ -487,12 +488,8 @@ CudaSource generate_cuda_row_kernel(const Graph& graph, const Step& step,
   }
   CudaSource source = cuda_emit::begin_row_kernel(
       graph, step, spec, fast_math, preamble,
-      absl::StrCat(
-          names,
-          step.kind == StepKind::Column ? " over each column, then " : " over each row, then ",
-          parts.epilogue.size(),
-          step.kind == StepKind::Column ? " fused nodes over the column again"
-                                        : " fused nodes over the row again"),
+      absl::StrCat(names, " over each ", walked, ", then ", parts.epilogue.size(),
+                   " fused nodes over the ", walked, " again"),
       [&](ArgLayout& layout) { add_row_fields(layout, static_cast<int>(step.outputs.size())); },
       cuda_row_threads(spec));
   RowKernel row(graph, step, spec, source.source);

@@ -204,6 +204,11 @@ void record_kind_and_roles(const Graph& graph, Step& step) {
 // each column walk idle.
 constexpr int64_t kMinColumns = 32;
 
+// Whether `kept` columns of `length` elements each make a column step's space.
+bool columns_fit(int64_t kept, int64_t length, const FusionOptions& options) {
+  return kept >= kMinColumns && length <= options.max_column;
+}
+
 // The rows a reduction over trailing dims walks, or the columns one over leading dims walks (a
 // softmax over dim 0), with or without keepdim, when each has at most `max_row` elements (a
 // column `max_column`): its operand's shape, how many dims it reduces, and which end they are.
@@ -234,8 +239,8 @@ std::optional<RowSpace> row_space_of(const Graph& graph, ValueId id, const Fusio
   const bool rows = lazyfuse::reduces_trailing_dims(dims, rank);
   if (!rows && !reduces_leading_dims(dims, rank)) return std::nullopt;
   const int64_t kept = numel(node.shape);
-  if (kept == 0 || numel(space) / kept > (rows ? options.max_row : options.max_column) ||
-      (!rows && kept < kMinColumns))
+  if (kept == 0 || (rows ? numel(space) / kept > options.max_row
+                         : !columns_fit(kept, numel(space) / kept, options)))
     return std::nullopt;
   // A reduction of every dim is one row: it runs best over many blocks, not in a row kernel.
   if (dims.empty() || dims.size() == space.size()) return std::nullopt;
@@ -253,8 +258,7 @@ bool is_row_reduction(const Graph& graph, ValueId id, const FusionOptions& optio
   const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
   const int64_t length = numel(node.shape) == 0 ? 0 : numel(space) / numel(node.shape);
   if (lazyfuse::reduces_trailing_dims(dims, rank)) return length <= options.max_row;
-  return reduces_leading_dims(dims, rank) && numel(node.shape) >= kMinColumns &&
-         length <= options.max_column;
+  return reduces_leading_dims(dims, rank) && columns_fit(numel(node.shape), length, options);
 }
 
 class UnionFind {
