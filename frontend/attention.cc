@@ -3,14 +3,19 @@
 // through where or an added bias, a softmax over the keys, a product with the values), so they
 // are lazy, have their gradients from the ops' rules, and give fusion the same graph whoever
 // wrote it.
+#include <atomic>
 #include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "lazyfuse/frontend/functional.h"
 #include "lazyfuse/frontend/nn.h"
+#include "lazyfuse/frontend/op_builder.h"
+#include "lazyfuse/ir/attention.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/graph.h"
+#include "lazyfuse/runtime/backend.h"
+#include "lazyfuse/runtime/env.h"
 
 namespace lazyfuse::nn::functional {
 namespace {
@@ -93,19 +98,103 @@ Tensor softmax_over_keys(const Tensor& scores, const Loc& where) {
   return e / lazyfuse::where(total == 0.0, 1.0, total, where);
 }
 
+std::atomic<bool>& fused_attention_setting() {
+  static std::atomic<bool> enabled{env_config().fused_attention};
+  return enabled;
+}
+
+// `t` with `rank` dims, size-1 dims put in front.
+Tensor with_rank(const Tensor& t, int64_t rank, const Loc& where) {
+  Tensor r = t;
+  while (r.dim() < rank) r = r.unsqueeze(0, where);
+  return r;
+}
+
+// q, k and v as one attention node takes them (one rank; the dims before the heads broadcast
+// to one batch shape, as views), or nullopt where the fused form does not apply: heads that
+// neither match, broadcast from 1, nor (with enable_gqa) group; the composite graph then says
+// what is wrong.
+std::optional<std::array<Tensor, 3>> attention_operands(const Tensor& query, const Tensor& key,
+                                                        const Tensor& value, bool enable_gqa,
+                                                        const Loc& where) {
+  const int64_t rank = std::max({query.dim(), key.dim(), value.dim()});
+  std::array<Tensor, 3> t = {with_rank(query, rank, where), with_rank(key, rank, where),
+                             with_rank(value, rank, where)};
+  if (rank < 3) return t;
+  Shape batch;
+  for (int64_t d = 0; d < rank - 3; ++d) {
+    int64_t size = 1;
+    for (const Tensor& x : t) {
+      if (x.size(d) != 1 && size != 1 && x.size(d) != size) return std::nullopt;
+      if (x.size(d) != 1) size = x.size(d);
+    }
+    batch.push_back(size);
+  }
+  int64_t heads = t[0].size(-3);
+  const int64_t key_heads = t[1].size(-3);
+  if (t[2].size(-3) != key_heads) return std::nullopt;
+  if (heads == 1 && key_heads > 1) heads = key_heads;  // q broadcast over the heads
+  if (heads != key_heads && !(enable_gqa || key_heads == 1)) return std::nullopt;
+  if (key_heads == 0 || heads % key_heads != 0) return std::nullopt;
+  for (size_t i = 0; i < t.size(); ++i) {
+    Shape shape = batch;
+    shape.push_back(i == 0 ? heads : key_heads);
+    shape.push_back(t[i].size(-2));
+    shape.push_back(t[i].size(-1));
+    if (t[i].sizes() != shape) t[i] = t[i].expand(shape, where);
+  }
+  return t;
+}
+
+// The attention as one node (Note [Attention] in ir/attention.cc), or an undefined tensor
+// where the device's backend has no attention step or the call is one the node does not take
+// (dropout, a bias that needs a gradient).
+Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                       const Tensor& attn_mask, double dropout_p, bool is_causal, double scale,
+                       bool enable_gqa, const Loc& where) {
+  if (!fused_attention_enabled() || dropout_p > 0 || !backend_for(query.device()).runs_attention())
+    return Tensor();
+  const bool bias = attn_mask.defined() && attn_mask.dtype() != DType::Bool;
+  if (bias && attn_mask.requires_grad()) return Tensor();
+  std::optional<std::array<Tensor, 3>> qkv =
+      attention_operands(query, key, value, enable_gqa, where);
+  if (!qkv) return Tensor();
+  std::vector<Tensor> operands(qkv->begin(), qkv->end());
+  if (attn_mask.defined()) {
+    Shape scores = (*qkv)[0].sizes();
+    scores.back() = (*qkv)[1].size(-2);
+    Shape broadcast;
+    if (!broadcast_shapes(attn_mask.sizes(), scores, &broadcast) || broadcast != scores)
+      shape_error(absl::StrCat("attn_mask ", shape_str(attn_mask.sizes()),
+                               " does not broadcast to the scores ", shape_str(scores)),
+                  where);
+    operands.push_back(attn_mask.sizes() == scores ? attn_mask : attn_mask.expand(scores, where));
+  }
+  const ScoreModifiers modifiers{.scale = scale, .causal = is_causal};
+  return lazyfuse::detail::make_op(Op::Attention, operands,
+                         attention_attrs(modifiers, attn_mask.defined() && !bias, bias), where);
+}
+
 }  // namespace
+
+void set_fused_attention_enabled(bool enabled) { fused_attention_setting().store(enabled); }
+bool fused_attention_enabled() { return fused_attention_setting().load(); }
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const Tensor& attn_mask, double dropout_p, bool is_causal,
                                     std::optional<double> scale, bool enable_gqa, Loc where) {
   check_operands(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, where);
+  const double factor = scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));
+  if (Tensor fused = fused_attention(query, key, value, attn_mask, dropout_p, is_causal, factor,
+                                     enable_gqa, where);
+      fused.defined())
+    return fused;
   Tensor k = key, v = value;
   if (enable_gqa && query.dim() >= 3) {
     const int64_t groups = query.size(-3) / key.size(-3);
     k = repeat_heads(key, groups, where);
     v = repeat_heads(value, groups, where);
   }
-  const double factor = scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));
   Tensor scores = query.matmul(k.transpose(-2, -1, where), where) * factor;
   const double minus_infinity = -std::numeric_limits<double>::infinity();
   if (is_causal) {

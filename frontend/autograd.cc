@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "lazyfuse/frontend/distributed.h"
 #include "lazyfuse/frontend/op_builder.h"
+#include "lazyfuse/ir/attention.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/infer.h"
 
@@ -81,6 +82,7 @@ class GradientRule {
                                 static_cast<int64_t>(node.operands[0].shape.size()), "dim")
                 : 0),
         node_(node),
+        operands_(std::move(operands)),
         needed_(std::move(needed)) {}
 
   absl::InlinedVector<Tensor, 3> apply() const {
@@ -117,7 +119,10 @@ class GradientRule {
   // The node's dim attribute (narrow, gather, scatter_add, cat), normalized; 0 without one.
   const int64_t dim;
   const GradNode& node_;
+  const OperandTensors operands_;
   const OperandFlags needed_;
+  // The forward's logsumexp, made once for the gradients of q, k and v.
+  mutable Tensor attention_lse_;
 
   static Tensor operand(const OperandTensors& operands, size_t i) {
     return i < operands.size() ? operands[i] : Tensor();
@@ -250,6 +255,31 @@ class GradientRule {
   Tensor broadcast_grad(const Tensor& x) const {
     const Tensor summed = distributed::all_reduce(x);
     return distributed::rank() == node_.attrs.get_int("root") ? summed : summed * 0;
+  }
+
+  // Attention (Note [Attention] in ir/attention.cc): the gradient of operand i (q, k or v) as an
+  // attention_grad node, which reads the forward's logsumexp (recomputed by an attention_lse
+  // node, which fusion gives the forward's kernel when both are pending). A mask has none; a
+  // bias is a constant of the fused form.
+  Tensor attention_grad(size_t i) const {
+    const AttentionOperands at = attention_operands(node_.op, node_.attrs);
+    const Loc where = Loc::current();
+    if (static_cast<int>(i) == at.mask) return Tensor();
+    if (static_cast<int>(i) == at.bias)
+      throw GradError(
+          "attention: its bias has no gradient in the fused form (scaled_dot_product_attention "
+          "writes an attention whose mask needs a gradient as its composite graph)");
+    std::vector<Tensor> forward(operands_.begin(), operands_.end());
+    if (!attention_lse_.defined()) {
+      NoGradGuard no_grad;
+      attention_lse_ = detail::make_op(Op::AttentionLse, forward, node_.attrs, where);
+    }
+    std::vector<Tensor> inputs = {forward[at.q], forward[at.k], forward[at.v], out, g,
+                                  attention_lse_};
+    for (int slot : {at.mask, at.bias})
+      if (slot >= 0) inputs.push_back(forward[slot]);
+    const Op op = i == 0 ? Op::AttentionGradQ : i == 1 ? Op::AttentionGradK : Op::AttentionGradV;
+    return detail::make_op(op, inputs, node_.attrs, where);
   }
 
   // cat: operand i's shape, and where its part of the result starts along dim.

@@ -101,12 +101,19 @@ Tensor embedding(const Tensor& input, const Tensor& weight, Loc where = Loc::cur
 // functional does) from lazyfuse's random stream. With enable_gqa, key and value heads (dim -3)
 // dividing query's are each shared by consecutive query heads. A query that sees no key gives
 // zeros (PyTorch's math backend). Shapes that do not line up are a ShapeError naming them,
-// dtypes that differ a DTypeError.
+// dtypes that differ a DTypeError. Without dropout, and with a float mask that needs no
+// gradient, it is one attention node (ir/attention.h) where fused_attention_enabled().
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const Tensor& attn_mask = {}, double dropout_p = 0.0,
                                     bool is_causal = false,
                                     std::optional<double> scale = std::nullopt,
                                     bool enable_gqa = false, Loc where = Loc::current());
+// Whether scaled_dot_product_attention (and a hand-written attention, recognised) runs as one
+// attention step where the device's backend has one (the CPU's; CUDA devices get the composite
+// graph), rather than as its matmuls and softmax. On by default; LAZYFUSE_ATTENTION=composite
+// turns it off, as torch.backends.cuda.enable_flash_sdp(False) does PyTorch's.
+void set_fused_attention_enabled(bool enabled);
+bool fused_attention_enabled();
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Loc where = Loc::current());
 

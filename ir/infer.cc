@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "lazyfuse/ir/attention.h"
 #include "lazyfuse/ir/errors.h"
 
 namespace lazyfuse {
@@ -195,6 +196,8 @@ Shape infer_shape(Op op, std::span<const Shape* const> inputs, const Attrs& attr
       return op == Op::Cat ? cat_shape(inputs, attrs) : index_op_shape(op, inputs, attrs);
     case OpKind::Collective:
       return collective_shape(op, *inputs[0], attrs);
+    case OpKind::Attention:
+      return attention_shape(op, inputs, attrs);
     case OpKind::Reduction: {
       const Shape& in = *inputs[0];
       std::vector<int64_t> dims = reduction_dims(attrs, static_cast<int64_t>(in.size()));

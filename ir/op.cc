@@ -128,6 +128,19 @@ DType infer_result_dtype(Op op, std::span<const DType> inputs, DType explicit_dt
       for (size_t i = 2; i < inputs.size(); ++i)
         if (inputs[i] != inputs[0]) throw reject("expected self.dtype to be equal to src.dtype");
       return inputs[0];
+    case DTypeRule::Attention:
+    case DTypeRule::AttentionStatistic:
+      if (inputs.size() < 3 || inputs[1] != inputs[0] || inputs[2] != inputs[0] ||
+          !is_floating(inputs[0]))
+        throw reject("query, key and value must have one floating dtype");
+      for (size_t i = 3; i < inputs.size(); ++i) {
+        // A gradient's operand 5 is the forward's logsumexp, in the compute dtype.
+        const bool lse = i == 5 && is_attention_gradient(op);
+        if (lse ? inputs[i] != compute_dtype(inputs[0])
+                : inputs[i] != inputs[0] && inputs[i] != DType::Bool)
+          throw reject("a mask must be bool, a bias of the query's dtype");
+      }
+      return op_dtype_rule(op) == DTypeRule::Attention ? inputs[0] : compute_dtype(inputs[0]);
   }
   return promoted;
 }

@@ -31,7 +31,8 @@ enum class OpKind : uint8_t {
   View,
   Transfer,
   Index,
-  Collective
+  Collective,
+  Attention
 };
 
 // How an op's result dtype follows from its operands.
@@ -46,6 +47,10 @@ enum class DTypeRule : uint8_t {
   MeanReduce,    // floating only
   SameOperands,  // both operands must have one dtype (matmul)
   IndexOperand,  // operand 0's dtype; operand 1 is an int64 index; any other has operand 0's
+  // q, k, v (operands 0-2) of one floating dtype, the rest bool or of that dtype: that dtype
+  // (Attention) or its compute dtype (AttentionStatistic: a statistic of float32 sums).
+  Attention,
+  AttentionStatistic,
 };
 
 const char* op_name(Op op);
@@ -62,6 +67,10 @@ inline bool is_reduction(Op op) { return op_kind(op) == OpKind::Reduction; }
 inline bool is_view(Op op) { return op_kind(op) == OpKind::View; }
 inline bool is_index(Op op) { return op_kind(op) == OpKind::Index; }
 inline bool is_collective(Op op) { return op_kind(op) == OpKind::Collective; }
+inline bool is_attention(Op op) { return op_kind(op) == OpKind::Attention; }
+inline bool is_attention_gradient(Op op) {
+  return op == Op::AttentionGradQ || op == Op::AttentionGradK || op == Op::AttentionGradV;
+}
 
 // How a collective combines the processes' values (its `reduce_op` attribute), as
 // c10d::ReduceOp: AVG is the sum divided by the process count (floating dtypes only).

@@ -39,6 +39,8 @@ const char* step_kind_name(StepKind kind) {
       return "collective";
     case StepKind::Group:
       return "group";
+    case StepKind::Attention:
+      return "attention";
   }
   return "?";
 }
@@ -47,9 +49,9 @@ std::optional<StepKind> step_kind_named(std::string_view name) {
   static constexpr StepKind kKinds[] = {
       StepKind::Elementwise, StepKind::Reduction, StepKind::Row,      StepKind::Column,
       StepKind::Matmul,      StepKind::View,      StepKind::Transfer, StepKind::Index,
-      StepKind::Collective,  StepKind::Group};
-  // Group is the last kind: every kind is listed.
-  static_assert(std::size(kKinds) == static_cast<size_t>(StepKind::Group) + 1);
+      StepKind::Collective,  StepKind::Group,     StepKind::Attention};
+  // Attention is the last kind: every kind is listed.
+  static_assert(std::size(kKinds) == static_cast<size_t>(StepKind::Attention) + 1);
   for (StepKind kind : kKinds)
     if (name == step_kind_name(kind)) return kind;
   return std::nullopt;

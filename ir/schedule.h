@@ -37,6 +37,9 @@ enum class StepKind : uint8_t {
   // Independent kernels (`members`) launched as one (Note [Horizontal fusion] in
   // ir/passes/horizontal_fusion.cc): an optimizer's update of every parameter in one launch.
   Group,
+  // Attention nodes over the same operands (Note [Attention] in ir/attention.cc): a forward
+  // with its logsumexp, or the gradients of q, k and v; one kernel, no scores in memory.
+  Attention,
 };
 // "elementwise", "row", ...: how the fused IR names a kind (print_schedule, parse_graph), and
 // the kind of a name (nullopt for none).

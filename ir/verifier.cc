@@ -35,6 +35,13 @@ void require_attrs(const Node& node) {
       need("dim");
       need("start");
       break;
+    case Op::Attention:
+    case Op::AttentionLse:
+    case Op::AttentionGradQ:
+    case Op::AttentionGradK:
+    case Op::AttentionGradV:
+      need("scale");
+      break;
     case Op::Gather:
     case Op::ScatterAdd:
     case Op::Cat:

@@ -38,6 +38,8 @@ EnvConfig& mutable_env_config() {
       c.fast_math = std::string_view(fast) == "1";
     if (const char* blas = std::getenv("LAZYFUSE_BLAS"))
       c.blas_cublaslt = std::string_view(blas) == "cublaslt";
+    if (const char* attention = std::getenv("LAZYFUSE_ATTENTION"))
+      c.fused_attention = std::string_view(attention) != "composite";
     if (const char* rounding = std::getenv("LAZYFUSE_HALF_ROUNDING"))
       c.half_rounding_at_stores = std::string_view(rounding) != "each_op";
     if (const char* skinny = std::getenv("LAZYFUSE_SKINNY_MATMUL"))

@@ -45,6 +45,9 @@ struct EnvConfig {
   // bits depend on it, so it is a tuning knob for measurements, not a setting to vary in
   // production.
   int64_t reduce_chunk = 0;
+  // LAZYFUSE_ATTENTION=composite: attention as its matmuls and softmax, not one attention step
+  // (nn::functional::set_fused_attention_enabled).
+  bool fused_attention = true;
 };
 
 const EnvConfig& env_config();

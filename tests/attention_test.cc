@@ -241,6 +241,151 @@ TEST(Attention, BadInputIsATypedErrorNamingTheShapes) {
   EXPECT_THROW(scaled_dot_product_attention(zeros({8}), k, v), ShapeError);
 }
 
+// ---- The fused form: one attention step (Note [Attention] in ir/attention.cc) ----
+
+// Attention written as its matmuls and softmax while alive, as LAZYFUSE_ATTENTION=composite.
+class CompositeAttention {
+ public:
+  CompositeAttention() : was_(nn::functional::fused_attention_enabled()) {
+    nn::functional::set_fused_attention_enabled(false);
+  }
+  ~CompositeAttention() { nn::functional::set_fused_attention_enabled(was_); }
+
+ private:
+  bool was_;
+};
+
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(FusedAttention, IsOneStepForwardAndOneBackward) {
+  const Tensor q = randn({2, 4, 40, 16}).requires_grad_();
+  const Tensor k = randn({2, 2, 70, 16}).requires_grad_();
+  const Tensor v = randn({2, 2, 70, 16}).requires_grad_();
+  const Tensor out =
+      scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, /*enable_gqa=*/true);
+  // One node (a step of one node prints as the node).
+  EXPECT_EQ(count_of(out.fused_ir(), "= attention "), 1) << out.fused_ir();
+  EXPECT_EQ(count_of(out.fused_ir(), "matmul"), 0) << out.fused_ir();
+  (out * out).sum().backward();
+  // The gradients of q, k and v: one attention step, after the forward's (with its logsumexp).
+  const std::string backward = fused_ir({q.grad(), k.grad(), v.grad()});
+  EXPECT_EQ(count_of(backward, "kernel attention"), 2) << backward;
+  EXPECT_EQ(count_of(backward, "attention_lse"), 1) << backward;
+  EXPECT_EQ(count_of(backward, "attention_grad_"), 3) << backward;
+  {
+    const CompositeAttention composite;
+    const Tensor unfused = scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), {}, 0.0,
+                                                        true, std::nullopt, true);
+    EXPECT_EQ(count_of(unfused.fused_ir(), "attention"), 0);
+  }
+}
+
+// Head dims 16 to 256 and lengths from 1 to past a block of queries (32) and of keys (64), odd
+// ones included, each mask kind and grouped heads: the forward against float64 loops, in float32
+// and the half types.
+TEST(FusedAttention, MatchesFloat64OverHeadDimsLengthsAndMasks) {
+  struct Case {
+    Dims d;
+    int mask;  // 0 none, 1 causal, 2 a bool mask, 3 an additive bias
+  };
+  const std::vector<Case> cases = {
+      {{1, 2, 2, 1, 1, 16, 16}, 0},     {{1, 2, 1, 33, 65, 32, 16}, 1},
+      {{2, 2, 2, 70, 97, 64, 64}, 2},   {{1, 4, 2, 37, 131, 128, 128}, 3},
+      {{1, 2, 2, 65, 65, 256, 256}, 1}, {{1, 3, 1, 97, 33, 80, 48}, 2},
+      {{1, 1, 1, 130, 7, 16, 8}, 1}};
+  for (const Case& c : cases) {
+    const Dims& d = c.d;
+    for (DType dtype : {kFloat32, kBFloat16, kFloat16}) {
+      SCOPED_TRACE(testing::Message()
+                   << dtype << " L " << d.l << " S " << d.s << " E " << d.e << " mask " << c.mask);
+      const Operands o = operands(d, dtype, 21);
+      std::vector<double> seen(d.l * d.s), added;
+      for (int64_t i = 0; i < d.l; ++i)
+        for (int64_t j = 0; j < d.s; ++j) seen[i * d.s + j] = (i * 7 + j * 3) % 5 != 0 && i != 3;
+      Tensor mask;
+      if (c.mask == 2) mask = from_vector(seen, {d.l, d.s}).to(kBool);
+      if (c.mask == 3) {
+        mask = from_vector(random_values(d.h * d.l * d.s, 22, -2, 2), {d.h, d.l, d.s}, dtype);
+        added = mask.to_vector<double>();
+      }
+      auto bias = [&](int64_t, int64_t h, int64_t i, int64_t j) {
+        if (c.mask == 1) return j <= i ? 0.0 : -kInf;
+        if (c.mask == 2) return seen[i * d.s + j] != 0 ? 0.0 : -kInf;
+        if (c.mask == 3) return added[(h * d.l + i) * d.s + j];
+        return 0.0;
+      };
+      const Tensor got = scaled_dot_product_attention(o.q, o.k, o.v, mask, 0.0, c.mask == 1,
+                                                      std::nullopt, d.h != d.hkv);
+      ASSERT_EQ(count_of(got.fused_ir(), "= attention "), 1);
+      expect_near(got, reference(d, o.qs, o.ks, o.vs, 1 / std::sqrt(double(d.e)), bias, keep_all),
+                  dtype == kFloat32    ? 2e-6
+                  : dtype == kBFloat16 ? 1.6e-2
+                                       : 2e-3);
+    }
+  }
+}
+
+// The gradients of q, k and v, and the forward, against the composite graph's in float64 (an
+// independent path: autograd through matmuls and the softmax), with every mask kind, grouped
+// heads and lengths past a block; the fused form in float64 and float32.
+TEST(FusedAttention, GradientsMatchTheCompositeGraphInFloat64) {
+  struct Case {
+    Dims d;
+    int mask;
+  };
+  const std::vector<Case> cases = {{{2, 2, 2, 5, 7, 16, 16}, 0},
+                                   {{1, 4, 2, 70, 67, 32, 24}, 1},
+                                   {{1, 2, 1, 33, 129, 16, 16}, 2},
+                                   {{2, 2, 2, 40, 41, 64, 64}, 3}};
+  for (const Case& c : cases) {
+    const Dims& d = c.d;
+    const Operands o = operands(d, kFloat64, 31);
+    const Tensor g =
+        from_vector(random_values(d.b * d.h * d.l * d.ev, 32), {d.b, d.h, d.l, d.ev}, kFloat64);
+    Tensor mask;
+    if (c.mask == 2) mask = (rand({d.l, d.s}, kFloat64) > 0.3);
+    if (c.mask == 3) mask = randn({d.b, 1, d.l, d.s}, kFloat64);
+    auto gradients = [&](DType dtype, bool fused) {
+      const std::optional<CompositeAttention> composite =
+          fused ? std::nullopt : std::make_optional<CompositeAttention>();
+      std::vector<Tensor> in = {o.q.to(dtype).detach().requires_grad_(),
+                                o.k.to(dtype).detach().requires_grad_(),
+                                o.v.to(dtype).detach().requires_grad_()};
+      const Tensor m = mask.defined() && mask.dtype() != kBool ? mask.to(dtype) : mask;
+      const Tensor out = scaled_dot_product_attention(in[0], in[1], in[2], m, 0.0, c.mask == 1,
+                                                      std::nullopt, d.h != d.hkv);
+      EXPECT_EQ(count_of(out.fused_ir(), "= attention "), fused ? 1 : 0);
+      (out * g.to(dtype)).sum().backward();
+      return std::vector<Tensor>{out, in[0].grad(), in[1].grad(), in[2].grad()};
+    };
+    const std::vector<Tensor> want = gradients(kFloat64, false);
+    for (DType dtype : {kFloat64, kFloat32}) {
+      const std::vector<Tensor> got = gradients(dtype, true);
+      for (size_t i = 0; i < got.size(); ++i) {
+        SCOPED_TRACE(testing::Message()
+                     << dtype << " L " << d.l << " S " << d.s << " mask " << c.mask
+                     << (i == 0 ? " out" : " grad of operand ") << (i == 0 ? 0 : i - 1));
+        expect_near(got[i], want[i].to_vector<double>(), dtype == kFloat64 ? 1e-12 : 2e-5);
+      }
+    }
+  }
+}
+
+// A bias that needs its own gradient, and dropout, are the composite graph's: still right.
+TEST(FusedAttention, WhatTheFusedFormDoesNotTakeRunsComposite) {
+  const Tensor q = randn({1, 2, 5, 8}), k = randn({1, 2, 6, 8}), v = randn({1, 2, 6, 8});
+  const Tensor bias = randn({5, 6}).requires_grad_();
+  const Tensor out = scaled_dot_product_attention(q, k, v, bias);
+  EXPECT_EQ(count_of(out.fused_ir(), "= attention "), 0);
+  out.sum().backward();
+  EXPECT_TRUE(bias.grad().defined());
+  EXPECT_EQ(count_of(scaled_dot_product_attention(q, k, v, {}, 0.5).fused_ir(), "= attention "), 0);
+}
+
 }  // namespace
 }  // namespace lazyfuse
 

@@ -45,7 +45,10 @@
 //     elementwise group computing its operand, whatever else reads that group's values (they
 //     are stored by the same kernel): one kernel walks columns of the space, computes and
 //     stores the work, and reduces it (the ReLU mask of a gradient and its bias's gradient).
-//  8. build_steps, 9. order_steps: a step per group, producers first. Each step records its kind
+//  8. join_attention: attention nodes over the same operands and attributes are one step (a
+//     forward and the logsumexp its backward reads; the gradients of q, k and v), when that
+//     makes no cycle: one kernel computes them all (Note [Attention] in ir/attention.cc).
+//  9. build_steps, 10. order_steps: a step per group, producers first. Each step records its kind
 //     and its members' roles (record_kind_and_roles), which the backends read.
 //
 // Softmax over rows of 1024, x[8, 1024]:
@@ -77,6 +80,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "lazyfuse/ir/attention.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/infer.h"
 #include "lazyfuse/ir/passes/passes.h"
@@ -98,6 +102,8 @@ StepKind step_kind(Op op) {
       return StepKind::Index;
     case OpKind::Collective:
       return StepKind::Collective;
+    case OpKind::Attention:
+      return StepKind::Attention;
     default:
       return StepKind::Elementwise;
   }
@@ -315,7 +321,10 @@ class Grouping {
   void grow_row_steps();
   // Phase 7: a reduction over leading dims takes the elementwise group computing its operand.
   void absorb_column_prologues();
-  // Phase 8: one step per group, in no particular order.
+  // Phase 8: attention nodes over the same operands join: a forward and its logsumexp, the
+  // three gradients.
+  void join_attention();
+  // Phase 9: one step per group, in no particular order.
   std::vector<Step> build_steps() const;
 
  private:
@@ -725,6 +734,19 @@ void Grouping::absorb_column_prologues() {
   }
 }
 
+void Grouping::join_attention() {
+  if (!options_.enabled) return;
+  std::vector<ValueId> nodes;
+  for (size_t i = 0; i < graph_.nodes.size(); ++i)
+    if (is_attention(graph_.nodes[i].op)) nodes.push_back(static_cast<ValueId>(i));
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (size_t j = i + 1; j < nodes.size(); ++j) {
+      const int a = group(nodes[i]), b = group(nodes[j]);
+      if (a != b && same_attention(graph_, nodes[i], nodes[j]) && !merge_makes_cycle(a, b))
+        merge(a, b);
+    }
+}
+
 std::vector<Step> Grouping::build_steps() const {
   std::vector<Step> steps;
   // find() compresses paths; build_steps reads the final groups through a copy.
@@ -794,8 +816,9 @@ Schedule run_fusion(Graph graph, const FusionOptions& options) {
   grouping.join_row_steps();
   grouping.grow_row_steps();
   grouping.absorb_column_prologues();
+  grouping.join_attention();
   Schedule schedule;
-  // Phase 9: producers first.
+  // Phase 10: producers first.
   schedule.steps = order_steps(graph, grouping.build_steps());
   for (Step& step : schedule.steps) step.kernel_key = step_kernel_key(graph, step);
   schedule.graph = std::move(graph);

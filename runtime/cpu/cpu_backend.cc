@@ -640,6 +640,9 @@ class CpuBackend final : public Backend {
         values[step.nodes[0]] = cpu_index(node, inputs);
         return;
       }
+      case StepKind::Attention:
+        cpu_attention(graph, step, values);
+        return;
       case StepKind::View:
       case StepKind::Transfer:
       case StepKind::Collective:
@@ -649,6 +652,7 @@ class CpuBackend final : public Backend {
         "views, transfers and collectives are the executor's, not the CPU backend's");
   }
 
+  bool runs_attention() const override { return true; }
   void* allocate(const Device&, int64_t nbytes) override { return cpu::allocate(nbytes); }
   void release(const Device&, void* data, int64_t nbytes) override { cpu::release(data, nbytes); }
 

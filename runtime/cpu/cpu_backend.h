@@ -74,5 +74,8 @@ BufferView cpu_contiguous(const BufferView& input);
 // An index step (gather, scatter_add, cat) over its operands' buffers, in the node's operand
 // order (cpu_index.cc). Throws the IndexError of index_error for an index outside its dim.
 BufferView cpu_index(const Node& node, std::span<const BufferView* const> inputs);
+// An attention step (a forward with its logsumexp, or the gradients of q, k and v): sets each of
+// its members' values (cpu_attention.cc).
+void cpu_attention(const Graph& graph, const Step& step, ValueBuffers& values);
 
 }  // namespace lazyfuse

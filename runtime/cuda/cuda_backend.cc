@@ -95,6 +95,12 @@ void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, S
     case StepKind::Index:
       values[step.nodes[0]] = run_index(node, values);
       return;
+    case StepKind::Attention:
+      // runs_attention() is false: the frontend writes attention as its composite graph here,
+      // so only IR written by hand reaches this.
+      throw UnsupportedError(
+          "attention steps do not run on CUDA devices yet: write the attention as its matmuls "
+          "and softmax (nn::functional::scaled_dot_product_attention does there)");
     case StepKind::View:
     case StepKind::Transfer:
     case StepKind::Collective:
