@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "lazyfuse/frontend/attention.h"
 #include "lazyfuse/frontend/functional.h"
 #include "lazyfuse/frontend/nn.h"
 #include "lazyfuse/frontend/op_builder.h"
@@ -146,35 +147,6 @@ std::optional<std::array<Tensor, 3>> attention_operands(const Tensor& query, con
   return t;
 }
 
-// The attention as one node (Note [Attention] in ir/attention.cc), or an undefined tensor
-// where the device's backend has no attention step or the call is one the node does not take
-// (dropout, a bias that needs a gradient).
-Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value,
-                       const Tensor& attn_mask, double dropout_p, bool is_causal, double scale,
-                       bool enable_gqa, const Loc& where) {
-  if (!fused_attention_enabled() || dropout_p > 0 || !backend_for(query.device()).runs_attention())
-    return Tensor();
-  const bool bias = attn_mask.defined() && attn_mask.dtype() != DType::Bool;
-  if (bias && attn_mask.requires_grad()) return Tensor();
-  std::optional<std::array<Tensor, 3>> qkv =
-      attention_operands(query, key, value, enable_gqa, where);
-  if (!qkv) return Tensor();
-  std::vector<Tensor> operands(qkv->begin(), qkv->end());
-  if (attn_mask.defined()) {
-    Shape scores = (*qkv)[0].sizes();
-    scores.back() = (*qkv)[1].size(-2);
-    Shape broadcast;
-    if (!broadcast_shapes(attn_mask.sizes(), scores, &broadcast) || broadcast != scores)
-      shape_error(absl::StrCat("attn_mask ", shape_str(attn_mask.sizes()),
-                               " does not broadcast to the scores ", shape_str(scores)),
-                  where);
-    operands.push_back(attn_mask.sizes() == scores ? attn_mask : attn_mask.expand(scores, where));
-  }
-  const ScoreModifiers modifiers{.scale = scale, .causal = is_causal};
-  return lazyfuse::detail::make_op(Op::Attention, operands,
-                         attention_attrs(modifiers, attn_mask.defined() && !bias, bias), where);
-}
-
 }  // namespace
 
 void set_fused_attention_enabled(bool enabled) { fused_attention_setting().store(enabled); }
@@ -185,10 +157,13 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                                     std::optional<double> scale, bool enable_gqa, Loc where) {
   check_operands(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, where);
   const double factor = scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));
-  if (Tensor fused = fused_attention(query, key, value, attn_mask, dropout_p, is_causal, factor,
-                                     enable_gqa, where);
-      fused.defined())
-    return fused;
+  if (dropout_p == 0) {
+    const bool bias = attn_mask.defined() && attn_mask.dtype() != DType::Bool;
+    const Tensor fused = lazyfuse::detail::attention_node(
+        query, key, value, bias ? Tensor() : attn_mask, bias ? attn_mask : Tensor(),
+        {.scale = factor, .causal = is_causal}, enable_gqa, where);
+    if (fused.defined()) return fused;
+  }
   Tensor k = key, v = value;
   if (enable_gqa && query.dim() >= 3) {
     const int64_t groups = query.size(-3) / key.size(-3);
@@ -323,3 +298,32 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
 }
 
 }  // namespace lazyfuse::nn
+
+namespace lazyfuse::detail {
+
+Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                      const Tensor& bias, const ScoreModifiers& modifiers, bool enable_gqa,
+                      const Loc& where) {
+  if (!nn::functional::fused_attention_enabled() || !backend_for(q.device()).runs_attention() ||
+      (bias.defined() && bias.requires_grad()))
+    return Tensor();
+  const std::optional<std::array<Tensor, 3>> qkv =
+      nn::functional::attention_operands(q, k, v, enable_gqa, where);
+  if (!qkv) return Tensor();
+  std::vector<Tensor> operands(qkv->begin(), qkv->end());
+  Shape scores = (*qkv)[0].sizes();
+  scores.back() = (*qkv)[1].size(-2);
+  for (const Tensor* t : {&mask, &bias}) {
+    if (!t->defined()) continue;
+    Shape broadcast;
+    if (!broadcast_shapes(t->sizes(), scores, &broadcast) || broadcast != scores)
+      throw ShapeError(absl::StrCat("attention: the ", t == &mask ? "mask " : "bias ",
+                                    shape_str(t->sizes()), " does not broadcast to the scores ",
+                                    shape_str(scores), " (at ", SourceLoc::from(where).str(), ")"));
+    operands.push_back(t->sizes() == scores ? *t : t->expand(scores, where));
+  }
+  return make_op(Op::Attention, operands,
+                 attention_attrs(modifiers, mask.defined(), bias.defined()), where);
+}
+
+}  // namespace lazyfuse::detail

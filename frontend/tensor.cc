@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "lazyfuse/frontend/attention.h"
 #include "lazyfuse/frontend/op_builder.h"
 #include "lazyfuse/frontend/tensor_format.h"
 #include "lazyfuse/ir/errors.h"
@@ -126,6 +127,10 @@ Tensor Tensor::min(IntArrayRef dims, bool keepdim, Loc where) const {
 }
 
 Tensor Tensor::matmul(const Tensor& other, Loc where) const {
+  // A softmax of scores times the values: attention written by hand, made one node where it can
+  // be (Note [Attention written by hand] in attention_pattern.cc).
+  if (Tensor attention = detail::attention_from_pattern(*this, other, where); attention.defined())
+    return attention;
   return make_op(Op::Matmul, {*this, other}, {}, where);
 }
 
