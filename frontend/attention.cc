@@ -5,6 +5,7 @@
 // wrote it.
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -304,9 +305,19 @@ namespace lazyfuse::detail {
 Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                       const Tensor& bias, const ScoreModifiers& modifiers, bool enable_gqa,
                       const Loc& where) {
-  if (!nn::functional::fused_attention_enabled() || !backend_for(q.device()).runs_attention() ||
-      (bias.defined() && bias.requires_grad()))
+  if (!nn::functional::fused_attention_enabled() || (bias.defined() && bias.requires_grad()) ||
+      q.dim() < 2 || v.dim() < 2)
     return Tensor();
+  if (!backend_for(q.device()).runs_attention(q.dtype(), q.size(-1), v.size(-1))) {
+    if (env_config().debug > 0)
+      std::fprintf(stderr,
+                   "[lazyfuse] attention at %s: %s has no attention kernel for %s with head dims "
+                   "%lld and %lld; it runs as matmuls and a softmax\n",
+                   SourceLoc::from(where).str().c_str(), q.device().str().c_str(),
+                   std::string(dtype_torch_name(q.dtype())).c_str(),
+                   static_cast<long long>(q.size(-1)), static_cast<long long>(v.size(-1)));
+    return Tensor();
+  }
   const std::optional<std::array<Tensor, 3>> qkv =
       nn::functional::attention_operands(q, k, v, enable_gqa, where);
   if (!qkv) return Tensor();

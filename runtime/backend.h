@@ -50,9 +50,15 @@ class Backend {
   virtual void run_step(const Graph& graph, const Step& step, ValueBuffers& values,
                         std::unique_ptr<StepCache>* cache) = 0;
 
-  // Whether run_step takes Attention steps. Where it does not, the frontend writes attention as
-  // its composite graph (frontend/attention.cc).
-  virtual bool runs_attention() const { return false; }
+  // Whether run_step takes an Attention step of `dtype` with these head dims (q's and k's, v's).
+  // Where it does not, the frontend writes attention as its composite graph
+  // (frontend/attention.cc).
+  virtual bool runs_attention(DType dtype, int64_t head_dim, int64_t value_dim) const {
+    (void)dtype;
+    (void)head_dim;
+    (void)value_dim;
+    return false;
+  }
 
   // `nbytes` (at least 1) on `device`, aligned to at least 64 bytes; throws OutOfMemoryError.
   virtual void* allocate(const Device& device, int64_t nbytes) = 0;

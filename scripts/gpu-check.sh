@@ -40,7 +40,7 @@ cpu_only='CpuJit.*'
 ) &
 # Under the sanitizers: the GPU tests, less those that exhaust memory, move 17 GB, or start
 # child processes.
-sanitized="Cuda*:FastMath*:*/CudaGradcheck.*:ColumnStep.*:-$alone:CudaCache.TwoProcessesFillOneDirectoryAtOnce"
+sanitized="Cuda*:FastMath*:*/CudaGradcheck.*:ColumnStep.*:*Attention*OnTheGpu*:-$alone:CudaCache.TwoProcessesFillOneDirectoryAtOnce"
 if command -v compute-sanitizer > /dev/null; then
   # The three tools side by side: one after another they outlast the suites by minutes.
   for tool in memcheck racecheck initcheck; do

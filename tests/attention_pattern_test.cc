@@ -113,6 +113,34 @@ TEST(AttentionPattern, EachSpellingIsOneAttentionNodeWithTheSameValues) {
       });
 }
 
+// On the GPU the same spelling is the same node, run by the GPU's kernels.
+TEST(AttentionPattern, OnTheGpuToo) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA GPU";
+  manual_seed(4);
+  const Tensor q = randn({B, H, T, E}, kFloat64), k = randn({B, H, S, E}, kFloat64),
+               v = randn({B, H, S, E}, kFloat64);
+  auto spelled = [](const Tensor& q, const Tensor& k, const Tensor& v) {
+    const Tensor scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(double(E));
+    const Device device = q.device();
+    const Tensor future = arange(S, TensorOptions(kInt64).device(device)).unsqueeze(0) >
+                          arange(T, TensorOptions(kInt64).device(device)).unsqueeze(1);
+    return softmax(scores.masked_fill(future, -kInf), -1).matmul(v);
+  };
+  std::vector<double> want;
+  {
+    const FusedAttentionOff off;
+    want = spelled(q, k, v).to_vector<double>();
+  }
+  const Device gpu("cuda:0");
+  const Tensor got =
+      spelled(q.to(kFloat32).to(gpu), k.to(kFloat32).to(gpu), v.to(kFloat32).to(gpu));
+  EXPECT_NE(got.fused_ir().find("= attention "), std::string::npos) << got.fused_ir();
+  const std::vector<double> values = got.cpu().to_vector<double>();
+  ASSERT_EQ(values.size(), want.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    ASSERT_NEAR(values[i], want[i], 2e-5 * std::max(1.0, std::fabs(want[i]))) << i;
+}
+
 // Scores that are also returned are computed apart; the product is still one attention node.
 TEST(AttentionPattern, WeightsUsedElsewhereAreStillRight) {
   manual_seed(3);

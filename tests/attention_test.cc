@@ -375,6 +375,69 @@ TEST(FusedAttention, GradientsMatchTheCompositeGraphInFloat64) {
   }
 }
 
+// On the GPU (Note [Attention on the GPU]): the forward and the gradients of q, k and v of
+// each dtype, over head dims 16 to 256, odd lengths past a tile, every mask kind and grouped
+// heads, against the composite graph in float64 on the CPU.
+TEST(FusedAttention, MatchesTheCompositeGraphOnTheGpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA GPU";
+  struct Case {
+    Dims d;
+    int mask;  // 0 none, 1 causal, 2 a bool mask, 3 an additive bias
+    DType dtype;
+  };
+  const std::vector<Case> cases = {
+      {{2, 2, 2, 5, 7, 16, 16}, 0, kFloat32},      {{1, 4, 2, 70, 67, 32, 24}, 1, kFloat32},
+      {{1, 2, 1, 33, 129, 64, 64}, 2, kBFloat16},  {{2, 2, 2, 40, 41, 128, 128}, 3, kFloat16},
+      {{1, 2, 2, 65, 65, 256, 256}, 1, kBFloat16}, {{1, 3, 1, 97, 33, 80, 48}, 2, kFloat64},
+      {{1, 1, 1, 1, 1, 16, 16}, 0, kFloat16},      {{2, 4, 4, 130, 130, 64, 64}, 1, kFloat32}};
+  const Device gpu("cuda:0");
+  for (const Case& c : cases) {
+    const Dims& d = c.d;
+    const Operands o = operands(d, kFloat64, 41);
+    const Tensor g =
+        from_vector(random_values(d.b * d.h * d.l * d.ev, 42), {d.b, d.h, d.l, d.ev}, kFloat64);
+    Tensor mask;
+    if (c.mask == 2) mask = rand({d.l, d.s}, kFloat64) > 0.3;
+    if (c.mask == 3) mask = randn({d.b, 1, d.l, d.s}, kFloat64);
+    auto gradients = [&](DType dtype, const Device& device, bool fused) {
+      const std::optional<CompositeAttention> composite =
+          fused ? std::nullopt : std::make_optional<CompositeAttention>();
+      std::vector<Tensor> in;
+      for (const Tensor* t : {&o.q, &o.k, &o.v})
+        in.push_back(t->to(dtype).to(device).detach().requires_grad_());
+      Tensor m = mask.defined() && mask.dtype() != kBool ? mask.to(dtype) : mask;
+      if (m.defined()) m = m.to(device);
+      const Tensor out = scaled_dot_product_attention(in[0], in[1], in[2], m, 0.0, c.mask == 1,
+                                                      std::nullopt, d.h != d.hkv);
+      EXPECT_EQ(count_of(out.fused_ir(), "= attention "), fused ? 1 : 0);
+      (out * g.to(dtype).to(device)).sum().backward();
+      return std::vector<Tensor>{out, in[0].grad(), in[1].grad(), in[2].grad()};
+    };
+    const std::vector<Tensor> want = gradients(kFloat64, Device::cpu(), false);
+    const std::vector<Tensor> got = gradients(c.dtype, gpu, true);
+    const double tolerance = c.dtype == kFloat64   ? 1e-12
+                             : c.dtype == kFloat32 ? 2e-5
+                             : c.dtype == kFloat16 ? 4e-3
+                                                   : 3e-2;
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE(testing::Message()
+                   << c.dtype << " L " << d.l << " S " << d.s << " E " << d.e << " mask " << c.mask
+                   << (i == 0 ? " out" : " grad ") << (i == 0 ? 0 : i - 1));
+      // Half types to a tolerance of the tensor's largest magnitude.
+      const std::vector<double> expected = want[i].to_vector<double>();
+      double largest = 1;
+      for (double x : expected) largest = std::max(largest, std::fabs(x));
+      const std::vector<double> values = got[i].cpu().to_vector<double>();
+      ASSERT_EQ(values.size(), expected.size());
+      for (size_t j = 0; j < values.size(); ++j)
+        ASSERT_NEAR(
+            values[j], expected[j],
+            tolerance * (is_half(c.dtype) ? largest : std::max(1.0, std::fabs(expected[j]))))
+            << "element " << j;
+    }
+  }
+}
+
 // A bias that needs its own gradient, and dropout, are the composite graph's: still right.
 TEST(FusedAttention, WhatTheFusedFormDoesNotTakeRunsComposite) {
   const Tensor q = randn({1, 2, 5, 8}), k = randn({1, 2, 6, 8}), v = randn({1, 2, 6, 8});

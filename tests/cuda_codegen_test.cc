@@ -286,6 +286,81 @@ TEST(CudaCodegen, VectorWidthIsSixteenBytesOfTheNarrowestOperand) {
   }
 }
 
+// The attention kernels (codegen/cuda/cuda_attention.cc) compile for every dtype, head dims
+// from 1 to 256, each modifier and each kernel; their tiles keep the shared arrays within what
+// a block declares.
+TEST(CudaCodegen, AttentionKernelsCompileForSm90) {
+  std::vector<CudaAttentionSpec> specs;
+  for (auto [dtype, e, ev] :
+       std::vector<std::tuple<DType, int64_t, int64_t>>{{DType::Float32, 64, 64},
+                                                        {DType::BFloat16, 128, 128},
+                                                        {DType::Float16, 80, 48},
+                                                        {DType::Float64, 256, 256},
+                                                        {DType::Float32, 1, 3}}) {
+    CudaAttentionSpec spec;
+    spec.dtype = dtype;
+    spec.head_dim = e;
+    spec.value_dim = ev;
+    spec.lead = e == 1 ? 1 : 3;
+    spec.causal = dtype != DType::Float16;
+    spec.mask = dtype == DType::Float16 || dtype == DType::Float64;
+    spec.bias = dtype == DType::BFloat16 || dtype == DType::Float64;
+    spec.softcap = dtype == DType::Float32;
+    specs.push_back(spec);
+    for (CudaAttentionKernel kernel :
+         {CudaAttentionKernel::Forward, CudaAttentionKernel::QueryGradient,
+          CudaAttentionKernel::KeyGradients}) {
+      const int tile = cuda_attention_key_tile(spec, kernel);
+      EXPECT_GE(tile, 1);
+      EXPECT_LE(tile, 32);
+    }
+  }
+  EXPECT_EQ(cuda_attention_key_tile(specs[0], CudaAttentionKernel::Forward), 32);
+  if (!nvrtc_available()) GTEST_SKIP() << nvrtc_unavailable_reason();
+  for (const CudaAttentionSpec& spec : specs)
+    for (CudaAttentionKernel kernel :
+         {CudaAttentionKernel::Forward, CudaAttentionKernel::QueryGradient,
+          CudaAttentionKernel::KeyGradients}) {
+      const CudaSource source = generate_cuda_attention(spec, kernel);
+      SCOPED_TRACE(source.kernel_name);
+      EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
+    }
+}
+
+// The attention kernels' words sit where their layout says.
+TEST(CudaCodegen, AttentionWordsFollowTheirLayout) {
+  AttentionWords w;
+  w.heads = 12;
+  w.key_heads = 4;
+  w.queries = 100;
+  w.keys = 200;
+  w.scale = 0.125;
+  w.softcap = 30;
+  w.q = 0x1000;
+  w.bias = 0x5000;
+  w.result2 = 0xa000;
+  w.bias_column = 7;
+  w.lead = {8, 12};
+  w.q_lead = {1, 2};
+  w.k_lead = w.v_lead = w.out_lead = w.grad_lead = w.mask_lead = {0, 0};
+  w.bias_lead = {3, 4};
+  const ArgLayout layout = attention_arg_layout(2);
+  const KernelArgs words = pack_attention_args(w);
+  ASSERT_EQ(static_cast<int>(words.size()), layout.words());
+  EXPECT_EQ(words[layout.offset("key_heads")], 4u);
+  EXPECT_EQ(words[layout.offset("keys")], 200u);
+  EXPECT_EQ(std::bit_cast<double>(words[layout.offset("scale")]), 0.125);
+  EXPECT_EQ(std::bit_cast<double>(words[layout.offset("softcap")]), 30.0);
+  EXPECT_EQ(words[layout.offset("q")], 0x1000u);
+  EXPECT_EQ(words[layout.offset("bias")], 0x5000u);
+  EXPECT_EQ(words[layout.offset("result2")], 0xa000u);
+  EXPECT_EQ(words[layout.offset("bias_column")], 7u);
+  EXPECT_EQ(words[layout.offset("lead") + 1], 12u);
+  EXPECT_EQ(words[layout.offset("q_lead") + 1], 2u);
+  EXPECT_EQ(words[layout.offset("bias_lead")], 3u);
+  EXPECT_EQ(words[layout.offset("bias_lead") + 1], 4u);
+}
+
 TEST(CudaCodegen, KernelCacheKeyNamesTheStructureTheVariantAndFastMath) {
   Step step;
   step.kernel_key = 0x3f9a1c0bULL;

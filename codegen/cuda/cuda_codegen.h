@@ -238,6 +238,23 @@ std::string cuda_scatter_add_kernel_name(DType dtype, int rank);
 CudaSource generate_cuda_strided_copy(DType from, DType to, int rank);
 std::string cuda_strided_copy_kernel_name(DType from, DType to, int rank);
 
+// Attention steps' kernels (codegen/cuda/cuda_attention.cc, Note [Attention on the GPU]), each
+// specialised on what its name says; their words: attention_arg_layout.
+inline constexpr int kCudaAttentionWarps = 4;  // query rows a block of the forward and dq
+inline constexpr int64_t kCudaAttentionSharedBytes = 48 * 1024;
+inline constexpr int64_t kCudaAttentionMaxHeadDim = 256;
+enum class CudaAttentionKernel { Forward, QueryGradient, KeyGradients };
+struct CudaAttentionSpec {
+  DType dtype = DType::Float32;
+  int64_t head_dim = 0, value_dim = 0;
+  int lead = 1;  // dims before the rows (a rank-2 operand's one, of size 1)
+  bool causal = false, mask = false, bias = false, softcap = false;
+};
+CudaSource generate_cuda_attention(const CudaAttentionSpec& spec, CudaAttentionKernel kernel);
+std::string cuda_attention_kernel_name(const CudaAttentionSpec& spec, CudaAttentionKernel kernel);
+// Keys a tile: the grid of the key kernel is one block per tile of each key head.
+int cuda_attention_key_tile(const CudaAttentionSpec& spec, CudaAttentionKernel kernel);
+
 // A product of 1 to kMaxSkinnyMatmulRows rows with its weight read transposed, an nn::Linear
 // at a small batch (Note [Products of few rows] in codegen/cuda/cuda_matmul.cc): float32, float16
 // or bfloat16 (summed in float32), with the bias and relu of its step's epilogue or without.

@@ -652,7 +652,7 @@ class CpuBackend final : public Backend {
         "views, transfers and collectives are the executor's, not the CPU backend's");
   }
 
-  bool runs_attention() const override { return true; }
+  bool runs_attention(DType, int64_t, int64_t) const override { return true; }
   void* allocate(const Device&, int64_t nbytes) override { return cpu::allocate(nbytes); }
   void release(const Device&, void* data, int64_t nbytes) override { cpu::release(data, nbytes); }
 

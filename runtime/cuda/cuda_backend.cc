@@ -96,11 +96,8 @@ void run_cuda_step(const Graph& graph, const Step& step, ValueBuffers& values, S
       values[step.nodes[0]] = run_index(node, values);
       return;
     case StepKind::Attention:
-      // runs_attention() is false: the frontend writes attention as its composite graph here,
-      // so only IR written by hand reaches this.
-      throw UnsupportedError(
-          "attention steps do not run on CUDA devices yet: write the attention as its matmuls "
-          "and softmax (nn::functional::scaled_dot_product_attention does there)");
+      cuda_steps::run_attention(graph, step, values);
+      return;
     case StepKind::View:
     case StepKind::Transfer:
     case StepKind::Collective:
@@ -137,6 +134,9 @@ class CudaBackend final : public Backend {
   BufferView contiguous(const BufferView& source) override { return cuda_contiguous(source); }
 
   // Host to GPU, GPU to host, and between GPUs.
+  bool runs_attention(DType dtype, int64_t head_dim, int64_t value_dim) const override {
+    return cuda_steps::cuda_runs_attention(dtype, head_dim, value_dim);
+  }
   bool can_copy(const Device& from, const Device& to) const override {
     return (from.is_cuda() || from.is_cpu()) && (to.is_cuda() || to.is_cpu()) &&
            (from.is_cuda() || to.is_cuda());

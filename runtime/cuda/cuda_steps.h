@@ -212,6 +212,13 @@ struct GroupMemo : StepCache {
 // operand must first be copied dense runs on its own, before the rest.
 void run_group(const Graph& graph, const Step& step, ValueBuffers& values, GroupMemo* memo);
 
+// ---- Attention (run_attention.cc) ----
+
+// Whether the attention kernels take these head dims (codegen/cuda/cuda_attention.cc).
+bool cuda_runs_attention(DType dtype, int64_t head_dim, int64_t value_dim);
+// Runs an attention step: sets each member's value.
+void run_attention(const Graph& graph, const Step& step, ValueBuffers& values);
+
 // ---- Matmuls (run_matmul.cc) ----
 
 BufferView run_matmul(const Node& node, const BufferView& a, const BufferView& b);

@@ -1,0 +1,129 @@
+// Attention steps on a GPU: a forward with its logsumexp, or the gradients of q, k and v, by the
+// kernels of codegen/cuda/cuda_attention.cc (Note [Attention on the GPU]).
+#include "absl/strings/str_cat.h"
+#include "lazyfuse/ir/attention.h"
+#include "lazyfuse/ir/errors.h"
+#include "lazyfuse/runtime/cuda/cuda_steps.h"
+
+namespace lazyfuse::cuda_steps {
+namespace {
+
+// A view whose last dim is not contiguous is read through a contiguous copy: the kernels read
+// whole rows.
+BufferView rows_contiguous(const BufferView& view) {
+  return view.strides.back() == 1 || view.shape.back() <= 1 ? view : cuda_contiguous(view);
+}
+
+// The strides of the dims before the rows; a rank-2 operand's one dim of size 1.
+Strides lead_strides(const BufferView& view) {
+  if (view.shape.size() == 2) return {0};
+  return Strides(view.strides.begin(), view.strides.end() - 2);
+}
+
+}  // namespace
+
+bool cuda_runs_attention(DType dtype, int64_t head_dim, int64_t value_dim) {
+  return is_floating(dtype) && head_dim > 0 && value_dim > 0 &&
+         head_dim <= kCudaAttentionMaxHeadDim && value_dim <= kCudaAttentionMaxHeadDim;
+}
+
+void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
+  const Node& first = graph.nodes[step.nodes.front()];
+  const AttentionOperands at = attention_operands(first.op, first.attrs);
+  auto operand = [&](int slot) { return rows_contiguous(*values[first.inputs[slot]]); };
+  const BufferView q = operand(at.q), k = operand(at.k), v = operand(at.v);
+  const AttentionSizes sizes = attention_sizes(q.shape, k.shape, v.shape);
+  if (!cuda_runs_attention(q.dtype, sizes.head_dim, sizes.value_dim))
+    throw UnsupportedError(absl::StrCat("attention: no CUDA kernel for head dims ", sizes.head_dim,
+                                        " and ", sizes.value_dim, " (at most ",
+                                        kCudaAttentionMaxHeadDim, ")"));
+  const ScoreModifiers modifiers = score_modifiers(first.attrs);
+  CudaAttentionSpec spec;
+  spec.dtype = q.dtype;
+  spec.head_dim = sizes.head_dim;
+  spec.value_dim = sizes.value_dim;
+  spec.lead = q.shape.size() == 2 ? 1 : static_cast<int>(q.shape.size()) - 2;
+  spec.causal = modifiers.causal;
+  spec.mask = at.mask >= 0;
+  spec.bias = at.bias >= 0;
+  spec.softcap = modifiers.softcap > 0;
+
+  AttentionWords w;
+  w.heads = sizes.heads;
+  w.key_heads = sizes.key_heads;
+  w.queries = sizes.queries;
+  w.keys = sizes.keys;
+  w.scale = modifiers.scale;
+  w.softcap = modifiers.softcap;
+  w.lead = q.shape.size() == 2 ? Shape{1} : Shape(q.shape.begin(), q.shape.end() - 2);
+  auto bind = [&](const BufferView& view, uint64_t& pointer, int64_t& row, Strides& lead) {
+    pointer = address(view);
+    row = view.strides[view.shape.size() - 2];
+    lead = lead_strides(view);
+  };
+  bind(q, w.q, w.q_row, w.q_lead);
+  bind(k, w.k, w.k_row, w.k_lead);
+  bind(v, w.v, w.v_row, w.v_lead);
+  // A mask or bias is read an element at a time: any strides do.
+  for (auto [slot, pointer, row, column, lead] :
+       {std::tuple{at.mask, &w.mask, &w.mask_row, &w.mask_column, &w.mask_lead},
+        std::tuple{at.bias, &w.bias, &w.bias_row, &w.bias_column, &w.bias_lead}}) {
+    if (slot < 0) {
+      *lead = Strides(w.lead.size(), 0);
+      continue;
+    }
+    const BufferView& view = *values[first.inputs[slot]];
+    bind(view, *pointer, *row, *lead);
+    *column = view.strides.back();
+  }
+  w.out_lead = w.grad_lead = Strides(w.lead.size(), 0);
+
+  const int device = step.device.index();
+  cuda::activate(device);
+  auto output = [&](Op op) -> uint64_t {
+    for (ValueId m : step.nodes)
+      if (graph.nodes[m].op == op) {
+        values[m] = allocate_buffer(step.device, graph.nodes[m].dtype, graph.nodes[m].shape);
+        return address(*values[m]);
+      }
+    return 0;
+  };
+  const int64_t heads = sizes.batch * sizes.heads;
+  const int64_t row_blocks = (sizes.queries + kCudaAttentionWarps - 1) / kCudaAttentionWarps;
+  auto run = [&](CudaAttentionKernel kernel, int64_t blocks, unsigned threads) {
+    const std::string name = cuda_attention_kernel_name(spec, kernel);
+    cuda::CUfunction function =
+        cuda::get_kernel(device, name, [&] { return generate_cuda_attention(spec, kernel); });
+    KernelArgs args = pack_attention_args(w);
+    launch(device, function, blocks, threads, args, name);
+  };
+  if (!is_attention_gradient(first.op)) {
+    w.lse = output(Op::AttentionLse);
+    w.result = output(Op::Attention);
+    // A logsumexp recomputed alone still has the kernel write a result: a scratch one.
+    std::optional<BufferView> scratch;
+    if (w.result == 0) {
+      Shape shape = q.shape;
+      shape.back() = sizes.value_dim;
+      scratch = allocate_buffer(step.device, q.dtype, shape);
+      w.result = address(*scratch);
+    }
+    run(CudaAttentionKernel::Forward, heads * row_blocks, kCudaAttentionWarps * 32);
+    return;
+  }
+  const BufferView out = operand(at.out), grad = operand(at.grad);
+  bind(out, w.out, w.out_row, w.out_lead);
+  bind(grad, w.grad, w.grad_row, w.grad_lead);
+  w.lse = address(*values[first.inputs[at.lse]]);  // the forward's, contiguous
+  if ((w.result = output(Op::AttentionGradQ)) != 0)
+    run(CudaAttentionKernel::QueryGradient, heads * row_blocks, kCudaAttentionWarps * 32);
+  w.result = output(Op::AttentionGradK);
+  w.result2 = output(Op::AttentionGradV);
+  if (w.result != 0 || w.result2 != 0) {
+    const int64_t tile = cuda_attention_key_tile(spec, CudaAttentionKernel::KeyGradients);
+    run(CudaAttentionKernel::KeyGradients,
+        sizes.batch * sizes.key_heads * ((sizes.keys + tile - 1) / tile), 32);
+  }
+}
+
+}  // namespace lazyfuse::cuda_steps
