@@ -8,13 +8,18 @@
 // every query of its group of heads for dk and dv, and a task per block of queries walks the
 // keys for dq. Each task owns what it writes and adds in a fixed order, so the result's bits do
 // not depend on the thread count; the probabilities are recomputed in each pass rather than
-// shared through memory. Values compute in float (double for float64).
+// shared through memory. Values compute in float (double for float64). Within a task, the
+// products of a block of queries with a block of keys are BLAS calls (OpenBLAS, one thread
+// inside the task's) and the exponentials one vector call of the CPU's kernel table over the
+// block: the loops between them touch each score once.
+#include <cblas.h>
 #include <omp.h>
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "lazyfuse/codegen/cpu/cpu_kernels.h"
 #include "lazyfuse/codegen/dtype_dispatch.h"
 #include "lazyfuse/ir/attention.h"
 #include "lazyfuse/runtime/cpu/cpu_backend.h"
@@ -80,30 +85,63 @@ struct Problem {
   }
 };
 
-// The scores of queries [q0, q1) of `head` against keys [k0, k1), modified, into
-// s[(i - q0) * kKeyBlock + (j - k0)], from the queries' rows `qs` (already loaded, E each).
-// Returns whether any score is not masked.
+// c = alpha a b^T (+ c where accumulate) for row-major a [m, k], b [n, k]; with `transpose_a`,
+// a is [k, m] and a^T is taken; with `plain_b`, b is [k, n] and taken as it is.
+template <typename A>
+void gemm(bool transpose_a, bool plain_b, int64_t m, int64_t n, int64_t k, A alpha, const A* a,
+          int64_t lda, const A* b, int64_t ldb, bool accumulate, A* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  const CBLAS_TRANSPOSE ta = transpose_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb = plain_b ? CblasNoTrans : CblasTrans;
+  if (k == 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, A(0));
+    return;
+  }
+  if constexpr (std::is_same_v<A, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c,
+                ldc);
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, accumulate ? 1.0 : 0.0, c,
+                ldc);
+}
+
+// exp of n values in place, by the CPU's vector kernels (`x` padded to kCpuVectorPad).
+template <typename A>
+void exp_in_place(A* x, int64_t n) {
+  const CpuApplyFn exp = cpu_kernel_table().apply[static_cast<int>(Op::Exp)][compute_slot(
+      std::is_same_v<A, float> ? DType::Float32 : DType::Float64)];
+  const void* in[] = {x};
+  exp(in, x, n);
+}
+
+// Scratch of n values and the padding the vector kernels run into.
+template <typename A>
+std::vector<A> scratch(int64_t n) {
+  return std::vector<A>(static_cast<size_t>(n + kCpuVectorPad), A(0));
+}
+
+// The scores of queries [q0, q1) of `head` against keys [k0, k1) into
+// s[(i - q0) * kKeyBlock + (j - k0)]: the product of the loaded query rows `qs` and key rows
+// `ks` (E values each), then the modifiers; -infinity where a key is not seen. `capped` (where
+// given) gets each score's tanh for the softcap's gradient. Returns whether any score is seen.
 template <typename A, typename T>
 bool block_scores(const Problem& p, int64_t head, int64_t q0, int64_t q1, int64_t k0, int64_t k1,
-                  const A* qs, A* ks, A* s) {
-  const int64_t e = p.sizes.head_dim, key_head = p.key_head(head);
-  for (int64_t j = k0; j < k1; ++j) {
-    const T* row = p.k.at<T>(key_head, j);
-    for (int64_t c = 0; c < e; ++c) ks[(j - k0) * e + c] = load<A>(row[c * p.k.column]);
-  }
+                  const A* qs, const A* ks, A* s, A* capped = nullptr) {
+  const int64_t e = p.sizes.head_dim;
   const A scale = static_cast<A>(p.modifiers.scale), cap = static_cast<A>(p.modifiers.softcap);
+  gemm<A>(false, false, q1 - q0, k1 - k0, e, scale, qs, e, ks, e, false, s, kKeyBlock);
   const A minus_infinity = -std::numeric_limits<A>::infinity();
   bool any = false;
   for (int64_t i = q0; i < q1; ++i) {
-    const A* qi = qs + (i - q0) * e;
     A* si = s + (i - q0) * kKeyBlock;
     for (int64_t j = k0; j < k1; ++j) {
-      const A* kj = ks + (j - k0) * e;
-      A dot = 0;
-#pragma omp simd reduction(+ : dot)
-      for (int64_t c = 0; c < e; ++c) dot += qi[c] * kj[c];
-      A score = dot * scale;
-      if (cap > 0) score = cap * std::tanh(score / cap);
+      A score = si[j - k0];
+      if (cap > 0) {
+        const A t = std::tanh(score / cap);
+        if (capped != nullptr) capped[(i - q0) * kKeyBlock + (j - k0)] = t;
+        score = cap * t;
+      }
       if (p.has_bias) score += load<A>(p.bias.at<T>(head, i)[j * p.bias.column]);
       const bool seen = (!p.modifiers.causal || j <= i) &&
                         (!p.has_mask || p.mask.at<bool>(head, i)[j * p.mask.column]);
@@ -137,33 +175,36 @@ struct Outputs {
 template <typename A, typename T>
 void forward_block(const Problem& p, int64_t head, int64_t q0, int64_t q1, Outputs<T> outputs) {
   const int64_t e = p.sizes.head_dim, ev = p.sizes.value_dim, rows = q1 - q0;
-  std::vector<A> qs(rows * e), ks(kKeyBlock * e), vs(kKeyBlock * ev), s(rows * kKeyBlock);
-  std::vector<A> o(rows * ev, A(0)), m(rows, -std::numeric_limits<A>::infinity()), l(rows, A(0));
+  std::vector<A> qs = scratch<A>(rows * e), ks = scratch<A>(kKeyBlock * e),
+                 vs = scratch<A>(kKeyBlock * ev), s = scratch<A>(rows * kKeyBlock),
+                 o = scratch<A>(rows * ev);
+  std::vector<A> m(rows, -std::numeric_limits<A>::infinity()), l(rows, A(0));
   load_rows<A, T>(p.q, head, q0, q1, e, qs.data());
   const int64_t key_head = p.key_head(head), last = keys_seen(p, q1);
   for (int64_t k0 = 0; k0 < last; k0 += kKeyBlock) {
-    const int64_t k1 = std::min(k0 + kKeyBlock, last);
+    const int64_t k1 = std::min(k0 + kKeyBlock, last), keys = k1 - k0;
+    load_rows<A, T>(p.k, key_head, k0, k1, e, ks.data());
     if (!block_scores<A, T>(p, head, q0, q1, k0, k1, qs.data(), ks.data(), s.data())) continue;
     load_rows<A, T>(p.v, key_head, k0, k1, ev, vs.data());
+    // Each row's new maximum, its scores shifted by it (-infinity, and so 0 after exp, where
+    // nothing is seen yet), and its result rescaled.
     for (int64_t i = 0; i < rows; ++i) {
       A* si = s.data() + i * kKeyBlock;
       A top = m[i];
-      for (int64_t j = 0; j < k1 - k0; ++j) top = std::max(top, si[j]);
-      if (top == -std::numeric_limits<A>::infinity()) continue;  // nothing seen yet
-      const A rescale = std::exp(m[i] - top);
-      A* oi = o.data() + i * ev;
-      for (int64_t c = 0; c < ev; ++c) oi[c] *= rescale;
-      A total = 0;
-      for (int64_t j = 0; j < k1 - k0; ++j) {
-        const A pj = std::exp(si[j] - top);
-        total += pj;
-        const A* vj = vs.data() + j * ev;
-#pragma omp simd
-        for (int64_t c = 0; c < ev; ++c) oi[c] += pj * vj[c];
-      }
-      l[i] = l[i] * rescale + total;
-      m[i] = top;
+      for (int64_t j = 0; j < keys; ++j) top = std::max(top, si[j]);
+      const bool none = top == -std::numeric_limits<A>::infinity();
+      for (int64_t j = 0; j < kKeyBlock; ++j)
+        si[j] = none || j >= keys ? -std::numeric_limits<A>::infinity() : si[j] - top;
+      const A rescale = none ? A(1) : std::exp(m[i] - top);
+      for (int64_t c = 0; c < ev; ++c) o[i * ev + c] *= rescale;
+      l[i] *= rescale;
+      if (!none) m[i] = top;
     }
+    exp_in_place(s.data(), rows * kKeyBlock);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < keys; ++j) l[i] += s[i * kKeyBlock + j];
+    gemm<A>(false, true, rows, ev, keys, A(1), s.data(), kKeyBlock, vs.data(), ev, true, o.data(),
+            ev);
   }
   for (int64_t i = 0; i < rows; ++i) {
     const A inverse = l[i] > 0 ? A(1) / l[i] : A(0);
@@ -205,37 +246,35 @@ struct Backward {
   std::vector<ComputeOf<T>> d;        // [heads, T]
 };
 
-// p_ij and ds_ij (through the softcap) of queries [q0, q1) and keys [k0, k1) into s and ds,
-// from the loaded query rows, gradient rows (do) and the block's keys and values; false when
-// every score is masked.
+// p_ij into s and scale * ds_ij (through the softcap) into ds for queries [q0, q1) and keys
+// [k0, k1), from the loaded query rows, gradient rows (do) and the block's keys and values
+// (`capped` is scratch of a block's size); false when every score is masked.
 template <typename A, typename T>
 bool block_gradients(const Problem& p, const Backward<T>& b, int64_t head, int64_t q0, int64_t q1,
-                     int64_t k0, int64_t k1, const A* qs, const A* dos, A* ks, const A* vs, A* s,
-                     A* ds) {
-  if (!block_scores<A, T>(p, head, q0, q1, k0, k1, qs, ks, s)) return false;
-  const int64_t ev = p.sizes.value_dim;
-  const A cap = static_cast<A>(p.modifiers.softcap);
-  for (int64_t i = q0; i < q1; ++i) {
-    const A lse = b.lse[head * p.sizes.queries + i];
-    const A di = b.d[head * p.sizes.queries + i];
-    const A* doi = dos + (i - q0) * ev;
-    for (int64_t j = k0; j < k1; ++j) {
-      A& sij = s[(i - q0) * kKeyBlock + (j - k0)];
-      A& dsij = ds[(i - q0) * kKeyBlock + (j - k0)];
-      const A pij = lse == -std::numeric_limits<A>::infinity() ? A(0) : std::exp(sij - lse);
-      const A* vj = vs + (j - k0) * ev;
-      A dp = 0;
-#pragma omp simd reduction(+ : dp)
-      for (int64_t c = 0; c < ev; ++c) dp += doi[c] * vj[c];
-      A g = pij * (dp - di);
-      if (cap > 0 && pij != 0) {
-        // The capped score c tanh(x / c) is s minus the bias; its derivative is 1 - tanh^2.
-        const A bias = p.has_bias ? load<A>(p.bias.at<T>(head, i)[j * p.bias.column]) : A(0);
-        const A t = (sij - bias) / cap;
-        g *= A(1) - t * t;
-      }
-      sij = pij;
-      dsij = g;
+                     int64_t k0, int64_t k1, const A* qs, const A* dos, const A* ks, const A* vs,
+                     A* s, A* ds, A* capped) {
+  if (!block_scores<A, T>(p, head, q0, q1, k0, k1, qs, ks, s, capped)) return false;
+  const int64_t ev = p.sizes.value_dim, rows = q1 - q0, keys = k1 - k0;
+  const A minus_infinity = -std::numeric_limits<A>::infinity();
+  // p = exp(s - lse); a row that sees no key has lse = -infinity and p = 0.
+  for (int64_t i = 0; i < rows; ++i) {
+    const A lse = b.lse[head * p.sizes.queries + q0 + i];
+    for (int64_t j = 0; j < kKeyBlock; ++j) {
+      A& x = s[i * kKeyBlock + j];
+      x = lse == minus_infinity || j >= keys ? minus_infinity : x - lse;
+    }
+  }
+  exp_in_place(s, rows * kKeyBlock);
+  // dp = do v^T, then ds = p (dp - D) scale, times 1 - tanh^2 through a softcap.
+  gemm<A>(false, false, rows, keys, ev, A(1), dos, ev, vs, ev, false, ds, kKeyBlock);
+  const A scale = static_cast<A>(p.modifiers.scale);
+  for (int64_t i = 0; i < rows; ++i) {
+    const A di = b.d[head * p.sizes.queries + q0 + i];
+    for (int64_t j = 0; j < keys; ++j) {
+      const int64_t at = i * kKeyBlock + j;
+      A g = s[at] * (ds[at] - di) * scale;
+      if (p.modifiers.softcap > 0) g *= A(1) - capped[at] * capped[at];
+      ds[at] = g;
     }
   }
   return true;
@@ -246,35 +285,30 @@ template <typename A, typename T>
 void key_block_gradients(const Problem& p, const Backward<T>& b, int64_t key_head, int64_t k0,
                          int64_t k1, T* dk, T* dv) {
   const int64_t e = p.sizes.head_dim, ev = p.sizes.value_dim, keys = k1 - k0;
-  std::vector<A> qs(kQueryBlock * e), dos(kQueryBlock * ev), ks(kKeyBlock * e), vs(keys * ev);
-  std::vector<A> s(kQueryBlock * kKeyBlock), ds(kQueryBlock * kKeyBlock);
-  std::vector<A> dk_acc(keys * e, A(0)), dv_acc(keys * ev, A(0));
+  std::vector<A> qs = scratch<A>(kQueryBlock * e), dos = scratch<A>(kQueryBlock * ev),
+                 ks = scratch<A>(kKeyBlock * e), vs = scratch<A>(kKeyBlock * ev),
+                 s = scratch<A>(kQueryBlock * kKeyBlock), ds = scratch<A>(kQueryBlock * kKeyBlock),
+                 capped = scratch<A>(kQueryBlock * kKeyBlock), dk_acc = scratch<A>(keys * e),
+                 dv_acc = scratch<A>(keys * ev);
+  load_rows<A, T>(p.k, key_head, k0, k1, e, ks.data());
   load_rows<A, T>(p.v, key_head, k0, k1, ev, vs.data());
   const int64_t batch = key_head / p.sizes.key_heads, kh = key_head % p.sizes.key_heads;
-  const A scale = static_cast<A>(p.modifiers.scale);
   for (int64_t h = kh * p.group; h < (kh + 1) * p.group; ++h) {
     const int64_t head = batch * p.sizes.heads + h;
     // Under a causal mask, queries before k0 see none of these keys.
     const int64_t first = p.modifiers.causal ? k0 / kQueryBlock * kQueryBlock : 0;
     for (int64_t q0 = first; q0 < p.sizes.queries; q0 += kQueryBlock) {
-      const int64_t q1 = std::min(q0 + kQueryBlock, p.sizes.queries);
+      const int64_t q1 = std::min(q0 + kQueryBlock, p.sizes.queries), rows = q1 - q0;
       load_rows<A, T>(p.q, head, q0, q1, e, qs.data());
       load_rows<A, T>(b.grad, head, q0, q1, ev, dos.data());
       if (!block_gradients<A, T>(p, b, head, q0, q1, k0, k1, qs.data(), dos.data(), ks.data(),
-                                 vs.data(), s.data(), ds.data()))
+                                 vs.data(), s.data(), ds.data(), capped.data()))
         continue;
-      for (int64_t i = 0; i < q1 - q0; ++i)
-        for (int64_t j = 0; j < keys; ++j) {
-          const A pij = s[i * kKeyBlock + j], g = ds[i * kKeyBlock + j] * scale;
-          A* dvj = dv_acc.data() + j * ev;
-          A* dkj = dk_acc.data() + j * e;
-          const A* doi = dos.data() + i * ev;
-          const A* qi = qs.data() + i * e;
-#pragma omp simd
-          for (int64_t c = 0; c < ev; ++c) dvj[c] += pij * doi[c];
-#pragma omp simd
-          for (int64_t c = 0; c < e; ++c) dkj[c] += g * qi[c];
-        }
+      // dv += p^T do, dk += ds^T q.
+      gemm<A>(true, true, keys, ev, rows, A(1), s.data(), kKeyBlock, dos.data(), ev, true,
+              dv_acc.data(), ev);
+      gemm<A>(true, true, keys, e, rows, A(1), ds.data(), kKeyBlock, qs.data(), e, true,
+              dk_acc.data(), e);
     }
   }
   for (int64_t j = 0; j < keys; ++j) {
@@ -291,26 +325,23 @@ template <typename A, typename T>
 void query_block_gradients(const Problem& p, const Backward<T>& b, int64_t head, int64_t q0,
                            int64_t q1, T* dq) {
   const int64_t e = p.sizes.head_dim, ev = p.sizes.value_dim, rows = q1 - q0;
-  std::vector<A> qs(rows * e), dos(rows * ev), ks(kKeyBlock * e), vs(kKeyBlock * ev);
-  std::vector<A> s(rows * kKeyBlock), ds(rows * kKeyBlock), dq_acc(rows * e, A(0));
+  std::vector<A> qs = scratch<A>(rows * e), dos = scratch<A>(rows * ev),
+                 ks = scratch<A>(kKeyBlock * e), vs = scratch<A>(kKeyBlock * ev),
+                 s = scratch<A>(rows * kKeyBlock), ds = scratch<A>(rows * kKeyBlock),
+                 capped = scratch<A>(rows * kKeyBlock), dq_acc = scratch<A>(rows * e);
   load_rows<A, T>(p.q, head, q0, q1, e, qs.data());
   load_rows<A, T>(b.grad, head, q0, q1, ev, dos.data());
-  const A scale = static_cast<A>(p.modifiers.scale);
   const int64_t key_head = p.key_head(head), last = keys_seen(p, q1);
   for (int64_t k0 = 0; k0 < last; k0 += kKeyBlock) {
     const int64_t k1 = std::min(k0 + kKeyBlock, last);
+    load_rows<A, T>(p.k, key_head, k0, k1, e, ks.data());
     load_rows<A, T>(p.v, key_head, k0, k1, ev, vs.data());
     if (!block_gradients<A, T>(p, b, head, q0, q1, k0, k1, qs.data(), dos.data(), ks.data(),
-                               vs.data(), s.data(), ds.data()))
+                               vs.data(), s.data(), ds.data(), capped.data()))
       continue;
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < k1 - k0; ++j) {
-        const A g = ds[i * kKeyBlock + j] * scale;
-        const A* kj = ks.data() + j * e;
-        A* dqi = dq_acc.data() + i * e;
-#pragma omp simd
-        for (int64_t c = 0; c < e; ++c) dqi[c] += g * kj[c];
-      }
+    // dq += ds k.
+    gemm<A>(false, true, rows, e, k1 - k0, A(1), ds.data(), kKeyBlock, ks.data(), e, true,
+            dq_acc.data(), e);
   }
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t c = 0; c < e; ++c)
