@@ -28,9 +28,11 @@
 namespace lazyfuse {
 namespace {
 
-// Queries and keys per block: a block of scores (and its probabilities) stays in the L1 cache.
-constexpr int64_t kQueryBlock = 32;
-constexpr int64_t kKeyBlock = 64;
+// Queries and keys per block: large enough that a block's BLAS calls amortise their cost, small
+// enough that a block's scores (32 KB in float32) stay in the L2 cache (docs/benchmarks.md,
+// "Attention on the CPU").
+constexpr int64_t kQueryBlock = 64;
+constexpr int64_t kKeyBlock = 128;
 
 // An operand [..., H, L, D] walked by (batch, head), row and column: where each head starts,
 // and the steps between rows and columns, in elements.
