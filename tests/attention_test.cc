@@ -438,6 +438,31 @@ TEST(FusedAttention, MatchesTheCompositeGraphOnTheGpu) {
   }
 }
 
+// The step holds no [T, S] scores: at T = S = 4096 (64 MB of float32 scores a head) the peak
+// over a forward and backward is the operands, results and gradients, a few hundred KB each,
+// where the composite graph's holds the scores and the weights.
+TEST(FusedAttention, PeakMemoryIsLinearInTheLength) {
+  const Device cpu("cpu");
+  const int64_t t = 4096, d = 16;
+  auto peak_of = [&](bool fused) {
+    const std::optional<CompositeAttention> composite =
+        fused ? std::nullopt : std::make_optional<CompositeAttention>();
+    Tensor q = randn({1, 1, t, d}), k = randn({1, 1, t, d}), v = randn({1, 1, t, d});
+    eval({q, k, v});
+    for (Tensor* x : {&q, &k, &v}) x->requires_grad_();
+    reset_peak_memory_stats();
+    const int64_t before = memory_stats(cpu).allocated_bytes;
+    const Tensor out = scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+    out.sum().backward();
+    eval({q.grad(), k.grad(), v.grad()});
+    return memory_stats(cpu).peak_bytes - before;
+  };
+  const int64_t operand = t * d * 4, scores = t * t * 4;
+  const int64_t fused = peak_of(true);
+  EXPECT_LT(fused, 16 * operand) << "fused attention held " << fused << " bytes";
+  EXPECT_GT(peak_of(false), scores) << "the composite graph should hold the scores";
+}
+
 // A bias that needs its own gradient, and dropout, are the composite graph's: still right.
 TEST(FusedAttention, WhatTheFusedFormDoesNotTakeRunsComposite) {
   const Tensor q = randn({1, 2, 5, 8}), k = randn({1, 2, 6, 8}), v = randn({1, 2, 6, 8});
