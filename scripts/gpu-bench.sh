@@ -2,7 +2,7 @@
 # On the GPU machine: lazyfuse's benchmark, then the peers (PyTorch, torch.compile, CuPy, JAX)
 # on the same workloads, merged into one report with a plot. Carry gpu-bundle/ (made by
 # `scripts/gpu-bundle.sh build lazyfuse`, with lazyfuse_half_accuracy for the half rounding
-# policies' accuracy). Results land in $OUT (default bench-results/).
+# policies' accuracy and lazyfuse_attention_bench for attention). Results land in $OUT (default bench-results/).
 # Ours runs one process per workload, each writing its own JSON, so that a time limit loses at
 # most the workload it cut.
 # Usage: scripts/gpu-bench.sh [PEER_SIZES [OUR_SIZES]]   (log2 sizes, comma-separated; defaults
@@ -41,6 +41,24 @@ done
   python3 bench/peers.py --out "$out/peers" --sizes "$peer_sizes" --dtypes f32,bf16 2> "$out/peers.log"
 python3 bench/report.py "$out"/ours/*.json $(ls "$out"/peers/*.json 2> /dev/null) \
   --png "$out/bench.png" --markdown "$out/report.md"
+# Attention (bench/attention_bench.cc): the API, the hand-written form and its composite graph,
+# forward and forward+backward, bfloat16 and float16, at the attention issue's shapes; then
+# PyTorch's and JAX's (bench/attention_peers.py) unless PEERS=0.
+if [ -x gpu-bundle/bin/lazyfuse_attention_bench ]; then
+  for shape in gpt2 long padded; do
+    for dtype in bfloat16 float16; do
+      for form in api hand composite; do
+        [ $shape = long ] && [ $form = composite ] && continue  # its scores: 8 GB a layer
+        for pass in "" --backward; do
+          gpu-bundle/bin/lazyfuse_attention_bench --device=cuda:0 --shape=$shape --dtype=$dtype \
+            --form=$form $pass >> "$out/attention.jsonl" 2>> "$out/lazyfuse.err"
+        done
+      done
+    done
+  done
+  [ "${PEERS:-1}" != 0 ] &&
+    python3 bench/attention_peers.py >> "$out/attention-peers.jsonl" 2>> "$out/peers.log"
+fi
 # One archive for all the JSON files: the device tool brings back at most eight files.
 tar -C "$out" -czf "$out/results.tgz" ours peers $([ -d "$out/before" ] && echo before) &&
   rm -rf "$out/ours" "$out/peers" "$out/before"
