@@ -2,7 +2,8 @@
 # On the GPU machine: lazyfuse's benchmark, then the peers (PyTorch, torch.compile, CuPy, JAX)
 # on the same workloads, merged into one report with a plot. Carry gpu-bundle/ (made by
 # `scripts/gpu-bundle.sh build lazyfuse`, with lazyfuse_half_accuracy for the half rounding
-# policies' accuracy and lazyfuse_attention_bench for attention). Results land in $OUT (default bench-results/).
+# policies' accuracy and lazyfuse_attention_bench for attention). Results land in $OUT
+# (default bench-results/).
 # Ours runs one process per workload, each writing its own JSON, so that a time limit loses at
 # most the workload it cut.
 # Usage: scripts/gpu-bench.sh [PEER_SIZES [OUR_SIZES]]   (log2 sizes, comma-separated; defaults
