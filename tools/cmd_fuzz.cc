@@ -10,6 +10,7 @@
 // graph is shrunk (tools/shrink.h) to a small one that still fails the same way, then printed
 // as IR text with the command that replays it: `lazyfuse run FILE --seed=S --check-unfused`
 // (or `--check-cpu`, `--check`).
+#include <cmath>
 #include <functional>
 #include <iostream>
 #include <random>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "lazyfuse/codegen/cpu/cpu_jit.h"
 #include "lazyfuse/frontend/autograd.h"
+#include "lazyfuse/frontend/functional.h"
 #include "lazyfuse/frontend/tensor.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/runtime/devices.h"
@@ -185,10 +187,15 @@ Graph build(uint64_t seed, const Device& device, bool rows) {
         case 12: {
           // Attention's products as a model writes them: heads split off the last dim by a
           // reshape and moved before the sequence by a transpose, the key transposed again
-          // (one of four spellings), scores, optionally a softmax, a product with the values,
-          // and the heads merged back by a transpose and a reshape.
-          const int64_t batch = 1 + pick(2), seq = 2 + pick(3), heads = 2 + pick(2),
-                        head_dim = 1 + pick(3);
+          // (one of four spellings), scores, optionally a softmax (with score modifiers or
+          // without: one attention step), a product with the values, and the heads merged
+          // back by a transpose and a reshape; or scaled_dot_product_attention.
+          // One in four past a block of keys of the CPU's attention step (128) and a tile of
+          // the GPU's (32), at head dims up to 64.
+          const bool long_rows = pick(4) == 0;
+          const int64_t batch = 1 + pick(2), heads = 2 + pick(2),
+                        seq = long_rows ? 33 + pick(110) : 2 + pick(3),
+                        head_dim = long_rows ? 8 << pick(4) : 1 + pick(3);
           const DType dtype = kDTypes[pick(4)];  // the floating ones
           std::vector<double> values(static_cast<size_t>(batch * seq * heads * head_dim), 0.5);
           Tensor x = from_vector(values, {batch, seq, heads * head_dim},
@@ -205,9 +212,29 @@ Graph build(uint64_t seed, const Device& device, bool rows) {
                              : spelling == 2 ? k.permute({0, 1, 3, 2})
                                              : k.contiguous().transpose(2, 3);
           Tensor scores = q.matmul(k_t);
-          if (pick(2)) {
+          const int form = pick(4);
+          if (form == 1) {
             Tensor e = (scores - scores.max(-1, true)).exp();
             scores = e / e.sum({-1}, true);
+          } else if (form == 2) {
+            // Score modifiers as models write them, in the order the attention step takes
+            // (Note [Attention written by hand]): a scale, a soft-cap, a bias, a mask.
+            const TensorOptions positions = TensorOptions(kInt64).device(device);
+            const Tensor rows = arange(seq, positions).unsqueeze(1),
+                         columns = arange(seq, positions).unsqueeze(0);
+            if (pick(2)) scores = scores * (1.0 / std::sqrt(static_cast<double>(head_dim)));
+            if (pick(3) == 0) scores = (scores / 2.0).tanh() * 2.0;
+            if (pick(3) == 0) scores = scores + (rows - columns).to(dtype).abs() * -0.25;
+            const int mask = pick(3);
+            if (mask == 1) scores = scores.masked_fill(columns > rows, -INFINITY);
+            if (mask == 2) scores = where(rows >= columns, scores, -INFINITY);
+            scores = softmax(scores, -1);
+          } else if (form == 3) {
+            // The API, causal or not.
+            out = nn::functional::scaled_dot_product_attention(q, k, v, {}, 0.0, pick(2) == 1)
+                      .transpose(1, 2)
+                      .reshape({batch, seq, heads * head_dim});
+            break;
           }
           out = scores.matmul(v).transpose(1, 2).reshape({batch, seq, heads * head_dim});
           break;
