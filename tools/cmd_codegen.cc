@@ -16,7 +16,17 @@ namespace {
 
 bool has_generated_kernel(const Step& step) {
   return step.kind == StepKind::Elementwise || is_reduction_kind(step.kind) ||
-         step.kind == StepKind::Group;
+         step.kind == StepKind::Group || step.kind == StepKind::Attention;
+}
+
+// The CUDA sources of a step: one kernel, or an attention step's (its forward, or dq and dk
+// with dv).
+std::vector<CudaSource> cuda_sources(const Graph& graph, const Step& step) {
+  if (step.kind != StepKind::Attention) return {cuda_source_for_fresh_operands(graph, step)};
+  std::vector<CudaSource> sources;
+  for (CudaAttentionKernel kernel : cuda_attention_kernels(graph, step))
+    sources.push_back(generate_cuda_attention(cuda_attention_spec(graph, step), kernel));
+  return sources;
 }
 
 }  // namespace
@@ -32,12 +42,16 @@ int codegen(const std::string& path, const std::string& target, bool with_prolog
       continue;
     }
     if (target == "cuda") {
-      CudaSource source = cuda_source_for_fresh_operands(schedule.graph, step);
-      std::string text = source.source;
-      if (!with_prologue) text = text.substr(cuda_prologue().size());
-      std::cout << "// ----- " << source.kernel_name << " -----"
-                << (with_prologue ? "\n" : " (prologue left out: --with-prologue)\n") << text
-                << "\n";
+      for (const CudaSource& source : cuda_sources(schedule.graph, step)) {
+        std::string text = source.source;
+        if (!with_prologue) text = text.substr(cuda_prologue().size());
+        std::cout << "// ----- " << source.kernel_name << " -----"
+                  << (with_prologue ? "\n" : " (prologue left out: --with-prologue)\n") << text
+                  << "\n";
+      }
+    } else if (step.kind == StepKind::Attention) {
+      std::cout << "// " << print_node(schedule.graph, step.nodes.back())
+                << "  (a library step on the CPU: runtime/cpu/cpu_attention.cc)\n\n";
     } else {
       std::cout << "// ----- " << step.kernel_name() << " (CPU block program) -----\n"
                 << cpu_step_listing(schedule.graph, step) << "\n";
@@ -55,10 +69,11 @@ int compile(const std::string& path, const std::string& arch) {
   std::cout << "NVRTC " << nvrtc_version() << ", " << arch << "\n";
   for (const Step& step : schedule.steps) {
     if (!has_generated_kernel(step)) continue;
-    CudaSource source = cuda_source_for_fresh_operands(schedule.graph, step);
-    CompiledKernel kernel = nvrtc_compile(source.source, source.kernel_name, major, minor);
-    std::printf("%-40s %8.1f ms  %s %zu bytes\n", source.kernel_name.c_str(), kernel.compile_ms,
-                kernel.is_cubin ? "cubin" : "ptx", kernel.image.size());
+    for (const CudaSource& source : cuda_sources(schedule.graph, step)) {
+      CompiledKernel kernel = nvrtc_compile(source.source, source.kernel_name, major, minor);
+      std::printf("%-40s %8.1f ms  %s %zu bytes\n", source.kernel_name.c_str(), kernel.compile_ms,
+                  kernel.is_cubin ? "cubin" : "ptx", kernel.image.size());
+    }
   }
   return 0;
 }

@@ -30,6 +30,7 @@
 #include "lazyfuse/codegen/cuda/cuda_emit.h"
 #include "lazyfuse/codegen/cuda/cuda_kernel_args.h"
 #include "lazyfuse/codegen/gpu_dialect.h"
+#include "lazyfuse/ir/attention.h"
 
 namespace lazyfuse {
 
@@ -386,6 +387,38 @@ std::string key_tile_kernel(const CudaAttentionSpec& spec) {
 }
 
 }  // namespace
+
+CudaAttentionSpec cuda_attention_spec(const Graph& graph, const Step& step) {
+  const Node& first = graph.nodes[step.nodes.front()];
+  const AttentionOperands at = attention_operands(first.op, first.attrs);
+  const Shape& q = graph.nodes[first.inputs[at.q]].shape;
+  const AttentionSizes sizes = attention_sizes(q, graph.nodes[first.inputs[at.k]].shape,
+                                               graph.nodes[first.inputs[at.v]].shape);
+  const ScoreModifiers modifiers = score_modifiers(first.attrs);
+  CudaAttentionSpec spec;
+  spec.dtype = graph.nodes[first.inputs[at.q]].dtype;
+  spec.head_dim = sizes.head_dim;
+  spec.value_dim = sizes.value_dim;
+  spec.lead = q.size() == 2 ? 1 : static_cast<int>(q.size()) - 2;
+  spec.causal = modifiers.causal;
+  spec.mask = at.mask >= 0;
+  spec.bias = at.bias >= 0;
+  spec.softcap = modifiers.softcap > 0;
+  return spec;
+}
+
+std::vector<CudaAttentionKernel> cuda_attention_kernels(const Graph& graph, const Step& step) {
+  bool dq = false, dkdv = false;
+  for (ValueId m : step.nodes) {
+    dq |= graph.nodes[m].op == Op::AttentionGradQ;
+    dkdv |= graph.nodes[m].op == Op::AttentionGradK || graph.nodes[m].op == Op::AttentionGradV;
+  }
+  if (!dq && !dkdv) return {CudaAttentionKernel::Forward};
+  std::vector<CudaAttentionKernel> kernels;
+  if (dq) kernels.push_back(CudaAttentionKernel::QueryGradient);
+  if (dkdv) kernels.push_back(CudaAttentionKernel::KeyGradients);
+  return kernels;
+}
 
 CudaSource generate_cuda_attention(const CudaAttentionSpec& spec, CudaAttentionKernel kernel) {
   CudaSource source;

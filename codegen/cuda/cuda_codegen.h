@@ -250,6 +250,10 @@ struct CudaAttentionSpec {
   int lead = 1;  // dims before the rows (a rank-2 operand's one, of size 1)
   bool causal = false, mask = false, bias = false, softcap = false;
 };
+// The spec of an Attention step's kernels, from its nodes, and the kernels it runs: the forward,
+// or dq and dk-with-dv as its gradients ask.
+CudaAttentionSpec cuda_attention_spec(const Graph& graph, const Step& step);
+std::vector<CudaAttentionKernel> cuda_attention_kernels(const Graph& graph, const Step& step);
 CudaSource generate_cuda_attention(const CudaAttentionSpec& spec, CudaAttentionKernel kernel);
 std::string cuda_attention_kernel_name(const CudaAttentionSpec& spec, CudaAttentionKernel kernel);
 // Keys a tile: the grid of the key kernel is one block per tile of each key head.

@@ -38,15 +38,7 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
                                         " and ", sizes.value_dim, " (at most ",
                                         kCudaAttentionMaxHeadDim, ")"));
   const ScoreModifiers modifiers = score_modifiers(first.attrs);
-  CudaAttentionSpec spec;
-  spec.dtype = q.dtype;
-  spec.head_dim = sizes.head_dim;
-  spec.value_dim = sizes.value_dim;
-  spec.lead = q.shape.size() == 2 ? 1 : static_cast<int>(q.shape.size()) - 2;
-  spec.causal = modifiers.causal;
-  spec.mask = at.mask >= 0;
-  spec.bias = at.bias >= 0;
-  spec.softcap = modifiers.softcap > 0;
+  const CudaAttentionSpec spec = cuda_attention_spec(graph, step);
 
   AttentionWords w;
   w.heads = sizes.heads;
@@ -115,14 +107,17 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
   bind(out, w.out, w.out_row, w.out_lead);
   bind(grad, w.grad, w.grad_row, w.grad_lead);
   w.lse = address(*values[first.inputs[at.lse]]);  // the forward's, contiguous
-  if ((w.result = output(Op::AttentionGradQ)) != 0)
-    run(CudaAttentionKernel::QueryGradient, heads * row_blocks, kCudaAttentionWarps * 32);
-  w.result = output(Op::AttentionGradK);
-  w.result2 = output(Op::AttentionGradV);
-  if (w.result != 0 || w.result2 != 0) {
-    const int64_t tile = cuda_attention_key_tile(spec, CudaAttentionKernel::KeyGradients);
-    run(CudaAttentionKernel::KeyGradients,
-        sizes.batch * sizes.key_heads * ((sizes.keys + tile - 1) / tile), 32);
+  for (CudaAttentionKernel kernel : cuda_attention_kernels(graph, step)) {
+    if (kernel == CudaAttentionKernel::QueryGradient) {
+      w.result = output(Op::AttentionGradQ);
+      w.result2 = 0;
+      run(kernel, heads * row_blocks, kCudaAttentionWarps * 32);
+    } else {
+      w.result = output(Op::AttentionGradK);
+      w.result2 = output(Op::AttentionGradV);
+      const int64_t tile = cuda_attention_key_tile(spec, kernel);
+      run(kernel, sizes.batch * sizes.key_heads * ((sizes.keys + tile - 1) / tile), 32);
+    }
   }
 }
 
