@@ -114,6 +114,19 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
 // turns it off, as torch.backends.cuda.enable_flash_sdp(False) does PyTorch's.
 void set_fused_attention_enabled(bool enabled);
 bool fused_attention_enabled();
+// The setting for one scope: FusedAttentionGuard composite(false);
+class FusedAttentionGuard {
+ public:
+  explicit FusedAttentionGuard(bool enabled) : saved_(fused_attention_enabled()) {
+    set_fused_attention_enabled(enabled);
+  }
+  ~FusedAttentionGuard() { set_fused_attention_enabled(saved_); }
+  FusedAttentionGuard(const FusedAttentionGuard&) = delete;
+  FusedAttentionGuard& operator=(const FusedAttentionGuard&) = delete;
+
+ private:
+  bool saved_;
+};
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Loc where = Loc::current());
 

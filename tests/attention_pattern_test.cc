@@ -18,15 +18,10 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t B = 2, H = 3, T = 37, S = 37, E = 16;
 
-class FusedAttentionOff {
+// Attention written as its matmuls and softmax, as written.
+class FusedAttentionOff : public nn::functional::FusedAttentionGuard {
  public:
-  FusedAttentionOff() : was_(nn::functional::fused_attention_enabled()) {
-    nn::functional::set_fused_attention_enabled(false);
-  }
-  ~FusedAttentionOff() { nn::functional::set_fused_attention_enabled(was_); }
-
- private:
-  bool was_;
+  FusedAttentionOff() : FusedAttentionGuard(false) {}
 };
 
 // A hand-written attention from q [B, H, T, E], k [B, H, S, E], v [B, H, S, E].

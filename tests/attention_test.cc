@@ -243,22 +243,30 @@ TEST(Attention, BadInputIsATypedErrorNamingTheShapes) {
 
 // ---- The fused form: one attention step (Note [Attention] in ir/attention.cc) ----
 
-// Attention written as its matmuls and softmax while alive, as LAZYFUSE_ATTENTION=composite.
-class CompositeAttention {
- public:
-  CompositeAttention() : was_(nn::functional::fused_attention_enabled()) {
-    nn::functional::set_fused_attention_enabled(false);
-  }
-  ~CompositeAttention() { nn::functional::set_fused_attention_enabled(was_); }
-
- private:
-  bool was_;
-};
+using nn::functional::FusedAttentionGuard;
 
 int count_of(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
+}
+
+// The result and the gradients of q, k and v (from the cotangent g) of one case, its operands
+// converted to `dtype` on `device`, fused or as the composite graph.
+std::vector<Tensor> attention_and_gradients(const Dims& d, const Operands& o, const Tensor& mask,
+                                            bool causal, const Tensor& g, DType dtype,
+                                            const Device& device, bool fused) {
+  const FusedAttentionGuard setting(fused);
+  std::vector<Tensor> in;
+  for (const Tensor* t : {&o.q, &o.k, &o.v})
+    in.push_back(t->to(dtype).to(device).detach().requires_grad_());
+  Tensor m = mask.defined() && mask.dtype() != kBool ? mask.to(dtype) : mask;
+  if (m.defined()) m = m.to(device);
+  const Tensor out =
+      scaled_dot_product_attention(in[0], in[1], in[2], m, 0.0, causal, std::nullopt, d.h != d.hkv);
+  EXPECT_EQ(count_of(out.fused_ir(), "= attention "), fused ? 1 : 0);
+  (out * g.to(dtype).to(device)).sum().backward();
+  return {out, in[0].grad(), in[1].grad(), in[2].grad()};
 }
 
 TEST(FusedAttention, IsOneStepForwardAndOneBackward) {
@@ -277,7 +285,7 @@ TEST(FusedAttention, IsOneStepForwardAndOneBackward) {
   EXPECT_EQ(count_of(backward, "attention_lse"), 1) << backward;
   EXPECT_EQ(count_of(backward, "attention_grad_"), 3) << backward;
   {
-    const CompositeAttention composite;
+    const FusedAttentionGuard composite(false);
     const Tensor unfused = scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), {}, 0.0,
                                                         true, std::nullopt, true);
     EXPECT_EQ(count_of(unfused.fused_ir(), "attention"), 0);
@@ -350,17 +358,7 @@ TEST(FusedAttention, GradientsMatchTheCompositeGraphInFloat64) {
     if (c.mask == 2) mask = (rand({d.l, d.s}, kFloat64) > 0.3);
     if (c.mask == 3) mask = randn({d.b, 1, d.l, d.s}, kFloat64);
     auto gradients = [&](DType dtype, bool fused) {
-      const std::optional<CompositeAttention> composite =
-          fused ? std::nullopt : std::make_optional<CompositeAttention>();
-      std::vector<Tensor> in = {o.q.to(dtype).detach().requires_grad_(),
-                                o.k.to(dtype).detach().requires_grad_(),
-                                o.v.to(dtype).detach().requires_grad_()};
-      const Tensor m = mask.defined() && mask.dtype() != kBool ? mask.to(dtype) : mask;
-      const Tensor out = scaled_dot_product_attention(in[0], in[1], in[2], m, 0.0, c.mask == 1,
-                                                      std::nullopt, d.h != d.hkv);
-      EXPECT_EQ(count_of(out.fused_ir(), "= attention "), fused ? 1 : 0);
-      (out * g.to(dtype)).sum().backward();
-      return std::vector<Tensor>{out, in[0].grad(), in[1].grad(), in[2].grad()};
+      return attention_and_gradients(d, o, mask, c.mask == 1, g, dtype, Device::cpu(), fused);
     };
     const std::vector<Tensor> want = gradients(kFloat64, false);
     for (DType dtype : {kFloat64, kFloat32}) {
@@ -400,18 +398,7 @@ TEST(FusedAttention, MatchesTheCompositeGraphOnTheGpu) {
     if (c.mask == 2) mask = rand({d.l, d.s}, kFloat64) > 0.3;
     if (c.mask == 3) mask = randn({d.b, 1, d.l, d.s}, kFloat64);
     auto gradients = [&](DType dtype, const Device& device, bool fused) {
-      const std::optional<CompositeAttention> composite =
-          fused ? std::nullopt : std::make_optional<CompositeAttention>();
-      std::vector<Tensor> in;
-      for (const Tensor* t : {&o.q, &o.k, &o.v})
-        in.push_back(t->to(dtype).to(device).detach().requires_grad_());
-      Tensor m = mask.defined() && mask.dtype() != kBool ? mask.to(dtype) : mask;
-      if (m.defined()) m = m.to(device);
-      const Tensor out = scaled_dot_product_attention(in[0], in[1], in[2], m, 0.0, c.mask == 1,
-                                                      std::nullopt, d.h != d.hkv);
-      EXPECT_EQ(count_of(out.fused_ir(), "= attention "), fused ? 1 : 0);
-      (out * g.to(dtype).to(device)).sum().backward();
-      return std::vector<Tensor>{out, in[0].grad(), in[1].grad(), in[2].grad()};
+      return attention_and_gradients(d, o, mask, c.mask == 1, g, dtype, device, fused);
     };
     const std::vector<Tensor> want = gradients(kFloat64, Device::cpu(), false);
     const std::vector<Tensor> got = gradients(c.dtype, gpu, true);
@@ -445,8 +432,7 @@ TEST(FusedAttention, PeakMemoryIsLinearInTheLength) {
   const Device cpu("cpu");
   const int64_t t = 4096, d = 16;
   auto peak_of = [&](bool fused) {
-    const std::optional<CompositeAttention> composite =
-        fused ? std::nullopt : std::make_optional<CompositeAttention>();
+    const FusedAttentionGuard setting(fused);
     Tensor q = randn({1, 1, t, d}), k = randn({1, 1, t, d}), v = randn({1, 1, t, d});
     eval({q, k, v});
     for (Tensor* x : {&q, &k, &v}) x->requires_grad_();
