@@ -1,8 +1,10 @@
-// nn::functional::scaled_dot_product_attention and nn::MultiheadAttention, as PyTorch's. Both are
-// written in the ops of tensor.h, in the form a model author writes by hand (scores, a mask
-// through where or an added bias, a softmax over the keys, a product with the values), so they
-// are lazy, have their gradients from the ops' rules, and give fusion the same graph whoever
-// wrote it.
+// nn::functional::scaled_dot_product_attention and nn::MultiheadAttention, as PyTorch's. Where
+// the device's backend runs attention steps, the attention is one attention node (detail::
+// attention_node; Note [Attention] in ir/attention.cc) with its gradient rule in ir/ops.def;
+// elsewhere, and for dropout or a mask that needs its own gradient, it is written in the ops of
+// tensor.h, in the form a model author writes by hand (scores, a mask through where or an added
+// bias, a softmax over the keys, a product with the values), lazy and differentiated by the
+// ops' rules.
 #include <atomic>
 #include <cmath>
 #include <cstdio>

@@ -42,21 +42,31 @@ namespace {
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // A pending value walked back from the product, with the autograd edge its tensor had (null
-// where it needs no gradient).
+// where it needs no gradient). `broken` where the walk passed a value whose gradient the fused
+// node would not give as written: a leaf that requires grad, a tensor that retains its grad, a
+// backward graph already released, or an edge that does not match the value.
 struct Walked {
   LazyRef value;
   std::shared_ptr<AutogradMeta> edge;
+  bool broken = false;
 
   const Node& node() const { return value->node; }
   bool is(Op op) const { return !is_computed(value) && value->node.op == op; }
   // Operand i, with the edge that the op's recorded gradient gives it.
   Walked input(size_t i) const {
-    Walked in{value->inputs[i], nullptr};
-    if (edge != nullptr && edge->grad_fn != nullptr && i < edge->grad_fn->operands.size() &&
-        edge->grad_fn->operands[i].value == in.value)
-      in.edge = edge->grad_fn->operands[i].edge;
+    Walked in{value->inputs[i], nullptr, broken};
+    if (edge == nullptr) return in;
+    const std::shared_ptr<GradNode>& node = edge->grad_fn;
+    if (node == nullptr || edge->retains_grad || node->released || i >= node->operands.size() ||
+        node->operands[i].value != in.value) {
+      in.broken = true;
+      return in;
+    }
+    in.edge = node->operands[i].edge;
     return in;
   }
+  // The same value with the same gradient.
+  bool same(const Walked& other) const { return value == other.value && edge == other.edge; }
   Tensor tensor() const {
     auto impl = std::make_shared<TensorImpl>(value);
     impl->autograd = edge;
@@ -104,22 +114,31 @@ std::optional<Walked> softmax_operand(const Walked& weights) {
       }
     }
   }
-  if (!e || !e->is(Op::Exp) || !total->is(Op::Sum) || total->input(0).value != e->value ||
+  // The sum is of the very exponentials divided (a detached one would change the gradient).
+  if (!e || !e->is(Op::Exp) || !total->is(Op::Sum) || !total->input(0).same(*e) ||
       !reduces_last_dim(*total))
     return std::nullopt;
   const Walked shifted = e->input(0);
   if (!shifted.is(Op::Sub)) return shifted;  // exp(x) / sum exp(x)
   const Walked top = unguarded(shifted.input(1), -kInfinity, 0);
+  // The maximum may be detached (the frontend's softmax detaches it): a shift of a row changes
+  // neither its softmax nor its gradient.
   if (top.is(Op::Max) && top.input(0).value == shifted.input(0).value && reduces_last_dim(top))
     return shifted.input(0);
-  return shifted;  // what is subtracted is not the row's maximum: exp(x - y) as scores x - y
+  return shifted;  // not the row's maximum: x - y as the scores, which parse_scores refuses
 }
 
 // Whether `view` is a position along one of the scores' last two dims: a view of arange(0, n)
 // that varies along dim -2 (a query's position: returns 0) or dim -1 (a key's: returns 1).
 std::optional<int> axis_of(const Walked& view) {
   Walked x = view;
-  while (x.is(Op::Reshape) || x.is(Op::Expand) || x.is(Op::Cast)) x = x.input(0);
+  // Casts that keep every position (to int32, int64, float64, or float32 up to 2^24).
+  auto exact_cast = [&](const Walked& c) {
+    const DType to = c.node().dtype;
+    return c.is(Op::Cast) && (to == DType::Int32 || to == DType::Int64 || to == DType::Float64 ||
+                              (to == DType::Float32 && numel(c.node().shape) <= (1 << 24)));
+  };
+  while (x.is(Op::Reshape) || x.is(Op::Expand) || exact_cast(x)) x = x.input(0);
   if (!x.is(Op::Arange) || x.node().attrs.has("period") || x.node().attrs.get_float("start") != 0 ||
       x.node().attrs.get_float("step") != 1)
     return std::nullopt;
@@ -158,6 +177,7 @@ bool is_causal_mask(const Walked& c, bool seen_when) {
 struct Scores {
   Tensor q, key_transposed, mask, bias;
   ScoreModifiers modifiers;
+  bool broken = false;  // a value taken was reached past a gradient the node would not give
 };
 
 // The modifiers in the order they apply from the outside in.
@@ -189,6 +209,7 @@ bool parse_scores(Walked x, Scores& s, Stage from) {
       if (a.node().shape.size() < 2 || b.node().shape.size() < 2) return false;
       s.q = a.tensor();
       s.key_transposed = b.tensor();
+      s.broken |= a.broken || b.broken;
       return true;
     }
     if (stage <= Stage::kMasks && x.is(Op::Where)) {
@@ -198,7 +219,7 @@ bool parse_scores(Walked x, Scores& s, Stage from) {
       if (is_causal_mask(c, keeps_true)) {
         s.modifiers.causal = true;
       } else {
-        if (s.mask.defined()) return false;
+        if (s.mask.defined() || c.node().dtype != DType::Bool) return false;
         s.mask = keeps_true ? c.tensor() : c.tensor() == false;
       }
       x = x.input(keeps_true ? 1 : 2);
@@ -208,8 +229,11 @@ bool parse_scores(Walked x, Scores& s, Stage from) {
       // The side that leads on to the product is the scores; the other, the bias.
       for (int side : {0, 1}) {
         Scores inner = s;
-        inner.bias = x.input(1 - side).tensor();
-        if (!constant(x.input(1 - side)) && !inner.bias.requires_grad() &&
+        const Walked bias = x.input(1 - side);
+        inner.bias = bias.tensor();
+        inner.broken |= bias.broken;
+        // A bias of the scores' dtype that needs no gradient (the node has none for it).
+        if (!constant(bias) && bias.node().dtype == x.node().dtype && !inner.bias.requires_grad() &&
             parse_scores(x.input(side), inner, Stage::kSoftcap)) {
           s = inner;
           return true;
@@ -249,7 +273,12 @@ Tensor attention_from_pattern(const Tensor& weights, const Tensor& values, const
   const Walked top{value, weights.impl()->autograd};
   const std::optional<Walked> scores = softmax_operand(top);
   Scores s;
-  if (!scores || !parse_scores(*scores, s, Stage::kMasks)) return Tensor();
+  if (!scores || !parse_scores(*scores, s, Stage::kMasks) || s.broken) return Tensor();
+  // One floating dtype, as written: the product's operands and the values.
+  const DType dtype = weights.dtype();
+  if (!is_floating(dtype) || s.q.dtype() != dtype || s.key_transposed.dtype() != dtype ||
+      values.dtype() != dtype)
+    return Tensor();
   // Only where the node computes what the product would: the same shape (no broadcast the
   // node does not make) and dtype. Where not, the product is made as written, and any error is
   // its own, with its location.
@@ -263,6 +292,7 @@ Tensor attention_from_pattern(const Tensor& weights, const Tensor& values, const
         out.sizes() == infer_shape(Op::Matmul, std::vector<const Shape*>{&w, &v}, {}, {}))
       return out;
   } catch (const ShapeError&) {
+  } catch (const DTypeError&) {
   }
   return Tensor();
 }

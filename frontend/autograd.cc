@@ -282,6 +282,14 @@ class GradientRule {
     return detail::make_op(op, inputs, node_.attrs, where);
   }
 
+  // The fused attention's gradients have no gradient of their own yet.
+  [[noreturn]] Tensor no_second_derivative() const {
+    throw GradError(absl::StrCat(
+        op_name(node_.op),
+        ": fused attention has no second derivative; differentiate the composite graph instead "
+        "(nn::functional::FusedAttentionGuard(false) or LAZYFUSE_ATTENTION=composite)"));
+  }
+
   // cat: operand i's shape, and where its part of the result starts along dim.
   const Shape& operand_shape(size_t i) const { return node_.operands[i].shape; }
   int64_t cat_offset(size_t i) const {

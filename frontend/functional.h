@@ -109,9 +109,10 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                                     std::optional<double> scale = std::nullopt,
                                     bool enable_gqa = false, Loc where = Loc::current());
 // Whether scaled_dot_product_attention (and a hand-written attention, recognised) runs as one
-// attention step where the device's backend has one (the CPU's; CUDA devices get the composite
-// graph), rather than as its matmuls and softmax. On by default; LAZYFUSE_ATTENTION=composite
-// turns it off, as torch.backends.cuda.enable_flash_sdp(False) does PyTorch's.
+// attention step where the device's backend has one for its dtype and head dims (the CPU's for
+// all; CUDA's up to 256), rather than as its matmuls and softmax. On by default;
+// LAZYFUSE_ATTENTION=composite turns it off, as torch.backends.cuda.enable_flash_sdp(False) does
+// PyTorch's.
 void set_fused_attention_enabled(bool enabled);
 bool fused_attention_enabled();
 // The setting for one scope: FusedAttentionGuard composite(false);

@@ -1,7 +1,7 @@
 // Note [Attention]
 // An attention node is softmax(scores) . v computed without the scores in memory. Its kernels
-// (runtime/cpu/cpu_attention.cc; the CUDA backend takes none yet, so the frontend writes the
-// composite graph there) walk the keys in blocks for each block of queries, keeping per query
+// (runtime/cpu/cpu_attention.cc, codegen/cuda/cuda_attention.cc) walk the keys in blocks for
+// each block of queries, keeping per query
 // the running maximum m of its scores, the running sum l of exp(s - m) and the running
 // sum of exp(s - m) v, rescaled by exp(m_old - m_new) when the maximum grows (the online
 // softmax of Milakov and Gimelshein, as FlashAttention). At the end the result is the sum over

@@ -145,7 +145,11 @@ TEST(AttentionPattern, WeightsUsedElsewhereAreStillRight) {
   const Tensor out = weights.matmul(v);
   EXPECT_NE(out.fused_ir().find("= attention "), std::string::npos);
   const std::vector<double> got = out.to_vector<double>();
-  const std::vector<double> want = matmul(weights, v).to_vector<double>();  // weights computed
+  std::vector<double> want;
+  {
+    const FusedAttentionOff off;  // the product as written, of the weights computed
+    want = matmul(weights, v).to_vector<double>();
+  }
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12);
 }
@@ -164,6 +168,38 @@ TEST(AttentionPattern, WhatItDoesNotTakeStaysAProduct) {
   const Tensor bias = randn({5, 5}).requires_grad_();
   EXPECT_EQ(softmax(scores + bias, -1).matmul(v).fused_ir().find("attention"), std::string::npos);
   EXPECT_EQ(softmax(scores, 0).matmul(v).fused_ir().find("attention"), std::string::npos);
+  EXPECT_EQ(softmax(scores + bias.detach().to(kBool), -1).matmul(v).fused_ir().find("attention"),
+            std::string::npos)
+      << "a bias of another dtype than the scores'";
+}
+
+// Where the node would not give the gradients the code as written gives, it is not made: a
+// detached denominator or numerator, scores that retain their gradient, a leaf in the chain.
+TEST(AttentionPattern, WhatWouldChangeAGradientStaysAProduct) {
+  const Tensor q = randn({1, 2, 5, 8}).requires_grad_(), k = randn({1, 2, 5, 8}),
+               v = randn({1, 2, 5, 8});
+  auto fused = [](const Tensor& out) {
+    return out.fused_ir().find("= attention ") != std::string::npos;
+  };
+  const Tensor scores = q.matmul(k.transpose(-2, -1));
+  const Tensor e = (scores - scores.amax({-1}, true)).exp();
+  EXPECT_TRUE(fused((e / e.sum({-1}, true)).matmul(v)));
+  EXPECT_FALSE(fused((e / e.sum({-1}, true).detach()).matmul(v)));
+  EXPECT_FALSE(fused((e.detach() / e.sum({-1}, true)).matmul(v)));
+  Tensor kept = q.matmul(k.transpose(-2, -1));
+  kept.retain_grad();
+  EXPECT_FALSE(fused(softmax(kept, -1).matmul(v)));
+  const Tensor leaf = q.matmul(k.transpose(-2, -1)).detach().requires_grad_();
+  EXPECT_FALSE(fused(softmax(leaf * 0.5, -1).matmul(v)));
+}
+
+// A gradient of fused attention's gradients is a GradError, not a silent zero.
+TEST(AttentionPattern, ASecondDerivativeIsAGradError) {
+  const Tensor q = randn({1, 1, 4, 8}).requires_grad_(), k = randn({1, 1, 4, 8}),
+               v = randn({1, 1, 4, 8});
+  const Tensor out = nn::functional::scaled_dot_product_attention(q, k, v);
+  const std::vector<Tensor> dq = grad({out.sum()}, {q}, {}, std::nullopt, /*create_graph=*/true);
+  EXPECT_THROW(dq[0].sum().backward(), GradError);
 }
 
 }  // namespace

@@ -100,6 +100,11 @@ int cuda_attention_key_tile(const CudaAttentionSpec& spec, CudaAttentionKernel k
   return tile;
 }
 
+int cuda_attention_threads(CudaAttentionKernel kernel) {
+  const int warp = gpu_dialect().warp_size();
+  return kernel == CudaAttentionKernel::KeyGradients ? warp : kCudaAttentionWarps * warp;
+}
+
 std::string cuda_attention_kernel_name(const CudaAttentionSpec& spec, CudaAttentionKernel kernel) {
   const char* which = kernel == CudaAttentionKernel::Forward         ? "forward"
                       : kernel == CudaAttentionKernel::QueryGradient ? "dq"
@@ -200,7 +205,7 @@ std::string query_rows_kernel(const CudaAttentionSpec& spec, CudaAttentionKernel
   const bool forward = kernel == CudaAttentionKernel::Forward;
   const std::string name = cuda_attention_kernel_name(spec, kernel);
   return absl::StrCat(common(spec, kernel), "\n",
-                      gpu_dialect().kernel(name, kCudaAttentionWarps * 32),
+                      gpu_dialect().kernel(name, cuda_attention_threads(kernel)),
                       R"((const AttentionArgs a) {
   __shared__ A ks[LF_TILE][LF_E + 1];
   __shared__ A vs[LF_TILE][LF_EV + 1];
@@ -314,8 +319,10 @@ std::string query_rows_kernel(const CudaAttentionSpec& spec, CudaAttentionKernel
 // its group of heads, in shared memory.
 std::string key_tile_kernel(const CudaAttentionSpec& spec) {
   const std::string name = cuda_attention_kernel_name(spec, CudaAttentionKernel::KeyGradients);
-  return absl::StrCat(common(spec, CudaAttentionKernel::KeyGradients), "\n",
-                      gpu_dialect().kernel(name, 32), R"((const AttentionArgs a) {
+  return absl::StrCat(
+      common(spec, CudaAttentionKernel::KeyGradients), "\n",
+      gpu_dialect().kernel(name, cuda_attention_threads(CudaAttentionKernel::KeyGradients)),
+      R"((const AttentionArgs a) {
   __shared__ A ks[LF_TILE][LF_E + 1];
   __shared__ A vs[LF_TILE][LF_EV + 1];
   __shared__ A dk[LF_TILE][LF_E + 1];

@@ -256,6 +256,8 @@ CudaAttentionSpec cuda_attention_spec(const Graph& graph, const Step& step);
 std::vector<CudaAttentionKernel> cuda_attention_kernels(const Graph& graph, const Step& step);
 CudaSource generate_cuda_attention(const CudaAttentionSpec& spec, CudaAttentionKernel kernel);
 std::string cuda_attention_kernel_name(const CudaAttentionSpec& spec, CudaAttentionKernel kernel);
+// Threads a block: a warp a query row (forward, dq) or one warp (dk and dv).
+int cuda_attention_threads(CudaAttentionKernel kernel);
 // Keys a tile: the grid of the key kernel is one block per tile of each key head.
 int cuda_attention_key_tile(const CudaAttentionSpec& spec, CudaAttentionKernel kernel);
 

@@ -72,17 +72,21 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
 
   const int device = step.device.index();
   cuda::activate(device);
+  // The buffer of the members of `op` (one, or several alike where no CSE ran); 0 for none.
   auto output = [&](Op op) -> uint64_t {
+    std::optional<BufferView> buffer;
     for (ValueId m : step.nodes)
       if (graph.nodes[m].op == op) {
-        values[m] = allocate_buffer(step.device, graph.nodes[m].dtype, graph.nodes[m].shape);
-        return address(*values[m]);
+        if (!buffer)
+          buffer = allocate_buffer(step.device, graph.nodes[m].dtype, graph.nodes[m].shape);
+        values[m] = buffer;
       }
-    return 0;
+    return buffer ? address(*buffer) : 0;
   };
   const int64_t heads = sizes.batch * sizes.heads;
   const int64_t row_blocks = (sizes.queries + kCudaAttentionWarps - 1) / kCudaAttentionWarps;
-  auto run = [&](CudaAttentionKernel kernel, int64_t blocks, unsigned threads) {
+  auto run = [&](CudaAttentionKernel kernel, int64_t blocks) {
+    const auto threads = static_cast<unsigned>(cuda_attention_threads(kernel));
     const std::string name = cuda_attention_kernel_name(spec, kernel);
     cuda::CUfunction function =
         cuda::get_kernel(device, name, [&] { return generate_cuda_attention(spec, kernel); });
@@ -100,7 +104,7 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
       scratch = allocate_buffer(step.device, q.dtype, shape);
       w.result = address(*scratch);
     }
-    run(CudaAttentionKernel::Forward, heads * row_blocks, kCudaAttentionWarps * 32);
+    run(CudaAttentionKernel::Forward, heads * row_blocks);
     return;
   }
   const BufferView out = operand(at.out), grad = operand(at.grad);
@@ -111,12 +115,12 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
     if (kernel == CudaAttentionKernel::QueryGradient) {
       w.result = output(Op::AttentionGradQ);
       w.result2 = 0;
-      run(kernel, heads * row_blocks, kCudaAttentionWarps * 32);
+      run(kernel, heads * row_blocks);
     } else {
       w.result = output(Op::AttentionGradK);
       w.result2 = output(Op::AttentionGradV);
       const int64_t tile = cuda_attention_key_tile(spec, kernel);
-      run(kernel, sizes.batch * sizes.key_heads * ((sizes.keys + tile - 1) / tile), 32);
+      run(kernel, sizes.batch * sizes.key_heads * ((sizes.keys + tile - 1) / tile));
     }
   }
 }
