@@ -120,6 +120,22 @@ Shape attention_shape(Op op, std::span<const Shape* const> inputs, const Attrs& 
   }
 }
 
+void check_attention_operand_dtypes(Op op, const Attrs& attrs, std::span<const DType> dtypes) {
+  const AttentionOperands at = attention_operands(op, attrs);
+  if (static_cast<int>(dtypes.size()) != at.count) return;  // the shape rule says so
+  const DType q = dtypes[at.q];
+  auto expect = [&](int slot, DType want, const char* what) {
+    if (slot >= 0 && dtypes[slot] != want)
+      throw DTypeError(absl::StrCat(op_name(op), ": its ", what, " must be ", dtype_ir_name(want),
+                                    ", is ", dtype_ir_name(dtypes[slot])));
+  };
+  expect(at.mask, DType::Bool, "mask");
+  expect(at.bias, q, "bias");
+  expect(at.out, q, "result operand");
+  expect(at.grad, q, "gradient operand");
+  expect(at.lse, compute_dtype(q), "logsumexp");
+}
+
 bool same_attention(const Graph& graph, ValueId a, ValueId b) {
   const Node &x = graph.nodes[a], &y = graph.nodes[b];
   if (!is_attention(x.op) || !is_attention(y.op) || !(x.attrs == y.attrs) || x.device != y.device)

@@ -44,6 +44,10 @@ AttentionSizes attention_sizes(const Shape& q, const Shape& k, const Shape& v);
 // The result's shape (infer_shape's rule for the attention kind).
 Shape attention_shape(Op op, std::span<const Shape* const> inputs, const Attrs& attrs);
 
+// Throws DTypeError where an operand's dtype is not its slot's: a mask bool; a bias, result and
+// gradient q's dtype; a logsumexp q's compute dtype (the op's dtype rule sees dtypes alone).
+void check_attention_operand_dtypes(Op op, const Attrs& attrs, std::span<const DType> dtypes);
+
 // Whether attention nodes a and b compute over the same operands and attributes, so that one
 // kernel computes both (a forward and its logsumexp; the three gradients).
 bool same_attention(const Graph& graph, ValueId a, ValueId b);

@@ -3,6 +3,7 @@
 #include "lazyfuse/ir/verifier.h"
 
 #include "absl/strings/str_cat.h"
+#include "lazyfuse/ir/attention.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/infer.h"
 
@@ -89,6 +90,7 @@ void verify(const Graph& graph, const VerifyOptions& options) {
     try {
       require_attrs(node);
       DType dtype = infer_result_dtype(node.op, input_dtypes, node.dtype);
+      if (is_attention(node.op)) check_attention_operand_dtypes(node.op, node.attrs, input_dtypes);
       if (dtype != node.dtype)
         throw fail(absl::StrCat("result dtype should be ", dtype_ir_name(dtype), ", is ",
                                 dtype_ir_name(node.dtype)));

@@ -613,5 +613,31 @@ TEST(IrVerifierTest, ShapesWhoseSizesMultiplyPastInt64AreErrors) {
                          "}\n")));
 }
 
+// An attention node's operands have their slots' dtypes, which the op's dtype rule (dtypes
+// alone) cannot tell apart: a mask is bool, a bias q's dtype.
+TEST(IrTextTest, AttentionOperandsHaveTheirSlotsDtypes) {
+  const std::string head =
+      "graph @main(%0: f32[1,2,3,4] @cpu, %1: f32[1,2,5,4] @cpu, %2: f32[1,2,5,4] @cpu, "
+      "%3: ";
+  const std::string body =
+      "[1,2,3,5] @cpu) {\n"
+      "  %4 = attention %0, %1, %2, %3 {mask = true, scale = 0.5} : f32[1,2,3,4] @cpu\n"
+      "  return %4\n"
+      "}\n";
+  EXPECT_NO_THROW(verify(parse_graph(head + "bool" + body)));
+  expect_verifier_error(head + "f32" + body,
+                        "%4 = attention (made at <unknown>): attention: its mask must be bool, "
+                        "is f32");
+  const std::string biased =
+      "[1,2,3,5] @cpu) {\n"
+      "  %4 = attention %0, %1, %2, %3 {bias = true, scale = 0.5} : f32[1,2,3,4] @cpu\n"
+      "  return %4\n"
+      "}\n";
+  EXPECT_NO_THROW(verify(parse_graph(head + "f32" + biased)));
+  expect_verifier_error(head + "bool" + biased,
+                        "%4 = attention (made at <unknown>): attention: its bias must be f32, "
+                        "is bool");
+}
+
 }  // namespace
 }  // namespace lazyfuse
