@@ -59,4 +59,16 @@ IndexError index_error(const Node& node, int64_t index, int64_t dim, int64_t bou
                                  " (", op_name(node.op), " at ", node.where.str(), ")"));
 }
 
+std::optional<BufferView> allocate_members(const Graph& graph, const Step& step, Op op,
+                                           ValueBuffers& values) {
+  std::optional<BufferView> buffer;
+  for (ValueId m : step.nodes)
+    if (graph.nodes[m].op == op) {
+      if (!buffer)
+        buffer = allocate_buffer(step.device, graph.nodes[m].dtype, graph.nodes[m].shape);
+      values[m] = buffer;
+    }
+  return buffer;
+}
+
 }  // namespace lazyfuse

@@ -7,6 +7,7 @@
 
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/graph.h"
+#include "lazyfuse/ir/schedule.h"
 #include "lazyfuse/runtime/storage.h"
 
 namespace lazyfuse {
@@ -32,5 +33,11 @@ std::optional<MatrixLayout> matrix_layout(int64_t rows, int64_t cols, int64_t ro
 
 // The error an index step raises on any device for `index`, outside [0, bound) along `dim`.
 IndexError index_error(const Node& node, int64_t index, int64_t dim, int64_t bound);
+
+// A fresh buffer on the step's device for the members of `step` that are `op` nodes, set as each
+// one's value (several alike share it, where no CSE ran); empty where there is none. How an
+// attention step's runners (CPU and CUDA) allocate what they write.
+std::optional<BufferView> allocate_members(const Graph& graph, const Step& step, Op op,
+                                           ValueBuffers& values);
 
 }  // namespace lazyfuse

@@ -421,17 +421,7 @@ void cpu_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
   // A mask or bias is read one element at a time: any strides do.
   if (at.mask >= 0) p.mask = walk(*values[first.inputs[at.mask]]), p.has_mask = true;
   if (at.bias >= 0) p.bias = walk(*values[first.inputs[at.bias]]), p.has_bias = true;
-  // The buffer of the members of `op` (one, or several alike where no CSE ran), if any.
-  auto output = [&](Op op) -> std::optional<BufferView> {
-    std::optional<BufferView> buffer;
-    for (ValueId m : step.nodes)
-      if (graph.nodes[m].op == op) {
-        if (!buffer)
-          buffer = allocate_buffer(step.device, graph.nodes[m].dtype, graph.nodes[m].shape);
-        values[m] = buffer;
-      }
-    return buffer;
-  };
+  auto output = [&](Op op) { return allocate_members(graph, step, op, values); };
   dispatch_storage(q.dtype, [&]<typename T>() {
     if constexpr (std::is_floating_point_v<ComputeOf<T>>) {
       auto data = [](const std::optional<BufferView>& b) {

@@ -4,6 +4,7 @@
 #include "lazyfuse/ir/attention.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/runtime/cuda/cuda_steps.h"
+#include "lazyfuse/runtime/library_steps.h"
 
 namespace lazyfuse::cuda_steps {
 namespace {
@@ -72,15 +73,8 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
 
   const int device = step.device.index();
   cuda::activate(device);
-  // The buffer of the members of `op` (one, or several alike where no CSE ran); 0 for none.
   auto output = [&](Op op) -> uint64_t {
-    std::optional<BufferView> buffer;
-    for (ValueId m : step.nodes)
-      if (graph.nodes[m].op == op) {
-        if (!buffer)
-          buffer = allocate_buffer(step.device, graph.nodes[m].dtype, graph.nodes[m].shape);
-        values[m] = buffer;
-      }
+    const std::optional<BufferView> buffer = allocate_members(graph, step, op, values);
     return buffer ? address(*buffer) : 0;
   };
   const int64_t heads = sizes.batch * sizes.heads;
