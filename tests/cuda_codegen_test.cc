@@ -826,23 +826,48 @@ TEST(CudaCodegen, RowValuesAreComputedOncePerRowBetweenThePasses) {
 }
 
 // A fused reduction reads its operands in vectors only where every row and every chunk of a
-// row starts aligned, and never over columns.
+// row starts aligned, never over columns, and never where the order of its additions shows.
 TEST(CudaCodegen, FusedReductionsReadVectorsOnlyWhereRowsAndChunksAreWhole) {
-  auto vectorized = [](bool over_columns, int64_t columns, int64_t chunk) {
+  auto vectorized = [](bool over_columns, int64_t columns, int64_t chunk,
+                       bool order_shows = false) {
     CudaElementwiseLaunch plan;
     plan.spec.vectorized = true;
     plan.spec.vector_width = 8;
-    choose_cuda_fused_reduction_layout(plan, over_columns, columns, chunk);
+    choose_cuda_fused_reduction_layout(plan, over_columns, order_shows, columns, chunk);
     return plan.spec.vectorized;
   };
   EXPECT_TRUE(vectorized(false, 1024, 4096));
   EXPECT_FALSE(vectorized(false, 1020, 4096)) << "a row starting mid-vector";
   EXPECT_FALSE(vectorized(false, 1024, 100)) << "a chunk starting mid-vector";
   EXPECT_FALSE(vectorized(true, 1024, 4096)) << "over columns";
+  EXPECT_FALSE(vectorized(false, 1024, 4096, true)) << "a float64 sum";
   CudaElementwiseLaunch unaligned;  // the plan found an operand unaligned
   unaligned.spec.vector_width = 8;
-  choose_cuda_fused_reduction_layout(unaligned, false, 1024, 4096);
+  choose_cuda_fused_reduction_layout(unaligned, false, false, 1024, 4096);
   EXPECT_FALSE(unaligned.spec.vectorized);
+}
+
+// The order of a reduction's additions shows in its bits only where it accumulates in the
+// reduced values' own dtype: a float64 sum or mean (the fuzz found fused float64 sums read in
+// vectors a last bit away from the plain kernel's), not a float32 or (rounding after each op) a
+// half-type sum, which accumulate in float64, nor a max.
+TEST(CudaCodegen, TheOrderOfAReductionShowsOnlyInItsOwnPrecision) {
+  auto order_shows = [](const std::string& dtype, const std::string& op) {
+    const Schedule schedule = run_pipeline(
+        parse_graph(absl::StrCat("graph @main(%0: ", dtype, "[256] @cuda:0) {\n  %1 = exp %0 : ",
+                                 dtype, "[256] @cuda:0\n  %2 = ", op, " %1 {dims = [0]} : ", dtype,
+                                 "[] @cuda:0\n  return %2\n}")),
+        {.fusion = {.half_rounding = HalfRounding::EachOp}});
+    for (const Step& step : schedule.steps)
+      if (is_reduction_kind(step.kind)) return cuda_reduction_order_shows(schedule.graph, step);
+    ADD_FAILURE() << "no reduction step for " << dtype << " " << op;
+    return false;
+  };
+  EXPECT_TRUE(order_shows("f64", "sum"));
+  EXPECT_TRUE(order_shows("f64", "mean"));
+  EXPECT_FALSE(order_shows("f64", "max"));
+  EXPECT_FALSE(order_shows("f32", "sum"));
+  EXPECT_FALSE(order_shows("f16", "sum"));
 }
 
 // How a row kernel lays out a row by its length and dtype (a warp a row while each lane keeps

@@ -390,7 +390,8 @@ CudaElementwiseSpec spec_for_fresh_operands(const Graph& graph, const Step& step
     choose_cuda_column_layout(plan);
     return plan.spec;
   }
-  choose_cuda_fused_reduction_layout(plan, step.kind == StepKind::Column, columns,
+  choose_cuda_fused_reduction_layout(plan, step.kind == StepKind::Column,
+                                     cuda_reduction_order_shows(graph, step), columns,
                                      cuda_reduce_chunk(rows, columns));
   return plan.spec;
 }

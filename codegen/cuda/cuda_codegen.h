@@ -198,9 +198,18 @@ void choose_cuda_row_layout(CudaElementwiseLaunch& plan, int64_t columns, size_t
 // Whether a fused reduction (made by plan_cuda_elementwise over the step's operands) reads
 // them in vectors, set in `plan`: over rows of `columns` elements taken `chunk` at a time by a
 // block, where the plan allows and every row and every chunk is whole vectors, so that each
-// starts aligned; over columns (`over_columns`), never.
+// starts aligned; over columns (`over_columns`), never; nor where the order of its additions
+// shows (`order_shows`, cuda_reduction_order_shows): read in vectors, a thread adds its vector's
+// elements into separate accumulators, an order the plain kernel of the stored operand, one
+// element a thread, does not share.
 void choose_cuda_fused_reduction_layout(CudaElementwiseLaunch& plan, bool over_columns,
-                                        int64_t columns, int64_t chunk);
+                                        bool order_shows, int64_t columns, int64_t chunk);
+// Whether the order in which `step`'s reduction adds can change its result's bits where its
+// half values round after each op (the rounding under which fused and unfused kernels agree bit
+// for bit, Note [Half precision in fused kernels]): a sum or mean that accumulates in the
+// reduced values' own dtype, float64. A wider accumulator (float64 for float32 and for half
+// types) rounds the differences of order away; a max or min has none.
+bool cuda_reduction_order_shows(const Graph& graph, const Step& step);
 // The blocks and threads a row kernel of `spec` launches for `rows` rows.
 int64_t cuda_row_blocks(const CudaElementwiseSpec& spec, int64_t rows);
 int cuda_row_threads(const CudaElementwiseSpec& spec);

@@ -506,10 +506,17 @@ std::string cuda_emit::fused_reduction_member_function(const Graph& graph, const
 }
 
 void choose_cuda_fused_reduction_layout(CudaElementwiseLaunch& plan, bool over_columns,
-                                        int64_t columns, int64_t chunk) {
+                                        bool order_shows, int64_t columns, int64_t chunk) {
   CudaElementwiseSpec& spec = plan.spec;
-  spec.vectorized = spec.vectorized && !over_columns && spec.rank == 1 &&
+  spec.vectorized = spec.vectorized && !over_columns && !order_shows && spec.rank == 1 &&
                     columns % spec.vector_width == 0 && chunk % spec.vector_width == 0;
+}
+
+bool cuda_reduction_order_shows(const Graph& graph, const Step& step) {
+  const Node& node = graph.nodes[reduction_parts(step).reduction];
+  const DType acc = step_accumulator(graph, step, node);
+  return is_floating(acc) && reduction_meaning(node.op).identity == ReductionIdentity::Zero &&
+         graph.nodes[node.inputs[0]].dtype == acc;
 }
 
 CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,

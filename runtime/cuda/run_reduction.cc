@@ -52,7 +52,9 @@ const LaunchMemo& fused_reduction_kernel(const Graph& graph, const Step& step,
       [&](const std::vector<OperandLayout>& layouts) {
         CudaElementwiseLaunch plan = plan_cuda_elementwise(step, layouts, {}, {});
         const int64_t columns = rows == 0 ? 0 : plan.numel / rows;
-        choose_cuda_fused_reduction_layout(plan, over_columns, columns, row_chunk(rows, columns));
+        choose_cuda_fused_reduction_layout(plan, over_columns,
+                                           cuda_reduction_order_shows(graph, step), columns,
+                                           row_chunk(rows, columns));
         return plan;
       },
       [&](const CudaElementwiseSpec& spec, bool fast_math) {
