@@ -327,6 +327,43 @@ TEST(CudaCodegen, AttentionKernelsCompileForSm90) {
     }
 }
 
+// The forward on tensor cores takes float16 and bfloat16 head dims that are multiples of 16 up to
+// 128, and compiles for sm_80 and sm_90 with every score modifier.
+TEST(CudaCodegen, TensorCoreAttentionCompilesForSm80AndSm90) {
+  EXPECT_TRUE(cuda_attention_fits_tensor_cores(DType::BFloat16, 64, 64));
+  EXPECT_TRUE(cuda_attention_fits_tensor_cores(DType::Float16, 128, 16));
+  EXPECT_FALSE(cuda_attention_fits_tensor_cores(DType::Float32, 64, 64)) << "no TF32";
+  EXPECT_FALSE(cuda_attention_fits_tensor_cores(DType::BFloat16, 72, 64));
+  EXPECT_FALSE(cuda_attention_fits_tensor_cores(DType::BFloat16, 64, 256));
+  std::vector<CudaAttentionSpec> specs;
+  for (auto [dtype, e, ev] : std::vector<std::tuple<DType, int64_t, int64_t>>{
+           {DType::BFloat16, 128, 128}, {DType::Float16, 64, 64}, {DType::BFloat16, 16, 32}}) {
+    CudaAttentionSpec spec;
+    spec.dtype = dtype;
+    spec.head_dim = e;
+    spec.value_dim = ev;
+    spec.lead = e == 16 ? 1 : 2;
+    spec.causal = e != 64;
+    spec.mask = e == 64;
+    spec.bias = e == 128;
+    spec.softcap = e == 64;
+    spec.tensor_cores = true;
+    specs.push_back(spec);
+  }
+  EXPECT_EQ(cuda_attention_rows_per_block(specs[0], CudaAttentionKernel::Forward), 64);
+  EXPECT_EQ(cuda_attention_rows_per_block(specs[0], CudaAttentionKernel::QueryGradient),
+            kCudaAttentionWarps);
+  if (!nvrtc_available()) GTEST_SKIP() << nvrtc_unavailable_reason();
+  for (const CudaAttentionSpec& spec : specs) {
+    const CudaSource source = generate_cuda_attention(spec, CudaAttentionKernel::Forward);
+    SCOPED_TRACE(source.kernel_name);
+    EXPECT_NE(source.kernel_name.find("_mma"), std::string::npos);
+    EXPECT_NE(source.source.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+    for (int major : {8, 9})
+      EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, major, 0).is_cubin);
+  }
+}
+
 // The attention kernels' words sit where their layout says.
 TEST(CudaCodegen, AttentionWordsFollowTheirLayout) {
   AttentionWords w;

@@ -19,8 +19,9 @@
 // (what a block may declare statically), else the largest power of two that fits (a head dim
 // of 256 in float32 takes 16 keys a tile). This is
 // the SIMT form: correct for every dtype and head dim up to kCudaAttentionMaxHeadDim, with float32
-// arithmetic for float32 (no TF32) and float64 for float64; a tensor-core form for float16 and
-// bfloat16 is for later (docs/design.md, "Not yet").
+// arithmetic for float32 (no TF32) and float64 for float64. The forward of float16 and bfloat16
+// runs on tensor cores where it can (Note [Attention on tensor cores] in cuda_attention_mma.cc);
+// their gradients on tensor cores are for later (docs/design.md, "Not yet").
 #include <algorithm>
 #include <bit>
 #include <string>
@@ -112,7 +113,12 @@ std::string cuda_attention_kernel_name(const CudaAttentionSpec& spec, CudaAttent
   return absl::StrCat("a_", which, "_", dtype_ir_name(spec.dtype), "_e", spec.head_dim, "_v",
                       spec.value_dim, "_r", spec.lead, spec.causal ? "_causal" : "",
                       spec.mask ? "_mask" : "", spec.bias ? "_bias" : "",
-                      spec.softcap ? "_softcap" : "");
+                      spec.softcap ? "_softcap" : "",
+                      spec.tensor_cores && kernel == CudaAttentionKernel::Forward ? "_mma" : "");
+}
+
+int cuda_attention_rows_per_block(const CudaAttentionSpec& spec, CudaAttentionKernel kernel) {
+  return spec.tensor_cores && kernel == CudaAttentionKernel::Forward ? 64 : kCudaAttentionWarps;
 }
 
 namespace {
@@ -430,8 +436,11 @@ std::vector<CudaAttentionKernel> cuda_attention_kernels(const Graph& graph, cons
 CudaSource generate_cuda_attention(const CudaAttentionSpec& spec, CudaAttentionKernel kernel) {
   CudaSource source;
   source.kernel_name = cuda_attention_kernel_name(spec, kernel);
-  source.source = kernel == CudaAttentionKernel::KeyGradients ? key_tile_kernel(spec)
-                                                              : query_rows_kernel(spec, kernel);
+  if (spec.tensor_cores && kernel == CudaAttentionKernel::Forward)
+    source.source = cuda_emit::attention_mma_forward(spec, common(spec, kernel));
+  else
+    source.source = kernel == CudaAttentionKernel::KeyGradients ? key_tile_kernel(spec)
+                                                                : query_rows_kernel(spec, kernel);
   return source;
 }
 

@@ -252,13 +252,23 @@ std::string cuda_strided_copy_kernel_name(DType from, DType to, int rank);
 inline constexpr int kCudaAttentionWarps = 4;  // query rows a block of the forward and dq
 inline constexpr int64_t kCudaAttentionSharedBytes = 48 * 1024;
 inline constexpr int64_t kCudaAttentionMaxHeadDim = 256;
+// The forward on tensor cores (Note [Attention on tensor cores]) takes float16 and bfloat16 head
+// dims that are multiples of 16 up to this.
+inline constexpr int64_t kCudaAttentionMmaMaxHeadDim = 128;
 enum class CudaAttentionKernel { Forward, QueryGradient, KeyGradients };
 struct CudaAttentionSpec {
   DType dtype = DType::Float32;
   int64_t head_dim = 0, value_dim = 0;
   int lead = 1;  // dims before the rows (a rank-2 operand's one, of size 1)
   bool causal = false, mask = false, bias = false, softcap = false;
+  // The forward on tensor cores: the runner's choice, where the dtype and head dims fit
+  // (cuda_attention_fits_tensor_cores), the GPU is sm_80 or later, and q, k and v start and
+  // have their rows on 16-byte boundaries.
+  bool tensor_cores = false;
 };
+bool cuda_attention_fits_tensor_cores(DType dtype, int64_t head_dim, int64_t value_dim);
+// Query rows a block of the forward or dq: its grid is that many rows of each head a block.
+int cuda_attention_rows_per_block(const CudaAttentionSpec& spec, CudaAttentionKernel kernel);
 // The spec of an Attention step's kernels, from its nodes, and the kernels it runs: the forward,
 // or dq and dk-with-dv as its gradients ask.
 CudaAttentionSpec cuda_attention_spec(const Graph& graph, const Step& step);

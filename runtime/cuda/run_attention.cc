@@ -4,6 +4,7 @@
 #include "lazyfuse/ir/attention.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/runtime/cuda/cuda_steps.h"
+#include "lazyfuse/runtime/kernel_cache.h"
 #include "lazyfuse/runtime/library_steps.h"
 
 namespace lazyfuse::cuda_steps {
@@ -19,6 +20,24 @@ BufferView rows_contiguous(const BufferView& view) {
 Strides lead_strides(const BufferView& view) {
   if (view.shape.size() == 2) return {0};
   return Strides(view.strides.begin(), view.strides.end() - 2);
+}
+
+// Whether the forward runs on tensor cores (Note [Attention on tensor cores]): its dtype and head
+// dims fit, the GPU has sm_80's mma, and q, k and v are read 16 bytes at a time.
+bool takes_tensor_cores(const CudaAttentionSpec& spec, int device,
+                        std::initializer_list<BufferView> operands) {
+  if (!cuda_attention_fits_tensor_cores(spec.dtype, spec.head_dim, spec.value_dim) ||
+      cuda::device_properties(device).major < 8)
+    return false;
+  for (const BufferView& view : operands) {
+    // Every head's rows start on 16 bytes: the address, and each stride over the rows and the
+    // dims before them, of a dim longer than one.
+    const int64_t per_vector = 16 / dtype_size(view.dtype);
+    if (address(view) % 16 != 0) return false;
+    for (size_t d = 0; d + 1 < view.shape.size(); ++d)
+      if (view.shape[d] > 1 && view.strides[d] % per_vector != 0) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -39,7 +58,10 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
                                         " and ", sizes.value_dim, " (at most ",
                                         kCudaAttentionMaxHeadDim, ")"));
   const ScoreModifiers modifiers = score_modifiers(first.attrs);
-  const CudaAttentionSpec spec = cuda_attention_spec(graph, step);
+  CudaAttentionSpec spec = cuda_attention_spec(graph, step);
+  const int device = step.device.index();
+  spec.tensor_cores =
+      !is_attention_gradient(first.op) && takes_tensor_cores(spec, device, {q, k, v});
 
   AttentionWords w;
   w.heads = sizes.heads;
@@ -71,14 +93,16 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
   }
   w.out_lead = w.grad_lead = Strides(w.lead.size(), 0);
 
-  const int device = step.device.index();
   cuda::activate(device);
   auto output = [&](Op op) -> uint64_t {
     const std::optional<BufferView> buffer = allocate_members(graph, step, op, values);
     return buffer ? address(*buffer) : 0;
   };
   const int64_t heads = sizes.batch * sizes.heads;
-  const int64_t row_blocks = (sizes.queries + kCudaAttentionWarps - 1) / kCudaAttentionWarps;
+  auto row_blocks = [&](CudaAttentionKernel kernel) {
+    const int64_t rows = cuda_attention_rows_per_block(spec, kernel);
+    return (sizes.queries + rows - 1) / rows;
+  };
   auto run = [&](CudaAttentionKernel kernel, int64_t blocks) {
     const auto threads = static_cast<unsigned>(cuda_attention_threads(kernel));
     const std::string name = cuda_attention_kernel_name(spec, kernel);
@@ -98,7 +122,7 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
       scratch = allocate_buffer(step.device, q.dtype, shape);
       w.result = address(*scratch);
     }
-    run(CudaAttentionKernel::Forward, heads * row_blocks);
+    run(CudaAttentionKernel::Forward, heads * row_blocks(CudaAttentionKernel::Forward));
     return;
   }
   const BufferView out = operand(at.out), grad = operand(at.grad);
@@ -109,7 +133,7 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
     if (kernel == CudaAttentionKernel::QueryGradient) {
       w.result = output(Op::AttentionGradQ);
       w.result2 = 0;
-      run(kernel, heads * row_blocks);
+      run(kernel, heads * row_blocks(kernel));
     } else {
       w.result = output(Op::AttentionGradK);
       w.result2 = output(Op::AttentionGradV);
