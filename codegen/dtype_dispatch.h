@@ -90,6 +90,20 @@ template <typename S>
 using ComputeOf =
     std::conditional_t<std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>, float, S>;
 
+// A floating `value` as a constant of `dtype` holds it: rounded to float, float16 or bfloat16.
+inline double held_as(DType dtype, double value) {
+  switch (dtype) {
+    case DType::Float16:
+      return half_to_float(float_to_half(static_cast<float>(value)));
+    case DType::BFloat16:
+      return bfloat16_to_float(float_to_bfloat16(static_cast<float>(value)));
+    case DType::Float32:
+      return static_cast<float>(value);
+    default:
+      return value;
+  }
+}
+
 // Random bits a uniform draw of `dtype` takes (codegen/philox.h).
 inline int uniform_bits(DType dtype) {
   switch (dtype) {

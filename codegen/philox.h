@@ -54,6 +54,17 @@ LF_HOST_DEVICE double philox_uniform(uint64_t index, uint64_t seed, int bits) {
   return static_cast<double>(word >> (64 - bits)) / static_cast<double>(uint64_t{1} << bits);
 }
 
+// Attention's dropout (Note [Attention] in ir/attention.cc): whether the probability of query i
+// and key j of head `head` (over the dims before the rows) is kept. Its draw is element
+// (head * queries + i) * keys + j of a rand over the scores' shape at `offset`, of `bits` random
+// bits (the scores' dtype's, as uniform_bits says), kept where at least `threshold` (the dropout
+// probability as that dtype holds it): the mask the unfused graph's `rand(...) >= p` draws.
+LF_HOST_DEVICE bool attention_keeps(uint64_t seed, uint64_t offset, uint64_t head, uint64_t queries,
+                                    uint64_t keys, uint64_t i, uint64_t j, int bits,
+                                    double threshold) {
+  return philox_uniform(offset + (head * queries + i) * keys + j, seed, bits) >= threshold;
+}
+
 // Standard normal by Box-Muller over two uniforms of the same counter; (0, 1] keeps log finite.
 LF_HOST_DEVICE double philox_normal(uint64_t index, uint64_t seed) {
   Philox4x32 r = philox4x32_10(index, seed);

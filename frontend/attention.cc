@@ -1,7 +1,7 @@
 // nn::functional::scaled_dot_product_attention and nn::MultiheadAttention, as PyTorch's. Where
 // the device's backend runs attention steps, the attention is one attention node (detail::
 // attention_node; Note [Attention] in ir/attention.cc) with its gradient rule in ir/ops.def;
-// elsewhere, and for dropout or a mask that needs its own gradient, it is written in the ops of
+// elsewhere, and for a mask that needs its own gradient, it is written in the ops of
 // tensor.h, in the form a model author writes by hand (scores, a mask through where or an added
 // bias, a softmax over the keys, a product with the values), lazy and differentiated by the
 // ops' rules.
@@ -160,11 +160,11 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                                     std::optional<double> scale, bool enable_gqa, Loc where) {
   check_operands(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, where);
   const double factor = scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));
-  if (dropout_p == 0) {
+  {
     const bool bias = attn_mask.defined() && attn_mask.dtype() != DType::Bool;
     const Tensor fused = lazyfuse::detail::attention_node(
         query, key, value, bias ? Tensor() : attn_mask, bias ? attn_mask : Tensor(),
-        {.scale = factor, .causal = is_causal}, enable_gqa, where);
+        {.scale = factor, .causal = is_causal, .dropout = dropout_p}, enable_gqa, where);
     if (fused.defined()) return fused;
   }
   Tensor k = key, v = value;
@@ -335,8 +335,15 @@ Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, const T
                                     shape_str(scores), " (at ", SourceLoc::from(where).str(), ")"));
     operands.push_back(t->sizes() == scores ? *t : t->expand(scores, where));
   }
-  return make_op(Op::Attention, operands,
-                 attention_attrs(modifiers, mask.defined(), bias.defined()), where);
+  ScoreModifiers drawn = modifiers;
+  if (drawn.dropout > 0) {
+    // The draws the unfused graph's dropout over the scores would take (Note [Attention]).
+    const RandomDraws draws = take_random_draws(numel(scores));
+    drawn.seed = draws.seed;
+    drawn.offset = draws.offset;
+  }
+  return make_op(Op::Attention, operands, attention_attrs(drawn, mask.defined(), bias.defined()),
+                 where);
 }
 
 }  // namespace lazyfuse::detail

@@ -40,13 +40,9 @@ Tensor random(Op op, Shape shape, const TensorOptions& options, const Loc& where
         op == Op::Rand ? "rand" : "randn", ": expected a floating dtype, got ",
         dtype_torch_name(options.dtype()), " (at ", SourceLoc::from(where).str(), ")"));
   Attrs attrs;
-  {
-    Generator& g = generator();
-    std::lock_guard lock(g.mutex);
-    attrs.set("seed", static_cast<int64_t>(g.seed));
-    attrs.set("offset", static_cast<int64_t>(g.offset));
-    g.offset += static_cast<uint64_t>(numel(shape));
-  }
+  const detail::RandomDraws draws = detail::take_random_draws(numel(shape));
+  attrs.set("seed", static_cast<int64_t>(draws.seed));
+  attrs.set("offset", static_cast<int64_t>(draws.offset));
   return detail::make_op(op, {}, std::move(attrs), where, std::move(shape), options.dtype(),
                          target_device(options, where));
 }
@@ -58,6 +54,14 @@ Tensor leaf(Tensor t, const TensorOptions& options) {
 }
 
 }  // namespace
+
+detail::RandomDraws detail::take_random_draws(int64_t count) {
+  Generator& g = generator();
+  std::lock_guard lock(g.mutex);
+  const RandomDraws draws{g.seed, g.offset};
+  g.offset += static_cast<uint64_t>(count);
+  return draws;
+}
 
 void manual_seed(uint64_t seed) {
   Generator& g = generator();

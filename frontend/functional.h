@@ -101,8 +101,9 @@ Tensor embedding(const Tensor& input, const Tensor& weight, Loc where = Loc::cur
 // functional does) from lazyfuse's random stream. With enable_gqa, key and value heads (dim -3)
 // dividing query's are each shared by consecutive query heads. A query that sees no key gives
 // zeros (PyTorch's math backend). Shapes that do not line up are a ShapeError naming them,
-// dtypes that differ a DTypeError. Without dropout, and with a float mask that needs no
-// gradient, it is one attention node (ir/attention.h) where fused_attention_enabled().
+// dtypes that differ a DTypeError. With a float mask that needs no gradient, it is one
+// attention node (ir/attention.h) where fused_attention_enabled(), its dropout inside the
+// kernel with the mask the written-out form draws from the same seed.
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const Tensor& attn_mask = {}, double dropout_p = 0.0,
                                     bool is_causal = false,

@@ -28,6 +28,13 @@ inline Tensor make_op(Op op, std::initializer_list<Tensor> operands, Attrs attrs
 Tensor scalar_operand(const Scalar& value, const Tensor& like, const Loc& where);
 Tensor constant(const Scalar& value, DType dtype, Shape shape, Device device, const Loc& where);
 
+// The global generator's seed and the Philox offset of `count` draws taken from it now, as a
+// random tensor of `count` elements made now would take them (frontend/factories.cc).
+struct RandomDraws {
+  uint64_t seed = 0, offset = 0;
+};
+RandomDraws take_random_draws(int64_t count);
+
 // Rethrows the current lazyfuse error with " (at FILE:LINE)" appended, keeping its type.
 [[noreturn]] void rethrow_at(const Loc& where);
 

@@ -14,7 +14,15 @@
 //   ds_ij = p_ij (dp_ij - D_i)           (the softmax's gradient)
 //   ds_ij *= 1 - tanh^2                  (through a softcap: s = c tanh(x / c))
 //   dq_i  = scale sum_j ds_ij k_j,  dk_j = scale sum_i ds_ij q_i,  dv_j = sum_i p_ij do_i
-// summed over a key head's group of query heads for dk and dv. A query that sees no key has
+// summed over a key head's group of query heads for dk and dv.
+//
+// With dropout, the forward sums m_ij p_ij v_j, where m_ij is 0 for a dropped probability and
+// 1 / (1 - dropout) for a kept one (attention_keeps in codegen/philox.h: element
+// (head * T + i) * S + j of a rand over the scores at the node's seed and offset, the draw the
+// unfused graph's dropout makes, so one seed drops the same probabilities on every device and
+// in both forms); the logsumexp is the undropped one. The backward then takes
+// dp_ij = m_ij do_i . v_j and dv_j = sum_i m_ij p_ij do_i, and D_i = do_i . o_i still equals
+// sum_j p_ij dp_ij. A query that sees no key has
 // lse = -infinity, a zero result and zero gradients, as the composite graph's softmax that
 // gives zeros for such a row (frontend/attention.cc).
 #include "lazyfuse/ir/attention.h"
@@ -43,6 +51,11 @@ ScoreModifiers score_modifiers(const Attrs& attrs) {
   m.scale = attrs.get_float("scale");
   m.causal = attrs.has("causal") && attrs.get_bool("causal");
   m.softcap = attrs.has("softcap") ? attrs.get_float("softcap") : 0.0;
+  if (attrs.has("dropout")) {
+    m.dropout = attrs.get_float("dropout");
+    m.seed = static_cast<uint64_t>(attrs.get_int("seed"));
+    m.offset = static_cast<uint64_t>(attrs.get_int("offset"));
+  }
   return m;
 }
 
@@ -51,6 +64,11 @@ Attrs attention_attrs(const ScoreModifiers& modifiers, bool mask, bool bias) {
   attrs.set("scale", modifiers.scale);
   if (modifiers.causal) attrs.set("causal", true);
   if (modifiers.softcap > 0) attrs.set("softcap", modifiers.softcap);
+  if (modifiers.dropout > 0) {
+    attrs.set("dropout", modifiers.dropout);
+    attrs.set("seed", static_cast<int64_t>(modifiers.seed));
+    attrs.set("offset", static_cast<int64_t>(modifiers.offset));
+  }
   if (mask) attrs.set("mask", true);
   if (bias) attrs.set("bias", true);
   return attrs;

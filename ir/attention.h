@@ -24,6 +24,11 @@ struct ScoreModifiers {
   double scale = 1;
   bool causal = false;  // query i sees keys 0..i (the top left corner, as PyTorch's is_causal)
   double softcap = 0;   // > 0: softcap * tanh(s / softcap)
+  // > 0: each probability is dropped with this probability and the kept ones scaled by
+  // 1 / (1 - dropout), by the mask of attention_keeps (codegen/philox.h) from the Philox
+  // stream's `seed` at `offset`.
+  double dropout = 0;
+  uint64_t seed = 0, offset = 0;
 };
 ScoreModifiers score_modifiers(const Attrs& attrs);
 Attrs attention_attrs(const ScoreModifiers& modifiers, bool mask, bool bias);

@@ -58,10 +58,10 @@ class Attrs {
 // The attribute keys the ops use: const {value}; arange {start, step}; rand/randn {seed,
 // offset}; reductions {dims, keepdim}; permute {dims}; narrow {dim, start}; gather, scatter_add
 // and cat {dim}; collectives {reduce_op, dim, world, root}; attention {scale, causal, softcap,
-// mask, bias}.
+// mask, bias, dropout, seed, offset}.
 inline constexpr std::string_view kAttrKeys[] = {
-    "bias", "causal", "dim",  "dims",    "keepdim", "mask", "offset", "period", "reduce_op",
-    "root", "scale",  "seed", "softcap", "start",   "step", "value",  "world"};
+    "bias",      "causal", "dim",   "dims", "dropout", "keepdim", "mask", "offset", "period",
+    "reduce_op", "root",   "scale", "seed", "softcap", "start",   "step", "value",  "world"};
 
 struct Node {
   Op op = Op::Param;

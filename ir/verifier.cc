@@ -42,6 +42,14 @@ void require_attrs(const Node& node) {
     case Op::AttentionGradK:
     case Op::AttentionGradV:
       need("scale");
+      if (node.attrs.has("dropout")) {
+        need("seed");
+        need("offset");
+        const double p = node.attrs.get_float("dropout");
+        if (!(p >= 0 && p < 1))
+          throw VerifierError(
+              absl::StrCat(op_name(node.op), ": dropout must be in [0, 1), is ", p));
+      }
       break;
     case Op::Gather:
     case Op::ScatterAdd:

@@ -252,18 +252,20 @@ int count_of(const std::string& text, const std::string& what) {
 }
 
 // The result and the gradients of q, k and v (from the cotangent g) of one case, its operands
-// converted to `dtype` on `device`, fused or as the composite graph.
+// converted to `dtype` on `device`, fused or as the composite graph; with `dropout`, from one
+// seed, so that both forms draw the same mask.
 std::vector<Tensor> attention_and_gradients(const Dims& d, const Operands& o, const Tensor& mask,
                                             bool causal, const Tensor& g, DType dtype,
-                                            const Device& device, bool fused) {
+                                            const Device& device, bool fused, double dropout = 0) {
   const FusedAttentionGuard setting(fused);
+  manual_seed(1234);
   std::vector<Tensor> in;
   for (const Tensor* t : {&o.q, &o.k, &o.v})
     in.push_back(t->to(dtype).to(device).detach().requires_grad_());
   Tensor m = mask.defined() && mask.dtype() != kBool ? mask.to(dtype) : mask;
   if (m.defined()) m = m.to(device);
-  const Tensor out =
-      scaled_dot_product_attention(in[0], in[1], in[2], m, 0.0, causal, std::nullopt, d.h != d.hkv);
+  const Tensor out = scaled_dot_product_attention(in[0], in[1], in[2], m, dropout, causal,
+                                                  std::nullopt, d.h != d.hkv);
   EXPECT_EQ(count_of(out.fused_ir(), "= attention "), fused ? 1 : 0);
   (out * g.to(dtype).to(device)).sum().backward();
   return {out, in[0].grad(), in[1].grad(), in[2].grad()};
@@ -375,19 +377,26 @@ TEST(FusedAttention, GradientsMatchTheCompositeGraphInFloat64) {
 
 // On the GPU (Note [Attention on the GPU]): the forward and the gradients of q, k and v of
 // each dtype, over head dims 16 to 256, odd lengths past a tile, every mask kind and grouped
-// heads, against the composite graph in float64 on the CPU.
+// heads, against the composite graph in float64 on the CPU; with dropout, against the composite
+// graph in the case's dtype on the CPU, which draws the mask the GPU's kernels draw.
 TEST(FusedAttention, MatchesTheCompositeGraphOnTheGpu) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA GPU";
   struct Case {
     Dims d;
     int mask;  // 0 none, 1 causal, 2 a bool mask, 3 an additive bias
     DType dtype;
+    double dropout = 0;  // against the composite graph in `dtype`, which draws the same mask
   };
-  const std::vector<Case> cases = {
-      {{2, 2, 2, 5, 7, 16, 16}, 0, kFloat32},      {{1, 4, 2, 70, 67, 32, 24}, 1, kFloat32},
-      {{1, 2, 1, 33, 129, 64, 64}, 2, kBFloat16},  {{2, 2, 2, 40, 41, 128, 128}, 3, kFloat16},
-      {{1, 2, 2, 65, 65, 256, 256}, 1, kBFloat16}, {{1, 3, 1, 97, 33, 80, 48}, 2, kFloat64},
-      {{1, 1, 1, 1, 1, 16, 16}, 0, kFloat16},      {{2, 4, 4, 130, 130, 64, 64}, 1, kFloat32}};
+  const std::vector<Case> cases = {{{2, 2, 2, 5, 7, 16, 16}, 0, kFloat32},
+                                   {{1, 4, 2, 70, 67, 32, 24}, 1, kFloat32},
+                                   {{1, 2, 1, 33, 129, 64, 64}, 2, kBFloat16},
+                                   {{2, 2, 2, 40, 41, 128, 128}, 3, kFloat16},
+                                   {{1, 2, 2, 65, 65, 256, 256}, 1, kBFloat16},
+                                   {{1, 3, 1, 97, 33, 80, 48}, 2, kFloat64},
+                                   {{1, 1, 1, 1, 1, 16, 16}, 0, kFloat16},
+                                   {{2, 4, 4, 130, 130, 64, 64}, 1, kFloat32},
+                                   {{1, 2, 2, 70, 67, 64, 64}, 1, kBFloat16, 0.2},
+                                   {{1, 4, 2, 33, 40, 32, 24}, 2, kFloat32, 0.3}};
   const Device gpu("cuda:0");
   for (const Case& c : cases) {
     const Dims& d = c.d;
@@ -398,9 +407,10 @@ TEST(FusedAttention, MatchesTheCompositeGraphOnTheGpu) {
     if (c.mask == 2) mask = rand({d.l, d.s}, kFloat64) > 0.3;
     if (c.mask == 3) mask = randn({d.b, 1, d.l, d.s}, kFloat64);
     auto gradients = [&](DType dtype, const Device& device, bool fused) {
-      return attention_and_gradients(d, o, mask, c.mask == 1, g, dtype, device, fused);
+      return attention_and_gradients(d, o, mask, c.mask == 1, g, dtype, device, fused, c.dropout);
     };
-    const std::vector<Tensor> want = gradients(kFloat64, Device::cpu(), false);
+    const std::vector<Tensor> want =
+        gradients(c.dropout > 0 ? c.dtype : kFloat64, Device::cpu(), false);
     const std::vector<Tensor> got = gradients(c.dtype, gpu, true);
     const double tolerance = c.dtype == kFloat64   ? 1e-12
                              : c.dtype == kFloat32 ? 2e-5
@@ -449,7 +459,7 @@ TEST(FusedAttention, PeakMemoryIsLinearInTheLength) {
   EXPECT_GT(peak_of(false), scores) << "the composite graph should hold the scores";
 }
 
-// A bias that needs its own gradient, and dropout, are the composite graph's: still right.
+// A bias that needs its own gradient is the composite graph's: still right.
 TEST(FusedAttention, WhatTheFusedFormDoesNotTakeRunsComposite) {
   const Tensor q = randn({1, 2, 5, 8}), k = randn({1, 2, 6, 8}), v = randn({1, 2, 6, 8});
   const Tensor bias = randn({5, 6}).requires_grad_();
@@ -457,7 +467,50 @@ TEST(FusedAttention, WhatTheFusedFormDoesNotTakeRunsComposite) {
   EXPECT_EQ(count_of(out.fused_ir(), "= attention "), 0);
   out.sum().backward();
   EXPECT_TRUE(bias.grad().defined());
-  EXPECT_EQ(count_of(scaled_dot_product_attention(q, k, v, {}, 0.5).fused_ir(), "= attention "), 0);
+}
+
+// Dropout inside the step drops what the composite graph's dropout drops after the same seed
+// (Note [Attention]): the forward and the gradients of q, k and v against the composite graph's
+// in the same dtype (whose draws take that dtype's bits), with a causal or bool mask, grouped
+// heads and lengths past a block; and a second seed drops others.
+TEST(FusedAttention, DropoutDropsWhatTheCompositeGraphDrops) {
+  struct Case {
+    Dims d;
+    int mask;
+    double p;
+  };
+  const std::vector<Case> cases = {{{2, 4, 2, 33, 70, 16, 16}, 1, 0.2},
+                                   {{1, 2, 2, 5, 130, 32, 24}, 2, 0.5},
+                                   {{1, 1, 1, 66, 66, 16, 8}, 0, 0.1}};
+  for (const Case& c : cases) {
+    const Dims& d = c.d;
+    const Operands o = operands(d, kFloat64, 51);
+    const Tensor g =
+        from_vector(random_values(d.b * d.h * d.l * d.ev, 52), {d.b, d.h, d.l, d.ev}, kFloat64);
+    Tensor mask;
+    if (c.mask == 2) mask = (rand({d.l, d.s}, kFloat64) > 0.3);
+    for (DType dtype : {kFloat64, kFloat32}) {
+      auto gradients = [&](bool fused) {
+        return attention_and_gradients(d, o, mask, c.mask == 1, g, dtype, Device::cpu(), fused,
+                                       c.p);
+      };
+      const std::vector<Tensor> want = gradients(false), got = gradients(true);
+      for (size_t i = 0; i < got.size(); ++i) {
+        SCOPED_TRACE(testing::Message()
+                     << dtype << " L " << d.l << " S " << d.s << " mask " << c.mask << " p " << c.p
+                     << (i == 0 ? " out" : " grad of operand ") << (i == 0 ? 0 : i - 1));
+        expect_near(got[i], want[i].to_vector<double>(), dtype == kFloat64 ? 1e-12 : 2e-5);
+      }
+    }
+  }
+  // The step says it drops; another seed, another mask.
+  const Tensor q = randn({1, 2, 8, 16}), k = randn({1, 2, 8, 16}), v = randn({1, 2, 8, 16});
+  manual_seed(1);
+  const Tensor first = scaled_dot_product_attention(q, k, v, {}, 0.5);
+  EXPECT_EQ(count_of(first.fused_ir(), "dropout = 0.5"), 1) << first.fused_ir();
+  manual_seed(2);
+  const Tensor second = scaled_dot_product_attention(q, k, v, {}, 0.5);
+  EXPECT_NE(first.to_vector<double>(), second.to_vector<double>());
 }
 
 }  // namespace

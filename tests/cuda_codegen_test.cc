@@ -306,6 +306,7 @@ TEST(CudaCodegen, AttentionKernelsCompileForSm90) {
     spec.mask = dtype == DType::Float16 || dtype == DType::Float64;
     spec.bias = dtype == DType::BFloat16 || dtype == DType::Float64;
     spec.softcap = dtype == DType::Float32;
+    spec.dropout = dtype == DType::BFloat16 || e == 1;
     specs.push_back(spec);
     for (CudaAttentionKernel kernel :
          {CudaAttentionKernel::Forward, CudaAttentionKernel::QueryGradient,
@@ -347,6 +348,7 @@ TEST(CudaCodegen, TensorCoreAttentionCompilesForSm80AndSm90) {
     spec.mask = e == 64;
     spec.bias = e == 128;
     spec.softcap = e == 64;
+    spec.dropout = e == 16;
     spec.tensor_cores = true;
     specs.push_back(spec);
   }
@@ -373,6 +375,8 @@ TEST(CudaCodegen, AttentionWordsFollowTheirLayout) {
   w.keys = 200;
   w.scale = 0.125;
   w.softcap = 30;
+  w.keep_scale = 1.25;
+  w.offset = 77;
   w.q = 0x1000;
   w.bias = 0x5000;
   w.result2 = 0xa000;
@@ -388,6 +392,8 @@ TEST(CudaCodegen, AttentionWordsFollowTheirLayout) {
   EXPECT_EQ(words[layout.offset("keys")], 200u);
   EXPECT_EQ(std::bit_cast<double>(words[layout.offset("scale")]), 0.125);
   EXPECT_EQ(std::bit_cast<double>(words[layout.offset("softcap")]), 30.0);
+  EXPECT_EQ(std::bit_cast<double>(words[layout.offset("keep_scale")]), 1.25);
+  EXPECT_EQ(words[layout.offset("offset")], 77u);
   EXPECT_EQ(words[layout.offset("q")], 0x1000u);
   EXPECT_EQ(words[layout.offset("bias")], 0x5000u);
   EXPECT_EQ(words[layout.offset("result2")], 0xa000u);

@@ -30,6 +30,7 @@
 #include "lazyfuse/codegen/cuda/cuda_codegen.h"
 #include "lazyfuse/codegen/cuda/cuda_emit.h"
 #include "lazyfuse/codegen/cuda/cuda_kernel_args.h"
+#include "lazyfuse/codegen/dtype_dispatch.h"
 #include "lazyfuse/codegen/gpu_dialect.h"
 #include "lazyfuse/ir/attention.h"
 
@@ -43,6 +44,10 @@ ArgLayout attention_arg_layout(int lead) {
       .add("keys", ArgType::Int64)
       .add("scale", ArgType::Double)
       .add("softcap", ArgType::Double)
+      .add("keep_threshold", ArgType::Double)
+      .add("keep_scale", ArgType::Double)
+      .add("seed", ArgType::Int64)
+      .add("offset", ArgType::Int64)
       .add("q", ArgType::ConstPointer)
       .add("k", ArgType::ConstPointer)
       .add("v", ArgType::ConstPointer)
@@ -77,7 +82,9 @@ KernelArgs pack_attention_args(const AttentionWords& w) {
   KernelArgs words;
   for (int64_t x : {w.heads, w.key_heads, w.queries, w.keys})
     words.push_back(static_cast<uint64_t>(x));
-  for (double x : {w.scale, w.softcap}) words.push_back(std::bit_cast<uint64_t>(x));
+  for (double x : {w.scale, w.softcap, w.keep_threshold, w.keep_scale})
+    words.push_back(std::bit_cast<uint64_t>(x));
+  for (uint64_t x : {w.seed, w.offset}) words.push_back(x);
   for (uint64_t a : {w.q, w.k, w.v, w.mask, w.bias, w.out, w.grad, w.lse, w.result, w.result2})
     words.push_back(a);
   for (int64_t x : {w.q_row, w.k_row, w.v_row, w.out_row, w.grad_row, w.mask_row, w.mask_column,
@@ -113,7 +120,7 @@ std::string cuda_attention_kernel_name(const CudaAttentionSpec& spec, CudaAttent
   return absl::StrCat("a_", which, "_", dtype_ir_name(spec.dtype), "_e", spec.head_dim, "_v",
                       spec.value_dim, "_r", spec.lead, spec.causal ? "_causal" : "",
                       spec.mask ? "_mask" : "", spec.bias ? "_bias" : "",
-                      spec.softcap ? "_softcap" : "",
+                      spec.softcap ? "_softcap" : "", spec.dropout ? "_dropout" : "",
                       spec.tensor_cores && kernel == CudaAttentionKernel::Forward ? "_mma" : "");
 }
 
@@ -136,7 +143,8 @@ std::string common(const CudaAttentionSpec& spec, CudaAttentionKernel kernel) {
       kCudaAttentionWarps, "\n#define LF_TILE ", cuda_attention_key_tile(spec, kernel),
       "\n#define LF_CAUSAL ", spec.causal ? 1 : 0, "\n#define LF_MASK ", spec.mask ? 1 : 0,
       "\n#define LF_BIAS ", spec.bias ? 1 : 0, "\n#define LF_SOFTCAP ", spec.softcap ? 1 : 0,
-      "\n#define LF_PER_LANE(n) (((n) + LF_WARP - 1) / LF_WARP)\n",
+      "\n#define LF_DROPOUT ", spec.dropout ? 1 : 0, "\n#define LF_DROPOUT_BITS ",
+      uniform_bits(spec.dtype), "\n#define LF_PER_LANE(n) (((n) + LF_WARP - 1) / LF_WARP)\n",
       f64 ? "#define LF_MINUS_INF __longlong_as_double(0xfff0000000000000ULL)\n"
           : "#define LF_MINUS_INF __int_as_float(0xff800000)\n",
       R"(
@@ -162,6 +170,15 @@ std::string common(const CudaAttentionSpec& spec, CudaAttentionKernel kernel) {
       "  for (int m = LF_WARP / 2; m > 0; m /= 2) x += ", d.shuffle_xor("x", "m"),
       ";\n  return x;\n}\n",
       R"(
+// What dropout multiplies the probability of query i and key j of `head` by: 0 where dropped,
+// the words' keep_scale where kept (Note [Attention], the CPU's draw).
+)",
+      d.device_function(), R"( A lf_dropout(const AttentionArgs& a, long long head, long long i,
+    long long j) {
+  return lazyfuse::attention_keeps(a.seed, a.offset, head, a.queries, a.keys, i, j,
+                                   LF_DROPOUT_BITS, a.keep_threshold) ? (A)a.keep_scale : (A)0;
+}
+
 // The score of query row i (its q staged in `q`) and key row j (staged in `key`), modified;
 // -infinity where the key is not seen. `capped` gets c * tanh(s / c) / c, the softcap's
 // tanh, for the gradient.
@@ -264,7 +281,11 @@ std::string query_rows_kernel(const CudaAttentionSpec& spec, CudaAttentionKernel
     const A rescale = top == LF_MINUS_INF ? (A)0 : lf_exp(top - next);
     total = total * rescale + lf_warp_sum(p);
     top = next;
+#if LF_DROPOUT
+    if (lane < LF_TILE) ps[warp][lane] = p * lf_dropout(a, head, i, k0 + lane);
+#else
     if (lane < LF_TILE) ps[warp][lane] = p;
+#endif
     __syncwarp();
 #pragma unroll
     for (int m = 0; m < LF_PER_LANE(LF_EV); ++m) {
@@ -293,6 +314,9 @@ std::string query_rows_kernel(const CudaAttentionSpec& spec, CudaAttentionKernel
       const A p = lf_exp(s - lse);
       A dp = 0;
       for (int c = 0; c < LF_EV; ++c) dp += gs[warp][c] * vs[lane][c];
+#if LF_DROPOUT
+      dp *= lf_dropout(a, head, i, k0 + lane);
+#endif
       ds = p * (dp - d_i) * (A)a.scale;
 #if LF_SOFTCAP
       ds *= (A)1 - capped * capped;
@@ -369,9 +393,16 @@ std::string key_tile_kernel(const CudaAttentionSpec& spec) {
         p = lf_exp(s - lse);
         A dp = 0;
         for (int c = 0; c < LF_EV; ++c) dp += gs[c] * vs[lane][c];
+#if LF_DROPOUT
+        const A keep = lf_dropout(a, head, i, k0 + lane);
+        dp *= keep;
+#endif
         ds = p * (dp - d_i) * (A)a.scale;
 #if LF_SOFTCAP
         ds *= (A)1 - capped * capped;
+#endif
+#if LF_DROPOUT
+        p *= keep;
 #endif
       }
       if (lane < LF_TILE) {
@@ -417,6 +448,7 @@ CudaAttentionSpec cuda_attention_spec(const Graph& graph, const Step& step) {
   spec.mask = at.mask >= 0;
   spec.bias = at.bias >= 0;
   spec.softcap = modifiers.softcap > 0;
+  spec.dropout = modifiers.dropout > 0;
   return spec;
 }
 

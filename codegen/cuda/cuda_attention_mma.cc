@@ -15,6 +15,7 @@
 //  - The probabilities, rounded to the input type, are the A fragments of P V as they lie (an
 //    m16n8 accumulator pair is an m16n8k16 operand); V's fragments come transposed by ldmatrix.
 //  - The logsumexp is written in float32 for the backward, as the SIMT forward writes it.
+//  - Dropout multiplies each probability after its row's sum has it (Note [Attention]).
 // Every thread adds in a fixed order, so results do not depend on scheduling. Rows and tiles past
 // the ends are zeros (keys) or masked (scores). Head dims are multiples of 16 up to
 // kCudaAttentionMmaMaxHeadDim (registers: the output accumulator is value dim / 2 floats a
@@ -191,6 +192,9 @@ __device__ __forceinline__ void lf_stage(T* tile, const T* rows, long long k0, l
             float& x = s[n][2 * h + c];
             x = x == LF_MINUS_INF ? 0.f : lf_exp(x - next);
             sum += x;
+#if LF_DROPOUT
+            x *= lf_dropout(a, head, rows[h], k0 + n * 8 + 2 * t + c);
+#endif
           }
         total[h] = total[h] * rescale[h] + sum;
         top[h] = next;

@@ -260,7 +260,7 @@ struct CudaAttentionSpec {
   DType dtype = DType::Float32;
   int64_t head_dim = 0, value_dim = 0;
   int lead = 1;  // dims before the rows (a rank-2 operand's one, of size 1)
-  bool causal = false, mask = false, bias = false, softcap = false;
+  bool causal = false, mask = false, bias = false, softcap = false, dropout = false;
   // The forward on tensor cores: the runner's choice, where the dtype and head dims fit
   // (cuda_attention_fits_tensor_cores), the GPU is sm_80 or later, and q, k and v start and
   // have their rows on 16-byte boundaries.

@@ -146,6 +146,10 @@ KernelArgs pack_skinny_matmul_args(const SkinnyMatmulWords& product);
 struct AttentionWords {
   int64_t heads = 0, key_heads = 0, queries = 0, keys = 0;
   double scale = 1, softcap = 0;
+  // Dropout (Note [Attention]): the draw a probability is kept from, as its dtype holds it, the
+  // factor a kept one is scaled by, and the Philox seed and offset.
+  double keep_threshold = 0, keep_scale = 1;
+  uint64_t seed = 0, offset = 0;
   uint64_t q = 0, k = 0, v = 0, mask = 0, bias = 0, out = 0, grad = 0, lse = 0, result = 0,
            result2 = 0;
   int64_t q_row = 0, k_row = 0, v_row = 0, out_row = 0, grad_row = 0, mask_row = 0, mask_column = 0,

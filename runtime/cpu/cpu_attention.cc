@@ -21,6 +21,7 @@
 
 #include "lazyfuse/codegen/cpu/cpu_kernels.h"
 #include "lazyfuse/codegen/dtype_dispatch.h"
+#include "lazyfuse/codegen/philox.h"
 #include "lazyfuse/ir/attention.h"
 #include "lazyfuse/runtime/cpu/cpu_backend.h"
 #include "lazyfuse/runtime/cpu/openmp.h"
@@ -78,8 +79,29 @@ struct Problem {
   Walk q, k, v, mask, bias;
   bool has_mask = false, has_bias = false;
   int64_t group = 1;  // query heads per key head
+  // Dropout's draws: bits a draw and the probability as the scores' dtype holds it.
+  int dropout_bits = 24;
+  double dropout_threshold = 0;
 
   int64_t heads() const { return sizes.batch * sizes.heads; }
+  // What dropout multiplies the probability of query i and key j of `head` by: 0 where dropped,
+  // 1 / (1 - dropout) where kept (Note [Attention]).
+  template <typename A>
+  A dropout_factor(int64_t head, int64_t i, int64_t j) const {
+    const auto u = [](int64_t x) { return static_cast<uint64_t>(x); };
+    return attention_keeps(modifiers.seed, modifiers.offset, u(head), u(sizes.queries),
+                           u(sizes.keys), u(i), u(j), dropout_bits, dropout_threshold)
+               ? static_cast<A>(1 / (1 - modifiers.dropout))
+               : A(0);
+  }
+  // Multiplies a block's values x[(i - q0) * kKeyBlock + (j - k0)] by their dropout factors.
+  template <typename A>
+  void drop(A* x, int64_t head, int64_t q0, int64_t q1, int64_t k0, int64_t k1) const {
+    if (modifiers.dropout <= 0) return;
+    for (int64_t i = q0; i < q1; ++i)
+      for (int64_t j = k0; j < k1; ++j)
+        x[(i - q0) * kKeyBlock + (j - k0)] *= dropout_factor<A>(head, i, j);
+  }
   // The key head that query head `head` (over batch and heads) reads.
   int64_t key_head(int64_t head) const {
     const int64_t b = head / sizes.heads, h = head % sizes.heads;
@@ -205,6 +227,7 @@ void forward_block(const Problem& p, int64_t head, int64_t q0, int64_t q1, Outpu
     exp_in_place(s.data(), rows * kKeyBlock);
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < keys; ++j) l[i] += s[i * kKeyBlock + j];
+    p.drop(s.data(), head, q0, q1, k0, k1);
     gemm<A>(false, true, rows, ev, keys, A(1), s.data(), kKeyBlock, vs.data(), ev, true, o.data(),
             ev);
   }
@@ -248,8 +271,8 @@ struct Backward {
   std::vector<ComputeOf<T>> d;        // [heads, T]
 };
 
-// p_ij into s and scale * ds_ij (through the softcap) into ds for queries [q0, q1) and keys
-// [k0, k1), from the loaded query rows, gradient rows (do) and the block's keys and values
+// p_ij (dropped) into s and scale * ds_ij (through the softcap) into ds for queries [q0, q1) and
+// keys [k0, k1), from the loaded query rows, gradient rows (do) and the block's keys and values
 // (`capped` is scratch of a block's size); false when every score is masked.
 template <typename A, typename T>
 bool block_gradients(const Problem& p, const Backward<T>& b, int64_t head, int64_t q0, int64_t q1,
@@ -267,8 +290,10 @@ bool block_gradients(const Problem& p, const Backward<T>& b, int64_t head, int64
     }
   }
   exp_in_place(s, rows * kKeyBlock);
-  // dp = do v^T, then ds = p (dp - D) scale, times 1 - tanh^2 through a softcap.
+  // dp = do v^T (dropped as the forward's probabilities are), then ds = p (dp - D) scale, times
+  // 1 - tanh^2 through a softcap; then p dropped, for dv.
   gemm<A>(false, false, rows, keys, ev, A(1), dos, ev, vs, ev, false, ds, kKeyBlock);
+  p.drop(ds, head, q0, q1, k0, k1);
   const A scale = static_cast<A>(p.modifiers.scale);
   for (int64_t i = 0; i < rows; ++i) {
     const A di = b.d[head * p.sizes.queries + q0 + i];
@@ -279,6 +304,7 @@ bool block_gradients(const Problem& p, const Backward<T>& b, int64_t head, int64
       ds[at] = g;
     }
   }
+  p.drop(s, head, q0, q1, k0, k1);
   return true;
 }
 
@@ -415,6 +441,8 @@ void cpu_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
   p.sizes = attention_sizes(q.shape, k.shape, v.shape);
   p.modifiers = score_modifiers(first.attrs);
   p.group = p.sizes.heads / p.sizes.key_heads;
+  p.dropout_bits = uniform_bits(q.dtype);
+  p.dropout_threshold = held_as(q.dtype, p.modifiers.dropout);
   p.q = walk(q);
   p.k = walk(k);
   p.v = walk(v);

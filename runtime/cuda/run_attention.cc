@@ -1,6 +1,7 @@
 // Attention steps on a GPU: a forward with its logsumexp, or the gradients of q, k and v, by the
 // kernels of codegen/cuda/cuda_attention.cc (Note [Attention on the GPU]).
 #include "absl/strings/str_cat.h"
+#include "lazyfuse/codegen/dtype_dispatch.h"
 #include "lazyfuse/ir/attention.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/runtime/cuda/cuda_steps.h"
@@ -70,6 +71,10 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
   w.keys = sizes.keys;
   w.scale = modifiers.scale;
   w.softcap = modifiers.softcap;
+  w.keep_threshold = held_as(q.dtype, modifiers.dropout);
+  w.keep_scale = 1 / (1 - modifiers.dropout);
+  w.seed = modifiers.seed;
+  w.offset = modifiers.offset;
   w.lead = q.shape.size() == 2 ? Shape{1} : Shape(q.shape.begin(), q.shape.end() - 2);
   auto bind = [&](const BufferView& view, uint64_t& pointer, int64_t& row, Strides& lead) {
     pointer = address(view);
