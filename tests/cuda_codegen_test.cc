@@ -328,8 +328,9 @@ TEST(CudaCodegen, AttentionKernelsCompileForSm90) {
     }
 }
 
-// The forward on tensor cores takes float16 and bfloat16 head dims that are multiples of 16 up to
-// 128, and compiles for sm_80 and sm_90 with every score modifier.
+// The kernels on tensor cores take float16 and bfloat16 head dims that are multiples of 16 up to
+// 128, and compile for sm_80 and sm_90 with every score modifier; a block is four warps, 64 query
+// rows (forward, dq) or keys (dk and dv), smaller tiles past head dims of 64.
 TEST(CudaCodegen, TensorCoreAttentionCompilesForSm80AndSm90) {
   EXPECT_TRUE(cuda_attention_fits_tensor_cores(DType::BFloat16, 64, 64));
   EXPECT_TRUE(cuda_attention_fits_tensor_cores(DType::Float16, 128, 16));
@@ -352,18 +353,28 @@ TEST(CudaCodegen, TensorCoreAttentionCompilesForSm80AndSm90) {
     spec.tensor_cores = true;
     specs.push_back(spec);
   }
-  EXPECT_EQ(cuda_attention_rows_per_block(specs[0], CudaAttentionKernel::Forward), 64);
-  EXPECT_EQ(cuda_attention_rows_per_block(specs[0], CudaAttentionKernel::QueryGradient),
-            kCudaAttentionWarps);
-  if (!nvrtc_available()) GTEST_SKIP() << nvrtc_unavailable_reason();
-  for (const CudaAttentionSpec& spec : specs) {
-    const CudaSource source = generate_cuda_attention(spec, CudaAttentionKernel::Forward);
-    SCOPED_TRACE(source.kernel_name);
-    EXPECT_NE(source.kernel_name.find("_mma"), std::string::npos);
-    EXPECT_NE(source.source.find("mma.sync.aligned.m16n8k16"), std::string::npos);
-    for (int major : {8, 9})
-      EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, major, 0).is_cubin);
+  for (CudaAttentionKernel kernel :
+       {CudaAttentionKernel::Forward, CudaAttentionKernel::QueryGradient,
+        CudaAttentionKernel::KeyGradients}) {
+    EXPECT_EQ(cuda_attention_rows_per_block(specs[1], kernel), 64);
+    EXPECT_EQ(cuda_attention_key_tile(specs[1], kernel), 64);
+    EXPECT_EQ(cuda_attention_threads(specs[1], kernel), 128);
   }
+  EXPECT_EQ(cuda_attention_key_tile(specs[0], CudaAttentionKernel::QueryGradient), 32);
+  EXPECT_EQ(cuda_attention_mma_query_tile(specs[0]), 16);
+  EXPECT_EQ(cuda_attention_mma_query_tile(specs[1]), 64);
+  if (!nvrtc_available()) GTEST_SKIP() << nvrtc_unavailable_reason();
+  for (const CudaAttentionSpec& spec : specs)
+    for (CudaAttentionKernel kernel :
+         {CudaAttentionKernel::Forward, CudaAttentionKernel::QueryGradient,
+          CudaAttentionKernel::KeyGradients}) {
+      const CudaSource source = generate_cuda_attention(spec, kernel);
+      SCOPED_TRACE(source.kernel_name);
+      EXPECT_NE(source.kernel_name.find("_mma"), std::string::npos);
+      EXPECT_NE(source.source.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+      for (int major : {8, 9})
+        EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, major, 0).is_cubin);
+    }
 }
 
 // The attention kernels' words sit where their layout says.

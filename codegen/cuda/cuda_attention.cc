@@ -97,6 +97,13 @@ KernelArgs pack_attention_args(const AttentionWords& w) {
 }
 
 int cuda_attention_key_tile(const CudaAttentionSpec& spec, CudaAttentionKernel kernel) {
+  // On tensor cores, dq's scores and their gradients for a tile sit in registers beside its sum:
+  // past head dims of 64, half a tile (measured by ptxas: 255 registers and spills at 64 keys).
+  if (spec.tensor_cores)
+    return kernel == CudaAttentionKernel::QueryGradient &&
+                   std::max(spec.head_dim, spec.value_dim) > 64
+               ? 32
+               : 64;
   const int64_t bytes = spec.dtype == DType::Float64 ? 8 : 4;  // the compute type's
   const int64_t e = spec.head_dim, ev = spec.value_dim;
   // The kernels' shared arrays, as they declare them: what a tile's key takes, and the rest.
@@ -108,9 +115,15 @@ int cuda_attention_key_tile(const CudaAttentionSpec& spec, CudaAttentionKernel k
   return tile;
 }
 
-int cuda_attention_threads(CudaAttentionKernel kernel) {
+int cuda_attention_threads(const CudaAttentionSpec& spec, CudaAttentionKernel kernel) {
   const int warp = gpu_dialect().warp_size();
-  return kernel == CudaAttentionKernel::KeyGradients ? warp : kCudaAttentionWarps * warp;
+  return kernel == CudaAttentionKernel::KeyGradients && !spec.tensor_cores
+             ? warp
+             : kCudaAttentionWarps * warp;
+}
+
+int cuda_attention_mma_query_tile(const CudaAttentionSpec& spec) {
+  return std::max(spec.head_dim, spec.value_dim) <= 64 ? 64 : 16;
 }
 
 std::string cuda_attention_kernel_name(const CudaAttentionSpec& spec, CudaAttentionKernel kernel) {
@@ -121,11 +134,12 @@ std::string cuda_attention_kernel_name(const CudaAttentionSpec& spec, CudaAttent
                       spec.value_dim, "_r", spec.lead, spec.causal ? "_causal" : "",
                       spec.mask ? "_mask" : "", spec.bias ? "_bias" : "",
                       spec.softcap ? "_softcap" : "", spec.dropout ? "_dropout" : "",
-                      spec.tensor_cores && kernel == CudaAttentionKernel::Forward ? "_mma" : "");
+                      spec.tensor_cores ? "_mma" : "");
 }
 
 int cuda_attention_rows_per_block(const CudaAttentionSpec& spec, CudaAttentionKernel kernel) {
-  return spec.tensor_cores && kernel == CudaAttentionKernel::Forward ? 64 : kCudaAttentionWarps;
+  (void)kernel;
+  return spec.tensor_cores ? 64 : kCudaAttentionWarps;
 }
 
 namespace {
@@ -228,7 +242,7 @@ std::string query_rows_kernel(const CudaAttentionSpec& spec, CudaAttentionKernel
   const bool forward = kernel == CudaAttentionKernel::Forward;
   const std::string name = cuda_attention_kernel_name(spec, kernel);
   return absl::StrCat(common(spec, kernel), "\n",
-                      gpu_dialect().kernel(name, cuda_attention_threads(kernel)),
+                      gpu_dialect().kernel(name, cuda_attention_threads(spec, kernel)),
                       R"((const AttentionArgs a) {
   __shared__ A ks[LF_TILE][LF_E + 1];
   __shared__ A vs[LF_TILE][LF_EV + 1];
@@ -351,7 +365,7 @@ std::string key_tile_kernel(const CudaAttentionSpec& spec) {
   const std::string name = cuda_attention_kernel_name(spec, CudaAttentionKernel::KeyGradients);
   return absl::StrCat(
       common(spec, CudaAttentionKernel::KeyGradients), "\n",
-      gpu_dialect().kernel(name, cuda_attention_threads(CudaAttentionKernel::KeyGradients)),
+      gpu_dialect().kernel(name, cuda_attention_threads(spec, CudaAttentionKernel::KeyGradients)),
       R"((const AttentionArgs a) {
   __shared__ A ks[LF_TILE][LF_E + 1];
   __shared__ A vs[LF_TILE][LF_EV + 1];
@@ -468,8 +482,8 @@ std::vector<CudaAttentionKernel> cuda_attention_kernels(const Graph& graph, cons
 CudaSource generate_cuda_attention(const CudaAttentionSpec& spec, CudaAttentionKernel kernel) {
   CudaSource source;
   source.kernel_name = cuda_attention_kernel_name(spec, kernel);
-  if (spec.tensor_cores && kernel == CudaAttentionKernel::Forward)
-    source.source = cuda_emit::attention_mma_forward(spec, common(spec, kernel));
+  if (spec.tensor_cores)
+    source.source = cuda_emit::attention_mma_kernel(spec, kernel, common(spec, kernel));
   else
     source.source = kernel == CudaAttentionKernel::KeyGradients ? key_tile_kernel(spec)
                                                                 : query_rows_kernel(spec, kernel);

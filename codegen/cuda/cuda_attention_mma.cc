@@ -1,26 +1,32 @@
-// The attention forward on tensor cores, for float16 and bfloat16 (Note [Attention on tensor
-// cores]); the other kernels of an attention step are codegen/cuda/cuda_attention.cc's.
+// Attention's kernels on tensor cores, for float16 and bfloat16 (Note [Attention on tensor
+// cores]); the SIMT kernels for every dtype are codegen/cuda/cuda_attention.cc's.
 //
 // Note [Attention on tensor cores]
-// FlashAttention-2's forward (Dao, 2023), written with the warp-level mma.sync of sm_80 and
-// later: a block of four warps takes 64 query rows of one head, a warp 16 of them, and walks the
-// keys in tiles of 64 staged in shared memory (cp.async, each tile's values loading while its
-// scores are computed, the next tile's keys while its values are summed).
-//  - A warp's scores for a tile, S = Q Kᵀ (16 x 64), are m16n8k16 products from its queries'
-//    fragments (loaded once, from global memory, into registers) and the keys' (ldmatrix), in
-//    float32; scale, soft-cap, bias, masks and the causal mask are applied to them there.
-//  - The online softmax works on S where it lies: a thread holds two rows' values, a row's four
-//    threads combine their maxima with two shuffles, and the output accumulator (16 x value
-//    dim, float32, in registers) is rescaled by the change.
-//  - The probabilities, rounded to the input type, are the A fragments of P V as they lie (an
-//    m16n8 accumulator pair is an m16n8k16 operand); V's fragments come transposed by ldmatrix.
-//  - The logsumexp is written in float32 for the backward, as the SIMT forward writes it.
-//  - Dropout multiplies each probability after its row's sum has it (Note [Attention]).
-// Every thread adds in a fixed order, so results do not depend on scheduling. Rows and tiles past
-// the ends are zeros (keys) or masked (scores). Head dims are multiples of 16 up to
-// kCudaAttentionMmaMaxHeadDim (registers: the output accumulator is value dim / 2 floats a
-// thread); shared memory holds one key and one value tile, padded by 16 bytes a row so that
-// ldmatrix's eight rows fall in different banks.
+// FlashAttention-2's kernels (Dao, 2023), written with the warp-level mma.sync of sm_80 and
+// later, four warps a block, each warp's operands of a product as m16n8k16 fragments in float32
+// accumulators:
+//  - Forward: a block takes 64 query rows of one head, a warp 16, and walks the keys in tiles of
+//    64 staged in shared memory (cp.async: each tile's values load while its scores are
+//    computed, the next tile's keys while its values are summed). The warp's scores S = Q K^T
+//    come from its queries' fragments (loaded once into registers) and the keys' (ldmatrix);
+//    scale, soft-cap, bias, masks and the causal mask apply there; the online softmax works on S
+//    where it lies (a row's four threads combine maxima with two shuffles) and rescales the
+//    output accumulator; the probabilities, rounded to the input type, are the A fragments of
+//    P V as they lie (an m16n8 accumulator pair is an m16n8k16 operand), V's fragments coming
+//    transposed from ldmatrix. The logsumexp is written in float32, as the SIMT forward's.
+//  - dq: the same walk, each warp's rows of q and of the result's gradient held as fragments,
+//    D_i = do_i . o_i summed by a row's four threads; per tile S, dP = dO V^T, then
+//    dS = P (dP - D) scale and dQ += dS K (K's fragments transposed).
+//  - dk and dv: a block takes 64 keys of a key head, a warp 16 as fragments of K and V, and
+//    walks tiles of queries of every head of the key head's group (from the block's first key
+//    on, under a causal mask), staging q and the result's gradient with the tile's logsumexps
+//    and D_i; per tile S^T = K Q^T and dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q.
+// Dropout multiplies each probability after its row's sum has it (Note [Attention]). Every
+// thread adds in a fixed order and no two threads add into one value, so results do not depend
+// on scheduling. Rows and tiles past the ends are zeros (staged rows) or masked (scores). Head
+// dims are multiples of 16 up to kCudaAttentionMmaMaxHeadDim; past 64, dq takes tiles of 32 keys
+// and dk/dv tiles of 16 queries, to keep their accumulators in registers. Shared memory holds
+// the tiles, padded by 16 bytes a row so that ldmatrix's eight rows fall in different banks.
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -37,14 +43,411 @@ bool cuda_attention_fits_tensor_cores(DType dtype, int64_t head_dim, int64_t val
   return (dtype == DType::Float16 || dtype == DType::BFloat16) && fits(head_dim) && fits(value_dim);
 }
 
-std::string cuda_emit::attention_mma_forward(const CudaAttentionSpec& spec,
-                                             const std::string& common) {
-  const std::string name = cuda_attention_kernel_name(spec, CudaAttentionKernel::Forward);
-  const char* type = spec.dtype == DType::BFloat16 ? "bf16" : "f16";
-  return absl::StrCat(
-      common, "\n#define LF_MMA_TYPE \"", type, R"("
-#define LF_ROWS 64
-#define LF_KEYS 64
+namespace {
+
+// The kernels' bodies after their signatures (Note [Attention on tensor cores]).
+constexpr const char* kForward = R"cuda((const AttentionArgs a) {
+  __shared__ __align__(16) T ks[LF_KEYS * LF_KPAD];
+  __shared__ __align__(16) T vs[LF_KEYS * LF_VPAD];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const long long row_blocks = (a.queries + LF_ROWS - 1) / LF_ROWS;
+  // The last row blocks first: under a causal mask they have the most keys.
+  const long long head = blockIdx.x / row_blocks;
+  const long long q_block = (row_blocks - 1 - blockIdx.x % row_blocks) * LF_ROWS;
+  const long long q0 = q_block + warp * 16, group = a.heads / a.key_heads;
+  const long long rows[2] = {q0 + g, q0 + g + 8};
+  const T* k = (const T*)a.k + lf_head_start(a, a.k_lead, head, group);
+  const T* v = (const T*)a.v + lf_head_start(a, a.v_lead, head, group);
+  const long long last = LF_CAUSAL ? min(a.keys, q_block + LF_ROWS) : a.keys;
+  if (last > 0) lf_stage(ks, k, 0, LF_KEYS, a.keys, a.k_row, LF_E, LF_KPAD);
+
+  // The warp's 16 query rows as A fragments, E / 16 of them.
+  lf_u32 qf[LF_E / 16][4];
+  lf_fragments<LF_E>(qf, (const T*)a.q + lf_head_start(a, a.q_lead, head, 1), a.q_row, rows,
+                     a.queries, t);
+  float o[LF_EV / 8][4];
+#pragma unroll
+  for (int n = 0; n < LF_EV / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float top[2] = {LF_MINUS_INF, LF_MINUS_INF}, total[2] = {0.f, 0.f};
+
+  for (long long k0 = 0; k0 < last; k0 += LF_KEYS) {
+    lf_copies_wait();
+    __syncthreads();
+    lf_stage(vs, v, k0, LF_KEYS, a.keys, a.v_row, LF_EV, LF_VPAD);
+    // A warp whose rows all precede the tile (causal) or lie past the end skips its products.
+    const bool busy = q0 < a.queries && (!LF_CAUSAL || k0 <= q0 + 15);
+    float s[LF_KEYS / 8][4];
+    if (busy) {
+#pragma unroll
+      for (int n = 0; n < LF_KEYS / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+      for (int e = 0; e < LF_E / 16; ++e)
+#pragma unroll
+        for (int n = 0; n < LF_KEYS / 8; n += 2) {
+          // Keys n*8.. and (n+1)*8.., dims e*16.. and e*16+8..: B fragments of two products.
+          lf_u32 b[4];
+          const int m = lane / 8;
+          lf_ldmatrix(b, ks + (n * 8 + (m / 2) * 8 + lane % 8) * LF_KPAD + e * 16 + (m % 2) * 8);
+          lf_mma(s[n], qf[e], b);
+          lf_mma(s[n + 1], qf[e], b + 2);
+        }
+      // Modified scores, the rows' new maxima, and the probabilities.
+      float rescale[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float next = top[h];
+#pragma unroll
+        for (int n = 0; n < LF_KEYS / 8; ++n)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float& x = s[n][2 * h + c];
+            float capped = 0.f;
+            x = lf_modify(a, head, rows[h], k0 + n * 8 + 2 * t + c, x, &capped);
+            next = fmaxf(next, x);
+          }
+        next = fmaxf(next, __shfl_xor_sync(0xffffffffu, next, 1));
+        next = fmaxf(next, __shfl_xor_sync(0xffffffffu, next, 2));
+        rescale[h] = top[h] == LF_MINUS_INF ? 0.f : lf_exp(top[h] - next);
+        float sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < LF_KEYS / 8; ++n)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float& x = s[n][2 * h + c];
+            x = x == LF_MINUS_INF ? 0.f : lf_exp(x - next);
+            sum += x;
+#if LF_DROPOUT
+            x *= lf_dropout(a, head, rows[h], k0 + n * 8 + 2 * t + c);
+#endif
+          }
+        total[h] = total[h] * rescale[h] + sum;
+        top[h] = next;
+      }
+#pragma unroll
+      for (int n = 0; n < LF_EV / 8; ++n) {
+        o[n][0] *= rescale[0];
+        o[n][1] *= rescale[0];
+        o[n][2] *= rescale[1];
+        o[n][3] *= rescale[1];
+      }
+    }
+    lf_copies_wait();
+    __syncthreads();
+    if (k0 + LF_KEYS < last) lf_stage(ks, k, k0 + LF_KEYS, LF_KEYS, a.keys, a.k_row, LF_E, LF_KPAD);
+    if (!busy) continue;
+#pragma unroll
+    for (int j = 0; j < LF_KEYS / 16; ++j) {
+      // The probabilities of keys j*16.. as an A fragment, in the input type.
+      const lf_u32 p[4] = {lf_pack(s[2 * j][0], s[2 * j][1]), lf_pack(s[2 * j][2], s[2 * j][3]),
+                           lf_pack(s[2 * j + 1][0], s[2 * j + 1][1]),
+                           lf_pack(s[2 * j + 1][2], s[2 * j + 1][3])};
+#pragma unroll
+      for (int n = 0; n < LF_EV / 8; n += 2) {
+        lf_u32 b[4];
+        const int m = lane / 8;
+        lf_ldmatrix_trans(b, vs + (j * 16 + (m % 2) * 8 + lane % 8) * LF_VPAD + n * 8 + (m / 2) * 8);
+        lf_mma(o[n], p, b);
+        lf_mma(o[n + 1], p, b + 2);
+      }
+    }
+  }
+  // A row's sum over its four threads; the result and the logsumexp.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    total[h] += __shfl_xor_sync(0xffffffffu, total[h], 1);
+    total[h] += __shfl_xor_sync(0xffffffffu, total[h], 2);
+    const long long i = rows[h];
+    if (i >= a.queries) continue;
+    const float inverse = total[h] > 0.f ? 1.f / total[h] : 0.f;
+    T* out = (T*)a.result + (head * a.queries + i) * LF_EV;
+#pragma unroll
+    for (int n = 0; n < LF_EV / 8; ++n)
+      *(lf_u32*)(out + n * 8 + 2 * t) = lf_pack(o[n][2 * h] * inverse, o[n][2 * h + 1] * inverse);
+    if (t == 0 && a.lse)
+      ((float*)a.lse)[head * a.queries + i] = total[h] > 0.f ? top[h] + lf_log(total[h]) : LF_MINUS_INF;
+  }
+}
+)cuda";
+
+// dq: a warp per 16 query rows, as the forward, walking the key tiles it sees.
+constexpr const char* kQueryGradient = R"cuda((const AttentionArgs a) {
+  __shared__ __align__(16) T ks[LF_KEYS * LF_KPAD];
+  __shared__ __align__(16) T vs[LF_KEYS * LF_VPAD];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int m = lane / 8;
+  const long long row_blocks = (a.queries + LF_ROWS - 1) / LF_ROWS;
+  const long long head = blockIdx.x / row_blocks;
+  const long long q_block = (row_blocks - 1 - blockIdx.x % row_blocks) * LF_ROWS;
+  const long long q0 = q_block + warp * 16, group = a.heads / a.key_heads;
+  const long long rows[2] = {q0 + g, q0 + g + 8};
+  const T* k = (const T*)a.k + lf_head_start(a, a.k_lead, head, group);
+  const T* v = (const T*)a.v + lf_head_start(a, a.v_lead, head, group);
+  const long long last = LF_CAUSAL ? min(a.keys, q_block + LF_ROWS) : a.keys;
+  // The warp's rows of q and of the result's gradient as A fragments; each row's logsumexp and
+  // D_i = do_i . o_i (a row's four threads each taking every fourth pair of columns).
+  lf_u32 qf[LF_E / 16][4], gf[LF_EV / 16][4];
+  const T* gr = (const T*)a.grad + lf_head_start(a, a.grad_lead, head, 1);
+  const T* o = (const T*)a.out + lf_head_start(a, a.out_lead, head, 1);
+  lf_fragments<LF_E>(qf, (const T*)a.q + lf_head_start(a, a.q_lead, head, 1), a.q_row, rows,
+                     a.queries, t);
+  lf_fragments<LF_EV>(gf, gr, a.grad_row, rows, a.queries, t);
+  float lse[2], d[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long i = rows[h];
+    float sum = 0.f;
+    if (i < a.queries)
+      for (int c = 2 * t; c < LF_EV; c += 8)
+        sum += lf_load(gr[i * a.grad_row + c]) * lf_load(o[i * a.out_row + c]) +
+               lf_load(gr[i * a.grad_row + c + 1]) * lf_load(o[i * a.out_row + c + 1]);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    d[h] = sum;
+    lse[h] = i < a.queries ? ((const float*)a.lse)[head * a.queries + i] : LF_MINUS_INF;
+  }
+  float dq[LF_E / 8][4];
+#pragma unroll
+  for (int n = 0; n < LF_E / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
+
+  for (long long k0 = 0; k0 < last; k0 += LF_KEYS) {
+    __syncthreads();
+    lf_stage(ks, k, k0, LF_KEYS, a.keys, a.k_row, LF_E, LF_KPAD);
+    lf_stage(vs, v, k0, LF_KEYS, a.keys, a.v_row, LF_EV, LF_VPAD);
+    lf_copies_wait();
+    __syncthreads();
+    if (q0 >= a.queries || (LF_CAUSAL && k0 > q0 + 15)) continue;
+    // Scores S = Q K^T and dP = dO V^T of the warp's rows against the tile.
+    float s[LF_KEYS / 8][4], dp[LF_KEYS / 8][4];
+#pragma unroll
+    for (int n = 0; n < LF_KEYS / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[n][c] = dp[n][c] = 0.f;
+#pragma unroll
+    for (int e = 0; e < LF_E / 16; ++e)
+#pragma unroll
+      for (int n = 0; n < LF_KEYS / 8; n += 2) {
+        lf_u32 b[4];
+        lf_ldmatrix(b, ks + (n * 8 + (m / 2) * 8 + lane % 8) * LF_KPAD + e * 16 + (m % 2) * 8);
+        lf_mma(s[n], qf[e], b);
+        lf_mma(s[n + 1], qf[e], b + 2);
+      }
+#pragma unroll
+    for (int e = 0; e < LF_EV / 16; ++e)
+#pragma unroll
+      for (int n = 0; n < LF_KEYS / 8; n += 2) {
+        lf_u32 b[4];
+        lf_ldmatrix(b, vs + (n * 8 + (m / 2) * 8 + lane % 8) * LF_VPAD + e * 16 + (m % 2) * 8);
+        lf_mma(dp[n], gf[e], b);
+        lf_mma(dp[n + 1], gf[e], b + 2);
+      }
+    // dS = P (dP - D) scale (dP dropped as the forward's P, through the softcap's tanh), into s.
+#pragma unroll
+    for (int n = 0; n < LF_KEYS / 8; ++n)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int h = x / 2;
+        const long long i = rows[h], j = k0 + n * 8 + 2 * t + x % 2;
+        float capped = 0.f;
+        const float score = lf_modify(a, head, i, j, s[n][x], &capped);
+        const float p = score == LF_MINUS_INF || lse[h] == LF_MINUS_INF ? 0.f : lf_exp(score - lse[h]);
+        float g_p = dp[n][x];
+#if LF_DROPOUT
+        g_p *= lf_dropout(a, head, i, j);
+#endif
+        float ds = p * (g_p - d[h]) * (float)a.scale;
+#if LF_SOFTCAP
+        ds *= 1.f - capped * capped;
+#endif
+        s[n][x] = ds;
+      }
+    // dQ += dS K.
+#pragma unroll
+    for (int j = 0; j < LF_KEYS / 16; ++j) {
+      const lf_u32 f[4] = {lf_pack(s[2 * j][0], s[2 * j][1]), lf_pack(s[2 * j][2], s[2 * j][3]),
+                           lf_pack(s[2 * j + 1][0], s[2 * j + 1][1]),
+                           lf_pack(s[2 * j + 1][2], s[2 * j + 1][3])};
+#pragma unroll
+      for (int n = 0; n < LF_E / 8; n += 2) {
+        lf_u32 b[4];
+        lf_ldmatrix_trans(b, ks + (j * 16 + (m % 2) * 8 + lane % 8) * LF_KPAD + n * 8 + (m / 2) * 8);
+        lf_mma(dq[n], f, b);
+        lf_mma(dq[n + 1], f, b + 2);
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long i = rows[h];
+    if (i >= a.queries) continue;
+    T* out = (T*)a.result + (head * a.queries + i) * LF_E;
+#pragma unroll
+    for (int n = 0; n < LF_E / 8; ++n)
+      *(lf_u32*)(out + n * 8 + 2 * t) = lf_pack(dq[n][2 * h], dq[n][2 * h + 1]);
+  }
+}
+)cuda";
+
+// dk and dv: a block per 64 keys of a key head, a warp per 16 of them, walking tiles of
+// LF_QUERIES queries of every head of its group.
+constexpr const char* kKeyGradients = R"cuda((const AttentionArgs a) {
+  __shared__ __align__(16) T qs[LF_QUERIES * LF_KPAD];
+  __shared__ __align__(16) T gs[LF_QUERIES * LF_VPAD];
+  __shared__ float ls[LF_QUERIES], ds_sum[LF_QUERIES];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int m = lane / 8;
+  const long long tiles = (a.keys + LF_KEYS - 1) / LF_KEYS;
+  const long long key_head = blockIdx.x / tiles, k_block = blockIdx.x % tiles * LF_KEYS;
+  const long long k_w = k_block + warp * 16;
+  const long long keys_of[2] = {k_w + g, k_w + g + 8};
+  const long long group = a.heads / a.key_heads, first_head = key_head * group;
+  // The warp's 16 keys and values as A fragments, and its sums of dK and dV.
+  lf_u32 kf[LF_E / 16][4], vf[LF_EV / 16][4];
+  lf_fragments<LF_E>(kf, (const T*)a.k + lf_head_start(a, a.k_lead, first_head, group), a.k_row,
+                     keys_of, a.keys, t);
+  lf_fragments<LF_EV>(vf, (const T*)a.v + lf_head_start(a, a.v_lead, first_head, group),
+                      a.v_row, keys_of, a.keys, t);
+  float dk[LF_E / 8][4], dv[LF_EV / 8][4];
+#pragma unroll
+  for (int n = 0; n < LF_E / 8; ++n) dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.f;
+#pragma unroll
+  for (int n = 0; n < LF_EV / 8; ++n) dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.f;
+  constexpr int kPerRow = LF_THREADS / LF_QUERIES;  // threads a row of a tile's D_i
+
+  for (long long head = first_head; head < first_head + group; ++head) {
+    const T* q = (const T*)a.q + lf_head_start(a, a.q_lead, head, 1);
+    const T* gr = (const T*)a.grad + lf_head_start(a, a.grad_lead, head, 1);
+    const T* o = (const T*)a.out + lf_head_start(a, a.out_lead, head, 1);
+    // Under a causal mask, queries before the block's first key see none of its keys.
+    for (long long q0 = LF_CAUSAL ? k_block / LF_QUERIES * LF_QUERIES : 0; q0 < a.queries;
+         q0 += LF_QUERIES) {
+      __syncthreads();
+      lf_stage(qs, q, q0, LF_QUERIES, a.queries, a.q_row, LF_E, LF_KPAD);
+      lf_stage(gs, gr, q0, LF_QUERIES, a.queries, a.grad_row, LF_EV, LF_VPAD);
+      {
+        // The tile's logsumexps and D_i = do_i . o_i, kPerRow threads a row.
+        const int r = threadIdx.x / kPerRow, part = threadIdx.x % kPerRow;
+        const long long i = q0 + r;
+        float sum = 0.f;
+        if (i < a.queries)
+          for (int c = part; c < LF_EV; c += kPerRow)
+            sum += lf_load(gr[i * a.grad_row + c]) * lf_load(o[i * a.out_row + c]);
+#pragma unroll
+        for (int x = kPerRow / 2; x > 0; x /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, x);
+        if (part == 0) {
+          ds_sum[r] = sum;
+          ls[r] = i < a.queries ? ((const float*)a.lse)[head * a.queries + i] : LF_MINUS_INF;
+        }
+      }
+      lf_copies_wait();
+      __syncthreads();
+      if (k_w >= a.keys || (LF_CAUSAL && q0 + LF_QUERIES - 1 < k_w)) continue;
+      // S^T = K Q^T and dP^T = V dO^T: the warp's keys against the tile's queries.
+      float st[LF_QUERIES / 8][4], dpt[LF_QUERIES / 8][4];
+#pragma unroll
+      for (int n = 0; n < LF_QUERIES / 8; ++n)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) st[n][c] = dpt[n][c] = 0.f;
+#pragma unroll
+      for (int e = 0; e < LF_E / 16; ++e)
+#pragma unroll
+        for (int n = 0; n < LF_QUERIES / 8; n += 2) {
+          lf_u32 b[4];
+          lf_ldmatrix(b, qs + (n * 8 + (m / 2) * 8 + lane % 8) * LF_KPAD + e * 16 + (m % 2) * 8);
+          lf_mma(st[n], kf[e], b);
+          lf_mma(st[n + 1], kf[e], b + 2);
+        }
+#pragma unroll
+      for (int e = 0; e < LF_EV / 16; ++e)
+#pragma unroll
+        for (int n = 0; n < LF_QUERIES / 8; n += 2) {
+          lf_u32 b[4];
+          lf_ldmatrix(b, gs + (n * 8 + (m / 2) * 8 + lane % 8) * LF_VPAD + e * 16 + (m % 2) * 8);
+          lf_mma(dpt[n], vf[e], b);
+          lf_mma(dpt[n + 1], vf[e], b + 2);
+        }
+      // P^T (dropped) into st, dS^T into dpt.
+#pragma unroll
+      for (int n = 0; n < LF_QUERIES / 8; ++n)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const int r = n * 8 + 2 * t + x % 2;
+          const long long j = keys_of[x / 2], i = q0 + r;
+          float capped = 0.f;
+          const float score = lf_modify(a, head, i, j, st[n][x], &capped);
+          float p = score == LF_MINUS_INF || ls[r] == LF_MINUS_INF ? 0.f : lf_exp(score - ls[r]);
+          float g_p = dpt[n][x];
+#if LF_DROPOUT
+          const float keep = lf_dropout(a, head, i, j);
+          g_p *= keep;
+#endif
+          float ds = p * (g_p - ds_sum[r]) * (float)a.scale;
+#if LF_SOFTCAP
+          ds *= 1.f - capped * capped;
+#endif
+#if LF_DROPOUT
+          p *= keep;
+#endif
+          st[n][x] = p;
+          dpt[n][x] = ds;
+        }
+      // dV += P^T dO and dK += dS^T Q.
+#pragma unroll
+      for (int j = 0; j < LF_QUERIES / 16; ++j) {
+        const lf_u32 fp[4] = {lf_pack(st[2 * j][0], st[2 * j][1]), lf_pack(st[2 * j][2], st[2 * j][3]),
+                              lf_pack(st[2 * j + 1][0], st[2 * j + 1][1]),
+                              lf_pack(st[2 * j + 1][2], st[2 * j + 1][3])};
+        const lf_u32 fs[4] = {lf_pack(dpt[2 * j][0], dpt[2 * j][1]),
+                              lf_pack(dpt[2 * j][2], dpt[2 * j][3]),
+                              lf_pack(dpt[2 * j + 1][0], dpt[2 * j + 1][1]),
+                              lf_pack(dpt[2 * j + 1][2], dpt[2 * j + 1][3])};
+#pragma unroll
+        for (int n = 0; n < LF_EV / 8; n += 2) {
+          lf_u32 b[4];
+          lf_ldmatrix_trans(b, gs + (j * 16 + (m % 2) * 8 + lane % 8) * LF_VPAD + n * 8 + (m / 2) * 8);
+          lf_mma(dv[n], fp, b);
+          lf_mma(dv[n + 1], fp, b + 2);
+        }
+#pragma unroll
+        for (int n = 0; n < LF_E / 8; n += 2) {
+          lf_u32 b[4];
+          lf_ldmatrix_trans(b, qs + (j * 16 + (m % 2) * 8 + lane % 8) * LF_KPAD + n * 8 + (m / 2) * 8);
+          lf_mma(dk[n], fs, b);
+          lf_mma(dk[n + 1], fs, b + 2);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long j = keys_of[h];
+    if (j >= a.keys) continue;
+    const long long row = key_head * a.keys + j;
+    if (a.result) {
+      T* out = (T*)a.result + row * LF_E;
+#pragma unroll
+      for (int n = 0; n < LF_E / 8; ++n)
+        *(lf_u32*)(out + n * 8 + 2 * t) = lf_pack(dk[n][2 * h], dk[n][2 * h + 1]);
+    }
+    if (a.result2) {
+      T* out = (T*)a.result2 + row * LF_EV;
+#pragma unroll
+      for (int n = 0; n < LF_EV / 8; ++n)
+        *(lf_u32*)(out + n * 8 + 2 * t) = lf_pack(dv[n][2 * h], dv[n][2 * h + 1]);
+    }
+  }
+}
+)cuda";
+
+// What the three kernels share after the attention prologue: shared addresses, asynchronous
+// copies, ldmatrix, the product, packing, the modified score and the staging of rows.
+std::string mma_helpers(const CudaAttentionSpec& spec, CudaAttentionKernel kernel,
+                        const std::string& common) {
+  return absl::StrCat(common, "\n#define LF_MMA_TYPE \"",
+                      spec.dtype == DType::BFloat16 ? "bf16" : "f16", "\"\n#define LF_ROWS ",
+                      cuda_attention_rows_per_block(spec, kernel), "\n#define LF_KEYS ",
+                      cuda_attention_key_tile(spec, kernel), "\n#define LF_QUERIES ",
+                      cuda_attention_mma_query_tile(spec), "\n#define LF_THREADS ",
+                      cuda_attention_threads(spec, kernel), R"(
 #define LF_KPAD (LF_E + 8)
 #define LF_VPAD (LF_EV + 8)
 typedef unsigned int lf_u32;
@@ -81,8 +484,9 @@ __device__ __forceinline__ lf_u32 lf_pack(float lo, float hi) {
 }
 
 // The score of query i and key j modified, from the product `s`: -infinity where not seen.
+// `capped` gets the softcap's tanh, for the gradient.
 __device__ __forceinline__ float lf_modify(const AttentionArgs& a, long long head, long long i,
-                                          long long j, float s) {
+                                          long long j, float s, float* capped) {
   if (j >= a.keys || (LF_CAUSAL && j > i)) return LF_MINUS_INF;
 #if LF_MASK
   const unsigned char* mask = (const unsigned char*)a.mask + lf_head_start(a, a.mask_lead, head, 1);
@@ -90,7 +494,8 @@ __device__ __forceinline__ float lf_modify(const AttentionArgs& a, long long hea
 #endif
   s *= (float)a.scale;
 #if LF_SOFTCAP
-  s = (float)a.softcap * lf_tanh(s / (float)a.softcap);
+  *capped = lf_tanh(s / (float)a.softcap);
+  s = (float)a.softcap * *capped;
 #endif
 #if LF_BIAS
   const T* bias = (const T*)a.bias + lf_head_start(a, a.bias_lead, head, 1);
@@ -99,12 +504,27 @@ __device__ __forceinline__ float lf_modify(const AttentionArgs& a, long long hea
   return s;
 }
 
-// Stages rows [k0, k0 + LF_KEYS) of `rows` (`width` elements each, `stride` apart) into `tile`
-// (rows `pad` apart), zeros past `count`.
-__device__ __forceinline__ void lf_stage(T* tile, const T* rows, long long k0, long long count,
-                                         long long stride, int width, int pad) {
+// The A fragments of 16 rows (`rows[0]` and `rows[1]`: this thread's two, zeros past `count`)
+// of `base` (`stride` apart), W columns: W / 16 fragments of four registers.
+template <int W>
+__device__ __forceinline__ void lf_fragments(lf_u32 (*f)[4], const T* base, long long stride,
+                                             const long long* rows, long long count, int t) {
+#pragma unroll
+  for (int s = 0; s < W / 16; ++s)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long i = rows[r % 2];
+      const int c = s * 16 + 2 * t + (r / 2) * 8;
+      f[s][r] = i < count ? *(const lf_u32*)(base + i * stride + c) : 0u;
+    }
+}
+
+// Stages rows [k0, k0 + n) of `rows` (`width` elements each, `stride` apart) into `tile` (rows
+// `pad` apart), zeros past `count`.
+__device__ __forceinline__ void lf_stage(T* tile, const T* rows, long long k0, int n,
+                                         long long count, long long stride, int width, int pad) {
   const int chunks = width / 8;
-  for (int x = threadIdx.x; x < LF_KEYS * chunks; x += blockDim.x) {
+  for (int x = threadIdx.x; x < n * chunks; x += blockDim.x) {
     const int r = x / chunks, c = x % chunks * 8;
     const bool valid = k0 + r < count;
     lf_copy16(tile + r * pad + c, valid ? rows + (k0 + r) * stride + c : rows, valid);
@@ -112,138 +532,19 @@ __device__ __forceinline__ void lf_stage(T* tile, const T* rows, long long k0, l
   lf_copies_commit();
 }
 
-)",
-      gpu_dialect().kernel(name, cuda_attention_threads(CudaAttentionKernel::Forward)),
-      R"((const AttentionArgs a) {
-  __shared__ __align__(16) T ks[LF_KEYS * LF_KPAD];
-  __shared__ __align__(16) T vs[LF_KEYS * LF_VPAD];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const long long row_blocks = (a.queries + LF_ROWS - 1) / LF_ROWS;
-  // The last row blocks first: under a causal mask they have the most keys.
-  const long long head = blockIdx.x / row_blocks;
-  const long long q_block = (row_blocks - 1 - blockIdx.x % row_blocks) * LF_ROWS;
-  const long long q0 = q_block + warp * 16, group = a.heads / a.key_heads;
-  const long long rows[2] = {q0 + g, q0 + g + 8};
-  const T* k = (const T*)a.k + lf_head_start(a, a.k_lead, head, group);
-  const T* v = (const T*)a.v + lf_head_start(a, a.v_lead, head, group);
-  const long long last = LF_CAUSAL ? min(a.keys, q_block + LF_ROWS) : a.keys;
-  if (last > 0) lf_stage(ks, k, 0, a.keys, a.k_row, LF_E, LF_KPAD);
-
-  // The warp's 16 query rows as A fragments, E / 16 of them.
-  lf_u32 qf[LF_E / 16][4];
-  {
-    const T* q = (const T*)a.q + lf_head_start(a, a.q_lead, head, 1);
-#pragma unroll
-    for (int s = 0; s < LF_E / 16; ++s)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const long long i = rows[r % 2];
-        const int c = s * 16 + 2 * t + (r / 2) * 8;
-        qf[s][r] = i < a.queries ? *(const lf_u32*)(q + i * a.q_row + c) : 0u;
-      }
-  }
-  float o[LF_EV / 8][4];
-#pragma unroll
-  for (int n = 0; n < LF_EV / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float top[2] = {LF_MINUS_INF, LF_MINUS_INF}, total[2] = {0.f, 0.f};
-
-  for (long long k0 = 0; k0 < last; k0 += LF_KEYS) {
-    lf_copies_wait();
-    __syncthreads();
-    lf_stage(vs, v, k0, a.keys, a.v_row, LF_EV, LF_VPAD);
-    // A warp whose rows all precede the tile (causal) or lie past the end skips its products.
-    const bool busy = q0 < a.queries && (!LF_CAUSAL || k0 <= q0 + 15);
-    float s[LF_KEYS / 8][4];
-    if (busy) {
-#pragma unroll
-      for (int n = 0; n < LF_KEYS / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-      for (int e = 0; e < LF_E / 16; ++e)
-#pragma unroll
-        for (int n = 0; n < LF_KEYS / 8; n += 2) {
-          // Keys n*8.. and (n+1)*8.., dims e*16.. and e*16+8..: B fragments of two products.
-          lf_u32 b[4];
-          const int m = lane / 8;
-          lf_ldmatrix(b, ks + (n * 8 + (m / 2) * 8 + lane % 8) * LF_KPAD + e * 16 + (m % 2) * 8);
-          lf_mma(s[n], qf[e], b);
-          lf_mma(s[n + 1], qf[e], b + 2);
-        }
-      // Modified scores, the rows' new maxima, and the probabilities.
-      float rescale[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float next = top[h];
-#pragma unroll
-        for (int n = 0; n < LF_KEYS / 8; ++n)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            float& x = s[n][2 * h + c];
-            x = lf_modify(a, head, rows[h], k0 + n * 8 + 2 * t + c, x);
-            next = fmaxf(next, x);
-          }
-        next = fmaxf(next, __shfl_xor_sync(0xffffffffu, next, 1));
-        next = fmaxf(next, __shfl_xor_sync(0xffffffffu, next, 2));
-        rescale[h] = top[h] == LF_MINUS_INF ? 0.f : lf_exp(top[h] - next);
-        float sum = 0.f;
-#pragma unroll
-        for (int n = 0; n < LF_KEYS / 8; ++n)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            float& x = s[n][2 * h + c];
-            x = x == LF_MINUS_INF ? 0.f : lf_exp(x - next);
-            sum += x;
-#if LF_DROPOUT
-            x *= lf_dropout(a, head, rows[h], k0 + n * 8 + 2 * t + c);
-#endif
-          }
-        total[h] = total[h] * rescale[h] + sum;
-        top[h] = next;
-      }
-#pragma unroll
-      for (int n = 0; n < LF_EV / 8; ++n) {
-        o[n][0] *= rescale[0];
-        o[n][1] *= rescale[0];
-        o[n][2] *= rescale[1];
-        o[n][3] *= rescale[1];
-      }
-    }
-    lf_copies_wait();
-    __syncthreads();
-    if (k0 + LF_KEYS < last) lf_stage(ks, k, k0 + LF_KEYS, a.keys, a.k_row, LF_E, LF_KPAD);
-    if (!busy) continue;
-#pragma unroll
-    for (int j = 0; j < LF_KEYS / 16; ++j) {
-      // The probabilities of keys j*16.. as an A fragment, in the input type.
-      const lf_u32 p[4] = {lf_pack(s[2 * j][0], s[2 * j][1]), lf_pack(s[2 * j][2], s[2 * j][3]),
-                           lf_pack(s[2 * j + 1][0], s[2 * j + 1][1]),
-                           lf_pack(s[2 * j + 1][2], s[2 * j + 1][3])};
-#pragma unroll
-      for (int n = 0; n < LF_EV / 8; n += 2) {
-        lf_u32 b[4];
-        const int m = lane / 8;
-        lf_ldmatrix_trans(b, vs + (j * 16 + (m % 2) * 8 + lane % 8) * LF_VPAD + n * 8 + (m / 2) * 8);
-        lf_mma(o[n], p, b);
-        lf_mma(o[n + 1], p, b + 2);
-      }
-    }
-  }
-  // A row's sum over its four threads; the result and the logsumexp.
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    total[h] += __shfl_xor_sync(0xffffffffu, total[h], 1);
-    total[h] += __shfl_xor_sync(0xffffffffu, total[h], 2);
-    const long long i = rows[h];
-    if (i >= a.queries) continue;
-    const float inverse = total[h] > 0.f ? 1.f / total[h] : 0.f;
-    T* out = (T*)a.result + (head * a.queries + i) * LF_EV;
-#pragma unroll
-    for (int n = 0; n < LF_EV / 8; ++n)
-      *(lf_u32*)(out + n * 8 + 2 * t) = lf_pack(o[n][2 * h] * inverse, o[n][2 * h + 1] * inverse);
-    if (t == 0 && a.lse)
-      ((float*)a.lse)[head * a.queries + i] = total[h] > 0.f ? top[h] + lf_log(total[h]) : LF_MINUS_INF;
-  }
-}
 )");
+}
+
+}  // namespace
+
+std::string cuda_emit::attention_mma_kernel(const CudaAttentionSpec& spec,
+                                            CudaAttentionKernel kernel, const std::string& common) {
+  const std::string name = cuda_attention_kernel_name(spec, kernel);
+  const char* body = kernel == CudaAttentionKernel::Forward         ? kForward
+                     : kernel == CudaAttentionKernel::QueryGradient ? kQueryGradient
+                                                                    : kKeyGradients;
+  return absl::StrCat(mma_helpers(spec, kernel, common), "\n",
+                      gpu_dialect().kernel(name, cuda_attention_threads(spec, kernel)), body);
 }
 
 }  // namespace lazyfuse

@@ -252,7 +252,7 @@ std::string cuda_strided_copy_kernel_name(DType from, DType to, int rank);
 inline constexpr int kCudaAttentionWarps = 4;  // query rows a block of the forward and dq
 inline constexpr int64_t kCudaAttentionSharedBytes = 48 * 1024;
 inline constexpr int64_t kCudaAttentionMaxHeadDim = 256;
-// The forward on tensor cores (Note [Attention on tensor cores]) takes float16 and bfloat16 head
+// The kernels on tensor cores (Note [Attention on tensor cores]) take float16 and bfloat16 head
 // dims that are multiples of 16 up to this.
 inline constexpr int64_t kCudaAttentionMmaMaxHeadDim = 128;
 enum class CudaAttentionKernel { Forward, QueryGradient, KeyGradients };
@@ -261,22 +261,26 @@ struct CudaAttentionSpec {
   int64_t head_dim = 0, value_dim = 0;
   int lead = 1;  // dims before the rows (a rank-2 operand's one, of size 1)
   bool causal = false, mask = false, bias = false, softcap = false, dropout = false;
-  // The forward on tensor cores: the runner's choice, where the dtype and head dims fit
-  // (cuda_attention_fits_tensor_cores), the GPU is sm_80 or later, and q, k and v start and
-  // have their rows on 16-byte boundaries.
+  // The kernels on tensor cores: the runner's choice, where the dtype and head dims fit
+  // (cuda_attention_fits_tensor_cores), the GPU is sm_80 or later, and the operands the kernels
+  // stage start and have their rows on 16-byte boundaries.
   bool tensor_cores = false;
 };
 bool cuda_attention_fits_tensor_cores(DType dtype, int64_t head_dim, int64_t value_dim);
 // Query rows a block of the forward or dq: its grid is that many rows of each head a block.
 int cuda_attention_rows_per_block(const CudaAttentionSpec& spec, CudaAttentionKernel kernel);
+// Queries a tile of the key gradients' kernel on tensor cores: 64, or 16 past head dims of 64
+// (its registers hold a tile's scores and their gradients beside dk and dv: at 32, ptxas spilled).
+int cuda_attention_mma_query_tile(const CudaAttentionSpec& spec);
 // The spec of an Attention step's kernels, from its nodes, and the kernels it runs: the forward,
 // or dq and dk-with-dv as its gradients ask.
 CudaAttentionSpec cuda_attention_spec(const Graph& graph, const Step& step);
 std::vector<CudaAttentionKernel> cuda_attention_kernels(const Graph& graph, const Step& step);
 CudaSource generate_cuda_attention(const CudaAttentionSpec& spec, CudaAttentionKernel kernel);
 std::string cuda_attention_kernel_name(const CudaAttentionSpec& spec, CudaAttentionKernel kernel);
-// Threads a block: a warp a query row (forward, dq) or one warp (dk and dv).
-int cuda_attention_threads(CudaAttentionKernel kernel);
+// Threads a block: a warp a query row (forward, dq) or one warp (dk and dv); on tensor cores,
+// four warps.
+int cuda_attention_threads(const CudaAttentionSpec& spec, CudaAttentionKernel kernel);
 // Keys a tile: the grid of the key kernel is one block per tile of each key head.
 int cuda_attention_key_tile(const CudaAttentionSpec& spec, CudaAttentionKernel kernel);
 

@@ -54,8 +54,9 @@ CudaSource begin_row_kernel(const Graph& graph, const Step& step, const CudaElem
                             int threads = kCudaReduceThreads);
 // in0, in1, ...: typed pointers to the inputs in args.in.
 std::string emit_input_pointers(const Graph& graph, const std::vector<ValueId>& inputs);
-// The attention forward on tensor cores (codegen/cuda/cuda_attention_mma.cc) after `common`,
-// what every attention kernel of `spec` starts with.
-std::string attention_mma_forward(const CudaAttentionSpec& spec, const std::string& common);
+// An attention kernel on tensor cores (codegen/cuda/cuda_attention_mma.cc) after `common`, what
+// every attention kernel of `spec` starts with.
+std::string attention_mma_kernel(const CudaAttentionSpec& spec, CudaAttentionKernel kernel,
+                                 const std::string& common);
 
 }  // namespace lazyfuse::cuda_emit

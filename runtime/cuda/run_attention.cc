@@ -23,8 +23,8 @@ Strides lead_strides(const BufferView& view) {
   return Strides(view.strides.begin(), view.strides.end() - 2);
 }
 
-// Whether the forward runs on tensor cores (Note [Attention on tensor cores]): its dtype and head
-// dims fit, the GPU has sm_80's mma, and q, k and v are read 16 bytes at a time.
+// Whether the step runs on tensor cores (Note [Attention on tensor cores]): its dtype and head
+// dims fit, the GPU has sm_80's mma, and the operands are read 16 bytes at a time.
 bool takes_tensor_cores(const CudaAttentionSpec& spec, int device,
                         std::initializer_list<BufferView> operands) {
   if (!cuda_attention_fits_tensor_cores(spec.dtype, spec.head_dim, spec.value_dim) ||
@@ -61,8 +61,10 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
   const ScoreModifiers modifiers = score_modifiers(first.attrs);
   CudaAttentionSpec spec = cuda_attention_spec(graph, step);
   const int device = step.device.index();
-  spec.tensor_cores =
-      !is_attention_gradient(first.op) && takes_tensor_cores(spec, device, {q, k, v});
+  // A gradient's kernels also stage the result's gradient and read the result.
+  const bool gradient = is_attention_gradient(first.op);
+  const BufferView out = gradient ? operand(at.out) : q, grad = gradient ? operand(at.grad) : q;
+  spec.tensor_cores = takes_tensor_cores(spec, device, {q, k, v, out, grad});
 
   AttentionWords w;
   w.heads = sizes.heads;
@@ -109,7 +111,7 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
     return (sizes.queries + rows - 1) / rows;
   };
   auto run = [&](CudaAttentionKernel kernel, int64_t blocks) {
-    const auto threads = static_cast<unsigned>(cuda_attention_threads(kernel));
+    const auto threads = static_cast<unsigned>(cuda_attention_threads(spec, kernel));
     const std::string name = cuda_attention_kernel_name(spec, kernel);
     cuda::CUfunction function =
         cuda::get_kernel(device, name, [&] { return generate_cuda_attention(spec, kernel); });
@@ -130,7 +132,6 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
     run(CudaAttentionKernel::Forward, heads * row_blocks(CudaAttentionKernel::Forward));
     return;
   }
-  const BufferView out = operand(at.out), grad = operand(at.grad);
   bind(out, w.out, w.out_row, w.out_lead);
   bind(grad, w.grad, w.grad_row, w.grad_lead);
   w.lse = address(*values[first.inputs[at.lse]]);  // the forward's, contiguous
