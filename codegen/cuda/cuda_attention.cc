@@ -19,9 +19,8 @@
 // (what a block may declare statically), else the largest power of two that fits (a head dim
 // of 256 in float32 takes 16 keys a tile). This is
 // the SIMT form: correct for every dtype and head dim up to kCudaAttentionMaxHeadDim, with float32
-// arithmetic for float32 (no TF32) and float64 for float64. The forward of float16 and bfloat16
-// runs on tensor cores where it can (Note [Attention on tensor cores] in cuda_attention_mma.cc);
-// their gradients on tensor cores are for later (docs/design.md, "Not yet").
+// arithmetic for float32 (no TF32) and float64 for float64. float16 and bfloat16 run on tensor
+// cores where they can (Note [Attention on tensor cores] in cuda_attention_mma.cc).
 #include <algorithm>
 #include <bit>
 #include <string>

@@ -463,7 +463,9 @@ __device__ __forceinline__ void lf_copy16(void* shared, const void* global, bool
                "l"(global), "r"(valid ? 16 : 0));
 }
 __device__ __forceinline__ void lf_copies_commit() { asm volatile("cp.async.commit_group;\n"); }
-__device__ __forceinline__ void lf_copies_wait() { asm volatile("cp.async.wait_group 0;\n"); }
+__device__ __forceinline__ void lf_copies_wait() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
 __device__ __forceinline__ void lf_ldmatrix(lf_u32* r, const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(lf_shared_address(row)));
