@@ -40,6 +40,8 @@
 //     Phases 4-6 take column reductions alike (reductions over leading dims, of columns up to
 //     `max_column` elements and at least 32 columns): softmax over dim 0 and a batch norm's
 //     statistics with its normalization are one column step, a row kernel turned on its side.
+//     Where values round after each op, a float64 sum or mean on a GPU joins no row step
+//     (keeps_unfused_order): the GPU's row kernels add in another order than its reductions.
 //  7. absorb_column_prologues: a reduction over leading dims (a bias gradient's sum over the
 //     batch, a batch norm's column statistics) of at least 32 kept elements takes the
 //     elementwise group computing its operand, whatever else reads that group's values (they
@@ -236,9 +238,23 @@ struct RowSpace {
     return shape;
   }
 };
+// Whether a reduction stays out of row steps so that, where values round after each op, it adds
+// as the unfused graph does: a float64 sum or mean on a GPU, whose row kernels give a row's
+// elements to their lanes by the row's length while the plain reduction gives them to 256
+// threads, orders that differ in the last bit (the GPU fuzz's fused-against-unfused check).
+// The CPU's row kernels and plain reductions share kCpuReduceLanes' order; wider accumulators
+// round the difference away; max and min have none.
+bool keeps_unfused_order(const Graph& graph, ValueId id, const FusionOptions& options) {
+  const Node& node = graph.nodes[id];
+  return options.half_rounding == HalfRounding::EachOp && node.device.is_cuda() &&
+         reduction_meaning(node.op).identity == ReductionIdentity::Zero &&
+         reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype) ==
+             graph.nodes[node.inputs[0]].dtype;
+}
+
 std::optional<RowSpace> row_space_of(const Graph& graph, ValueId id, const FusionOptions& options) {
   const Node& node = graph.nodes[id];
-  if (!is_reduction(node.op)) return std::nullopt;
+  if (!is_reduction(node.op) || keeps_unfused_order(graph, id, options)) return std::nullopt;
   const Shape& space = graph.nodes[node.inputs[0]].shape;
   const int64_t rank = static_cast<int64_t>(space.size());
   const std::vector<int64_t> dims = reduction_dims(node.attrs, rank);
@@ -257,7 +273,8 @@ std::optional<RowSpace> row_space_of(const Graph& graph, ValueId id, const Fusio
 // whose result an elementwise group over its operand's shape can read.
 bool is_row_reduction(const Graph& graph, ValueId id, const FusionOptions& options) {
   const Node& node = graph.nodes[id];
-  if (!is_reduction(node.op) || !node.attrs.has("keepdim") || !node.attrs.get_bool("keepdim"))
+  if (!is_reduction(node.op) || !node.attrs.has("keepdim") || !node.attrs.get_bool("keepdim") ||
+      keeps_unfused_order(graph, id, options))
     return false;
   const Shape& space = graph.nodes[node.inputs[0]].shape;
   const int64_t rank = static_cast<int64_t>(space.size());
