@@ -306,7 +306,7 @@ namespace lazyfuse::detail {
 
 Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                       const Tensor& bias, const ScoreModifiers& modifiers, bool enable_gqa,
-                      const Loc& where) {
+                      const Loc& where, bool drawn) {
   if (!nn::functional::fused_attention_enabled() || (bias.defined() && bias.requires_grad()) ||
       q.dim() < 2 || v.dim() < 2)
     return Tensor();
@@ -335,15 +335,15 @@ Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, const T
                                     shape_str(scores), " (at ", SourceLoc::from(where).str(), ")"));
     operands.push_back(t->sizes() == scores ? *t : t->expand(scores, where));
   }
-  ScoreModifiers drawn = modifiers;
-  if (drawn.dropout > 0) {
+  ScoreModifiers with_draws = modifiers;
+  if (with_draws.dropout > 0 && !drawn) {
     // The draws the unfused graph's dropout over the scores would take (Note [Attention]).
     const RandomDraws draws = take_random_draws(numel(scores));
-    drawn.seed = draws.seed;
-    drawn.offset = draws.offset;
+    with_draws.seed = draws.seed;
+    with_draws.offset = draws.offset;
   }
-  return make_op(Op::Attention, operands, attention_attrs(drawn, mask.defined(), bias.defined()),
-                 where);
+  return make_op(Op::Attention, operands,
+                 attention_attrs(with_draws, mask.defined(), bias.defined()), where);
 }
 
 }  // namespace lazyfuse::detail

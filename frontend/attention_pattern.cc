@@ -5,6 +5,7 @@
 //                                                           // causal mask from two aranges,
 //                                                           // an added bias, a tanh soft-cap
 //   weights = softmax(scores, -1);                          // or exp(s - max) / sum, ...
+//   weights = dropout(weights, p);                          // optional
 //   out = weights.matmul(v);
 // When the last product is made, Tensor::matmul asks attention_from_pattern whether its left
 // operand is such a softmax, walking the pending values back from it (op by op, each with its
@@ -15,7 +16,10 @@
 // them (a model that returns its attention weights computes them apart, and the attention
 // kernel recomputes them: that is the price of keeping the scores out of memory).
 //
-// Recognised, from the product inwards: a softmax over the last dim spelled as the frontend's
+// Recognised, from the product inwards: dropout as nn::functional::dropout writes it
+// (where(rand >= p, w * (1 / (1 - p)), 0), the rand over the weights' shape and dtype), whose
+// draw the node takes over (its seed and offset: the same probabilities dropped); a softmax over
+// the last dim spelled as the frontend's
 // softmax (e * (1 / sum e)), e / sum e, or the zero-safe form of scaled_dot_product_attention,
 // with or without the maximum subtracted; then, in this order from the outside, masks (where or
 // masked_fill with -infinity; at most one tensor mask, and a comparison of a query position
@@ -126,6 +130,27 @@ std::optional<Walked> softmax_operand(const Walked& weights) {
   if (top.is(Op::Max) && top.input(0).value == shifted.input(0).value && reduces_last_dim(top))
     return shifted.input(0);
   return shifted;  // not the row's maximum: x - y as the scores, which parse_scores refuses
+}
+
+// The weights w of where(rand >= p, w * (1 / (1 - p)), 0), dropout as nn::functional::dropout
+// writes it, with p and the rand's seed and offset in `modifiers`; x itself without dropout.
+std::optional<Walked> undropped(const Walked& x, ScoreModifiers& modifiers) {
+  if (!x.is(Op::Where)) return x;
+  const Walked test = x.input(0), kept = x.input(1);
+  if (!test.is(Op::Ge) || constant(x.input(2)) != 0.0 || !kept.is(Op::Mul)) return std::nullopt;
+  const Walked draw = test.input(0);
+  const std::optional<double> p = constant(test.input(1));
+  if (!draw.is(Op::Rand) || !p || !(*p > 0 && *p < 1) || draw.node().shape != x.node().shape ||
+      draw.node().dtype != x.node().dtype)
+    return std::nullopt;
+  for (int side : {0, 1}) {
+    if (constant(kept.input(side)) != 1.0 / (1.0 - *p)) continue;
+    modifiers.dropout = *p;
+    modifiers.seed = static_cast<uint64_t>(draw.node().attrs.get_int("seed"));
+    modifiers.offset = static_cast<uint64_t>(draw.node().attrs.get_int("offset"));
+    return kept.input(1 - side);
+  }
+  return std::nullopt;
 }
 
 // Whether `view` is a position along one of the scores' last two dims: a view of arange(0, n)
@@ -267,12 +292,14 @@ bool parse_scores(Walked x, Scores& s, Stage from) {
 
 Tensor attention_from_pattern(const Tensor& weights, const Tensor& values, const Loc& where) {
   const LazyRef& value = weights.value();
-  if (is_computed(value) || !(value->node.op == Op::Mul || value->node.op == Op::Div) ||
+  const Op op = value->node.op;
+  if (is_computed(value) || !(op == Op::Mul || op == Op::Div || op == Op::Where) ||
       !nn::functional::fused_attention_enabled() || weights.dim() < 2 || values.dim() < 2)
     return Tensor();
-  const Walked top{value, weights.impl()->autograd};
-  const std::optional<Walked> scores = softmax_operand(top);
   Scores s;
+  const std::optional<Walked> top = undropped(Walked{value, weights.impl()->autograd}, s.modifiers);
+  if (!top || top->broken) return Tensor();
+  const std::optional<Walked> scores = softmax_operand(*top);
   if (!scores || !parse_scores(*scores, s, Stage::kMasks) || s.broken) return Tensor();
   // One floating dtype, as written: the product's operands and the values.
   const DType dtype = weights.dtype();
@@ -285,7 +312,7 @@ Tensor attention_from_pattern(const Tensor& weights, const Tensor& values, const
   try {
     const Tensor key = s.key_transposed.transpose(-2, -1, where);
     const Tensor out = attention_node(s.q, key, values, s.mask, s.bias, s.modifiers,
-                                      /*enable_gqa=*/false, where);
+                                      /*enable_gqa=*/false, where, /*drawn=*/true);
     const Shape& w = weights.sizes();
     const Shape& v = values.sizes();
     if (out.defined() && out.dtype() == weights.dtype() &&

@@ -137,6 +137,35 @@ TEST(AttentionPattern, OnTheGpuToo) {
 }
 
 // Scores that are also returned are computed apart; the product is still one attention node.
+// Dropout written after the softmax (nn::functional::dropout) joins the node, which takes the
+// rand's draw: the same probabilities dropped as the written-out form drops, in each dtype (whose
+// draws take that dtype's bits), forward and gradients; causal, and a masked fill.
+TEST(AttentionPattern, DropoutAfterTheSoftmaxJoinsTheNodeWithItsDraws) {
+  const Spelling dropped = [](const Tensor& q, const Tensor& k, const Tensor& v) {
+    const Tensor scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(double(E));
+    const Tensor masked = scores.masked_fill(columns() > rows(), -kInf);
+    return nn::functional::dropout(softmax(masked, -1), 0.3).matmul(v);
+  };
+  for (DType dtype : {kFloat64, kFloat32}) {
+    lazyfuse::Run want;
+    {
+      const FusedAttentionOff off;
+      want = run(dropped, dtype);
+      EXPECT_EQ(want.fused_ir.find("attention"), std::string::npos);
+    }
+    const lazyfuse::Run got = run(dropped, dtype);
+    EXPECT_NE(got.fused_ir.find("= attention "), std::string::npos) << got.fused_ir;
+    EXPECT_NE(got.fused_ir.find("dropout = 0.3"), std::string::npos) << got.fused_ir;
+    EXPECT_EQ(got.fused_ir.find("= rand "), std::string::npos) << got.fused_ir;
+    const double tolerance = dtype == kFloat64 ? 1e-12 : 2e-5;
+    for (size_t i = 0; i < want.values.size(); ++i)
+      for (size_t j = 0; j < want.values[i].size(); ++j)
+        ASSERT_NEAR(got.values[i][j], want.values[i][j],
+                    tolerance * std::max(1.0, std::fabs(want.values[i][j])))
+            << dtype << (i == 0 ? " result" : " gradient of operand ") << i << ", element " << j;
+  }
+}
+
 TEST(AttentionPattern, WeightsUsedElsewhereAreStillRight) {
   manual_seed(3);
   const Tensor q = randn({1, 2, 9, 8}, kFloat64), k = randn({1, 2, 9, 8}, kFloat64),
