@@ -50,6 +50,17 @@ Run run(const Spelling& spelling, DType dtype) {
   return r;
 }
 
+// The result and gradients of `got` within `dtype`'s tolerance of `want`'s.
+void expect_near(const Run& got, const Run& want, DType dtype) {
+  const double tolerance = dtype == kFloat64 ? 1e-12 : 2e-5;
+  ASSERT_EQ(got.values.size(), want.values.size());
+  for (size_t i = 0; i < want.values.size(); ++i)
+    for (size_t j = 0; j < want.values[i].size(); ++j)
+      ASSERT_NEAR(got.values[i][j], want.values[i][j],
+                  tolerance * std::max(1.0, std::fabs(want.values[i][j])))
+          << dtype << (i == 0 ? " result" : " gradient of operand ") << i << ", element " << j;
+}
+
 // The spelling is one attention node, and matches itself run as written.
 void expect_fused_and_equal(const std::string& name, const Spelling& spelling) {
   SCOPED_TRACE(name);
@@ -63,12 +74,7 @@ void expect_fused_and_equal(const std::string& name, const Spelling& spelling) {
     const Run got = run(spelling, dtype);
     EXPECT_NE(got.fused_ir.find("= attention "), std::string::npos) << got.fused_ir;
     EXPECT_EQ(got.fused_ir.find("matmul"), std::string::npos) << got.fused_ir;
-    const double tolerance = dtype == kFloat64 ? 1e-12 : 2e-5;
-    for (size_t i = 0; i < want.values.size(); ++i)
-      for (size_t j = 0; j < want.values[i].size(); ++j)
-        ASSERT_NEAR(got.values[i][j], want.values[i][j],
-                    tolerance * std::max(1.0, std::fabs(want.values[i][j])))
-            << dtype << (i == 0 ? " result" : " gradient of operand ") << i << ", element " << j;
+    expect_near(got, want, dtype);
   }
 }
 
@@ -157,12 +163,7 @@ TEST(AttentionPattern, DropoutAfterTheSoftmaxJoinsTheNodeWithItsDraws) {
     EXPECT_NE(got.fused_ir.find("= attention "), std::string::npos) << got.fused_ir;
     EXPECT_NE(got.fused_ir.find("dropout = 0.3"), std::string::npos) << got.fused_ir;
     EXPECT_EQ(got.fused_ir.find("= rand "), std::string::npos) << got.fused_ir;
-    const double tolerance = dtype == kFloat64 ? 1e-12 : 2e-5;
-    for (size_t i = 0; i < want.values.size(); ++i)
-      for (size_t j = 0; j < want.values[i].size(); ++j)
-        ASSERT_NEAR(got.values[i][j], want.values[i][j],
-                    tolerance * std::max(1.0, std::fabs(want.values[i][j])))
-            << dtype << (i == 0 ? " result" : " gradient of operand ") << i << ", element " << j;
+    expect_near(got, want, dtype);
   }
 }
 
