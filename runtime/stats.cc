@@ -39,13 +39,17 @@ void reset_stats() {
 void reset_peak_memory_stats() {
   for (DeviceType type : registered_device_types()) {
     Backend& backend = backend_for(Device(type));
-    for (int i = 0; i < backend.device_count(); ++i) backend.reset_peak_memory_stats(i);
+    for (int i = 0; i < backend.device_count(); ++i) {
+      backend.reset_peak_memory_stats(i);
+      reset_storage_peak(Device(type, type == DeviceType::CPU ? -1 : i));
+    }
   }
 }
 
 void reset_peak_memory_stats(Device device) {
   device = resolve_device(device);  // a DeviceIndexError for a device that is not there
   backend_for(device).reset_peak_memory_stats(std::max(device.index(), 0));
+  reset_storage_peak(device);
 }
 
 std::string format_stats(const Stats& s) {

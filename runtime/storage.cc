@@ -62,6 +62,12 @@ MemoryStats memory_stats(const Device& device) {
   return all_stats()[key(device)];
 }
 
+void reset_storage_peak(const Device& device) {
+  std::lock_guard lock(stats_mutex);
+  MemoryStats& stats = all_stats()[key(device)];
+  stats.peak_bytes = stats.allocated_bytes;
+}
+
 bool BufferView::is_contiguous() const {
   // No elements: nothing is out of place, whatever the strides (as PyTorch's is_contiguous).
   if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return true;

@@ -65,6 +65,9 @@ struct MemoryStats {
 };
 // Statistics of the memory lazyfuse holds on `device`.
 MemoryStats memory_stats(const Device& device);
+// Sets `device`'s peak_bytes to what it holds now (reset_peak_memory_stats in stats.h calls it
+// with the allocator's).
+void reset_storage_peak(const Device& device);
 
 // A tensor's value: a view into storage with its own sizes, strides (in elements) and offset.
 struct BufferView {
