@@ -74,12 +74,15 @@ void expect_valid_schedule(const Schedule& schedule) {
             !is_reduction(node.op) && !is_scalar_constant(node) && node.shape != step.shape;
         EXPECT_EQ(role(m) == Role::RowValue, per_row && step.kind == StepKind::Row)
             << "step " << s << " %" << m;
-        if (step.kind != StepKind::Row)
+        if (step.kind != StepKind::Row) {
           EXPECT_TRUE(role(m) == Role::Prologue || role(m) == Role::Reduction)
               << "step " << s << " %" << m;
+        }
       }
       ASSERT_GE(reductions.size(), 1u) << "step " << s;
-      if (step.kind != StepKind::Row) EXPECT_EQ(reductions.size(), 1u) << "step " << s;
+      if (step.kind != StepKind::Row) {
+        EXPECT_EQ(reductions.size(), 1u) << "step " << s;
+      }
       const Node& first = graph.nodes[reductions[0]];
       const int64_t rank = static_cast<int64_t>(graph.nodes[first.inputs[0]].shape.size());
       EXPECT_EQ(
@@ -121,7 +124,9 @@ void expect_valid_schedule(const Schedule& schedule) {
       EXPECT_EQ(step.outputs.size(), 1u) << "step " << s;
     } else {
       for (Role r : step.roles) EXPECT_EQ(r, Role::Work) << "step " << s;
-      if (step.kind != StepKind::Elementwise) EXPECT_EQ(step.nodes.size(), 1u) << "step " << s;
+      if (step.kind != StepKind::Elementwise) {
+        EXPECT_EQ(step.nodes.size(), 1u) << "step " << s;
+      }
     }
   };
   for (size_t s = 0; s < schedule.steps.size(); ++s) {
