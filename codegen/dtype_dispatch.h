@@ -94,9 +94,9 @@ using ComputeOf =
 inline double held_as(DType dtype, double value) {
   switch (dtype) {
     case DType::Float16:
-      return half_to_float(float_to_half(static_cast<float>(value)));
+      return round_to_half(static_cast<float>(value));
     case DType::BFloat16:
-      return bfloat16_to_float(float_to_bfloat16(static_cast<float>(value)));
+      return round_to_bfloat16(static_cast<float>(value));
     case DType::Float32:
       return static_cast<float>(value);
     default:

@@ -251,6 +251,23 @@ int count_of(const std::string& text, const std::string& what) {
   return n;
 }
 
+// A fused-form case's inputs: its operands (from `seed`), the result's cotangent (`seed + 1`),
+// and its mask by kind: 2 a bool mask [L, S], 3 an additive bias [B, 1, L, S], else none (1 is
+// causal).
+struct CaseInputs {
+  Operands o;
+  Tensor g, mask;
+};
+CaseInputs case_inputs(const Dims& d, int mask, uint32_t seed) {
+  CaseInputs in{
+      operands(d, kFloat64, seed),
+      from_vector(random_values(d.b * d.h * d.l * d.ev, seed + 1), {d.b, d.h, d.l, d.ev}, kFloat64),
+      Tensor()};
+  if (mask == 2) in.mask = rand({d.l, d.s}, kFloat64) > 0.3;
+  if (mask == 3) in.mask = randn({d.b, 1, d.l, d.s}, kFloat64);
+  return in;
+}
+
 // The result and the gradients of q, k and v (from the cotangent g) of one case, its operands
 // converted to `dtype` on `device`, fused or as the composite graph; with `dropout`, from one
 // seed, so that both forms draw the same mask.
@@ -353,12 +370,7 @@ TEST(FusedAttention, GradientsMatchTheCompositeGraphInFloat64) {
                                    {{2, 2, 2, 40, 41, 64, 64}, 3}};
   for (const Case& c : cases) {
     const Dims& d = c.d;
-    const Operands o = operands(d, kFloat64, 31);
-    const Tensor g =
-        from_vector(random_values(d.b * d.h * d.l * d.ev, 32), {d.b, d.h, d.l, d.ev}, kFloat64);
-    Tensor mask;
-    if (c.mask == 2) mask = (rand({d.l, d.s}, kFloat64) > 0.3);
-    if (c.mask == 3) mask = randn({d.b, 1, d.l, d.s}, kFloat64);
+    const auto [o, g, mask] = case_inputs(d, c.mask, 31);
     auto gradients = [&](DType dtype, bool fused) {
       return attention_and_gradients(d, o, mask, c.mask == 1, g, dtype, Device::cpu(), fused);
     };
@@ -400,12 +412,7 @@ TEST(FusedAttention, MatchesTheCompositeGraphOnTheGpu) {
   const Device gpu("cuda:0");
   for (const Case& c : cases) {
     const Dims& d = c.d;
-    const Operands o = operands(d, kFloat64, 41);
-    const Tensor g =
-        from_vector(random_values(d.b * d.h * d.l * d.ev, 42), {d.b, d.h, d.l, d.ev}, kFloat64);
-    Tensor mask;
-    if (c.mask == 2) mask = rand({d.l, d.s}, kFloat64) > 0.3;
-    if (c.mask == 3) mask = randn({d.b, 1, d.l, d.s}, kFloat64);
+    const auto [o, g, mask] = case_inputs(d, c.mask, 41);
     auto gradients = [&](DType dtype, const Device& device, bool fused) {
       return attention_and_gradients(d, o, mask, c.mask == 1, g, dtype, device, fused, c.dropout);
     };
@@ -484,11 +491,7 @@ TEST(FusedAttention, DropoutDropsWhatTheCompositeGraphDrops) {
                                    {{1, 1, 1, 66, 66, 16, 8}, 0, 0.1}};
   for (const Case& c : cases) {
     const Dims& d = c.d;
-    const Operands o = operands(d, kFloat64, 51);
-    const Tensor g =
-        from_vector(random_values(d.b * d.h * d.l * d.ev, 52), {d.b, d.h, d.l, d.ev}, kFloat64);
-    Tensor mask;
-    if (c.mask == 2) mask = (rand({d.l, d.s}, kFloat64) > 0.3);
+    const auto [o, g, mask] = case_inputs(d, c.mask, 51);
     for (DType dtype : {kFloat64, kFloat32}) {
       auto gradients = [&](bool fused) {
         return attention_and_gradients(d, o, mask, c.mask == 1, g, dtype, Device::cpu(), fused,

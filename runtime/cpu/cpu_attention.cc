@@ -79,9 +79,10 @@ struct Problem {
   Walk q, k, v, mask, bias;
   bool has_mask = false, has_bias = false;
   int64_t group = 1;  // query heads per key head
-  // Dropout's draws: bits a draw and the probability as the scores' dtype holds it.
+  // Dropout's draws: bits a draw, the probability as the scores' dtype holds it, and what a
+  // kept probability is multiplied by.
   int dropout_bits = 24;
-  double dropout_threshold = 0;
+  double dropout_threshold = 0, keep_scale = 1;
 
   int64_t heads() const { return sizes.batch * sizes.heads; }
   // What dropout multiplies the probability of query i and key j of `head` by: 0 where dropped,
@@ -91,7 +92,7 @@ struct Problem {
     const auto u = [](int64_t x) { return static_cast<uint64_t>(x); };
     return attention_keeps(modifiers.seed, modifiers.offset, u(head), u(sizes.queries),
                            u(sizes.keys), u(i), u(j), dropout_bits, dropout_threshold)
-               ? static_cast<A>(1 / (1 - modifiers.dropout))
+               ? static_cast<A>(keep_scale)
                : A(0);
   }
   // Multiplies a block's values x[(i - q0) * kKeyBlock + (j - k0)] by their dropout factors.
@@ -443,6 +444,7 @@ void cpu_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
   p.group = p.sizes.heads / p.sizes.key_heads;
   p.dropout_bits = uniform_bits(q.dtype);
   p.dropout_threshold = held_as(q.dtype, p.modifiers.dropout);
+  p.keep_scale = 1 / (1 - p.modifiers.dropout);
   p.q = walk(q);
   p.k = walk(k);
   p.v = walk(v);
