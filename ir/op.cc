@@ -53,6 +53,11 @@ DType reduction_accumulator(Op op, DType in) {
   return compute_dtype(in);
 }
 
+bool reduction_order_shows(Op op, DType operand, DType acc) {
+  return is_floating(acc) && acc == operand &&
+         reduction_meaning(op).identity == ReductionIdentity::Zero;
+}
+
 const char* op_name(Op op) { return info(op).name; }
 
 const char* reduce_op_name(ReduceOp op) {

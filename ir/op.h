@@ -104,6 +104,10 @@ struct ReductionMeaning {
 const ReductionMeaning& reduction_meaning(Op op);
 // The dtype a reduction `op` of an operand of dtype `in` accumulates in.
 DType reduction_accumulator(Op op, DType in);
+// Whether the order of a reduction's combinations can change its result's bits: a floating sum
+// or mean accumulating in `acc` that is its operand's own dtype. A wider accumulator rounds the
+// differences of order away; a max, a min and an integer sum have none.
+bool reduction_order_shows(Op op, DType operand, DType acc);
 
 // The dtype an op's inputs are converted to before it computes (the promoted dtype, in its
 // compute form: half types compute in float32).

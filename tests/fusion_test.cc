@@ -683,19 +683,20 @@ namespace {
 
 // Where values round after each op, a float64 sum on a GPU joins no row step, so that it adds as
 // the unfused graph's plain reduction does (the GPU's row kernels order a row by its length):
-// x / sum(x) stays a reduction and an elementwise step there, and is one row step in float32,
-// on the CPU, and rounding at stores.
+// x - sum(x) stays a reduction and an elementwise step there, and is one row step in float32,
+// int64 (exact in any order), on the CPU, and rounding at stores.
 TEST(Fusion, AFloat64SumOnAGpuKeepsTheUnfusedOrderWhereValuesRoundAfterEachOp) {
   auto kinds = [](const std::string& dtype, const std::string& device, HalfRounding rounding) {
     const std::string t = dtype + "[4,60] @" + device, r = dtype + "[4,1] @" + device;
     const Schedule schedule = schedule_of_text(
         "graph @main(%0: " + t + ") {\n  %1 = sum %0 {dims = [1], keepdim = true} : " + r +
-            "\n  %2 = div %0, %1 : " + t + "\n  return %2\n}",
+            "\n  %2 = sub %0, %1 : " + t + "\n  return %2\n}",
         {.half_rounding = rounding});
     return std::pair{count_steps(schedule, StepKind::Row), static_cast<int>(schedule.steps.size())};
   };
   EXPECT_EQ(kinds("f64", "cuda:0", HalfRounding::EachOp), std::pair(0, 2));
   EXPECT_EQ(kinds("f32", "cuda:0", HalfRounding::EachOp), std::pair(1, 1));
+  EXPECT_EQ(kinds("i64", "cuda:0", HalfRounding::EachOp), std::pair(1, 1));
   EXPECT_EQ(kinds("f64", "cpu", HalfRounding::EachOp), std::pair(1, 1));
   EXPECT_EQ(kinds("f64", "cuda:0", HalfRounding::AtStores), std::pair(1, 1));
 }

@@ -204,11 +204,9 @@ void choose_cuda_row_layout(CudaElementwiseLaunch& plan, int64_t columns, size_t
 // element a thread, does not share.
 void choose_cuda_fused_reduction_layout(CudaElementwiseLaunch& plan, bool over_columns,
                                         bool order_shows, int64_t columns, int64_t chunk);
-// Whether the order in which `step`'s reduction adds can change its result's bits where its
-// half values round after each op (the rounding under which fused and unfused kernels agree bit
-// for bit, Note [Half precision in fused kernels]): a sum or mean that accumulates in the
-// reduced values' own dtype, float64. A wider accumulator (float64 for float32 and for half
-// types) rounds the differences of order away; a max or min has none.
+// reduction_order_shows (ir/op.h) for `step`'s reduction in the accumulator its kernel uses:
+// where half values round after each op (the rounding under which fused and unfused kernels
+// agree bit for bit, Note [Half precision in fused kernels]), a float64 sum or mean.
 bool cuda_reduction_order_shows(const Graph& graph, const Step& step);
 // The blocks and threads a row kernel of `spec` launches for `rows` rows.
 int64_t cuda_row_blocks(const CudaElementwiseSpec& spec, int64_t rows);

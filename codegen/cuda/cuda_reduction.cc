@@ -514,9 +514,8 @@ void choose_cuda_fused_reduction_layout(CudaElementwiseLaunch& plan, bool over_c
 
 bool cuda_reduction_order_shows(const Graph& graph, const Step& step) {
   const Node& node = graph.nodes[reduction_parts(step).reduction];
-  const DType acc = step_accumulator(graph, step, node);
-  return is_floating(acc) && reduction_meaning(node.op).identity == ReductionIdentity::Zero &&
-         graph.nodes[node.inputs[0]].dtype == acc;
+  return reduction_order_shows(node.op, graph.nodes[node.inputs[0]].dtype,
+                               step_accumulator(graph, step, node));
 }
 
 CudaSource generate_cuda_step(const Graph& graph, const Step& step, const CudaElementwiseSpec& spec,

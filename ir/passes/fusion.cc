@@ -246,10 +246,9 @@ struct RowSpace {
 // round the difference away; max and min have none.
 bool keeps_unfused_order(const Graph& graph, ValueId id, const FusionOptions& options) {
   const Node& node = graph.nodes[id];
+  const DType operand = graph.nodes[node.inputs[0]].dtype;
   return options.half_rounding == HalfRounding::EachOp && node.device.is_cuda() &&
-         reduction_meaning(node.op).identity == ReductionIdentity::Zero &&
-         reduction_accumulator(node.op, graph.nodes[node.inputs[0]].dtype) ==
-             graph.nodes[node.inputs[0]].dtype;
+         reduction_order_shows(node.op, operand, reduction_accumulator(node.op, operand));
 }
 
 std::optional<RowSpace> row_space_of(const Graph& graph, ValueId id, const FusionOptions& options) {
