@@ -389,8 +389,9 @@ TEST(FusedAttention, GradientsMatchTheCompositeGraphInFloat64) {
 
 // On the GPU (Note [Attention on the GPU]): the forward and the gradients of q, k and v of
 // each dtype, over head dims 16 to 256, odd lengths past a tile, every mask kind and grouped
-// heads, against the composite graph in float64 on the CPU; with dropout, against the composite
-// graph in the case's dtype on the CPU, which draws the mask the GPU's kernels draw.
+// heads (with lengths of several tiles, whose inner tiles take no mask), against the composite
+// graph in float64 on the CPU; with dropout, against the composite graph in the case's dtype on
+// the CPU, which draws the mask the GPU's kernels draw.
 TEST(FusedAttention, MatchesTheCompositeGraphOnTheGpu) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA GPU";
   struct Case {
@@ -408,6 +409,10 @@ TEST(FusedAttention, MatchesTheCompositeGraphOnTheGpu) {
                                    {{1, 1, 1, 1, 1, 16, 16}, 0, kFloat16},
                                    {{2, 4, 4, 130, 130, 64, 64}, 1, kFloat32},
                                    {{1, 2, 2, 70, 67, 64, 64}, 1, kBFloat16, 0.2},
+                                   // Tiles no mask or end reaches, on tensor cores.
+                                   {{2, 2, 1, 200, 150, 64, 64}, 0, kBFloat16},
+                                   {{1, 2, 2, 256, 256, 64, 64}, 1, kFloat16},
+                                   {{1, 2, 1, 160, 160, 128, 128}, 1, kBFloat16},
                                    {{1, 4, 2, 33, 40, 32, 24}, 2, kFloat32, 0.3}};
   const Device gpu("cuda:0");
   for (const Case& c : cases) {

@@ -321,7 +321,7 @@ TEST(CudaCodegen, AttentionKernelsCompileForSm90) {
   for (const CudaAttentionSpec& spec : specs)
     for (CudaAttentionKernel kernel :
          {CudaAttentionKernel::Forward, CudaAttentionKernel::QueryGradient,
-          CudaAttentionKernel::KeyGradients}) {
+          CudaAttentionKernel::KeyGradients, CudaAttentionKernel::Delta}) {
       const CudaSource source = generate_cuda_attention(spec, kernel);
       SCOPED_TRACE(source.kernel_name);
       EXPECT_TRUE(nvrtc_compile(source.source, source.kernel_name, 9, 0).is_cubin);
@@ -360,6 +360,8 @@ TEST(CudaCodegen, TensorCoreAttentionCompilesForSm80AndSm90) {
     EXPECT_EQ(cuda_attention_key_tile(specs[1], kernel), 64);
     EXPECT_EQ(cuda_attention_threads(specs[1], kernel), 128);
   }
+  // The delta kernel the gradients read D_i from: a warp a row, whatever the kernels' tiles.
+  EXPECT_EQ(cuda_attention_rows_per_block(specs[1], CudaAttentionKernel::Delta), 4);
   EXPECT_EQ(cuda_attention_key_tile(specs[0], CudaAttentionKernel::QueryGradient), 32);
   EXPECT_EQ(cuda_attention_mma_query_tile(specs[0]), 16);
   EXPECT_EQ(cuda_attention_mma_query_tile(specs[1]), 64);
@@ -393,6 +395,7 @@ TEST(CudaCodegen, AttentionWordsFollowTheirLayout) {
   w.q = 0x1000;
   w.bias = 0x5000;
   w.result2 = 0xa000;
+  w.delta = 0xb000;
   w.bias_column = 7;
   w.lead = {8, 12};
   w.q_lead = {1, 2};
@@ -410,6 +413,7 @@ TEST(CudaCodegen, AttentionWordsFollowTheirLayout) {
   EXPECT_EQ(words[layout.offset("q")], 0x1000u);
   EXPECT_EQ(words[layout.offset("bias")], 0x5000u);
   EXPECT_EQ(words[layout.offset("result2")], 0xa000u);
+  EXPECT_EQ(words[layout.offset("delta")], 0xb000u);
   EXPECT_EQ(words[layout.offset("bias_column")], 7u);
   EXPECT_EQ(words[layout.offset("lead") + 1], 12u);
   EXPECT_EQ(words[layout.offset("q_lead") + 1], 2u);

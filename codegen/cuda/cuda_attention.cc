@@ -57,6 +57,7 @@ ArgLayout attention_arg_layout(int lead) {
       .add("lse", ArgType::Pointer)
       .add("result", ArgType::Pointer)
       .add("result2", ArgType::Pointer)
+      .add("delta", ArgType::Pointer)
       .add("q_row", ArgType::Int64)
       .add("k_row", ArgType::Int64)
       .add("v_row", ArgType::Int64)
@@ -84,7 +85,8 @@ KernelArgs pack_attention_args(const AttentionWords& w) {
   for (double x : {w.scale, w.softcap, w.keep_threshold, w.keep_scale})
     words.push_back(std::bit_cast<uint64_t>(x));
   for (uint64_t x : {w.seed, w.offset}) words.push_back(x);
-  for (uint64_t a : {w.q, w.k, w.v, w.mask, w.bias, w.out, w.grad, w.lse, w.result, w.result2})
+  for (uint64_t a :
+       {w.q, w.k, w.v, w.mask, w.bias, w.out, w.grad, w.lse, w.result, w.result2, w.delta})
     words.push_back(a);
   for (int64_t x : {w.q_row, w.k_row, w.v_row, w.out_row, w.grad_row, w.mask_row, w.mask_column,
                     w.bias_row, w.bias_column})
@@ -126,6 +128,9 @@ int cuda_attention_mma_query_tile(const CudaAttentionSpec& spec) {
 }
 
 std::string cuda_attention_kernel_name(const CudaAttentionSpec& spec, CudaAttentionKernel kernel) {
+  if (kernel == CudaAttentionKernel::Delta)  // reads only the result and its gradient
+    return absl::StrCat("a_delta_", dtype_ir_name(spec.dtype), "_v", spec.value_dim, "_r",
+                        spec.lead);
   const char* which = kernel == CudaAttentionKernel::Forward         ? "forward"
                       : kernel == CudaAttentionKernel::QueryGradient ? "dq"
                                                                      : "dkdv";
@@ -137,8 +142,7 @@ std::string cuda_attention_kernel_name(const CudaAttentionSpec& spec, CudaAttent
 }
 
 int cuda_attention_rows_per_block(const CudaAttentionSpec& spec, CudaAttentionKernel kernel) {
-  (void)kernel;
-  return spec.tensor_cores ? 64 : kCudaAttentionWarps;
+  return spec.tensor_cores && kernel != CudaAttentionKernel::Delta ? 64 : kCudaAttentionWarps;
 }
 
 namespace {
@@ -443,6 +447,31 @@ std::string key_tile_kernel(const CudaAttentionSpec& spec) {
 )");
 }
 
+// A warp per query row of every head: D_i = do_i . o_i in the compute type, its lanes' sums
+// added in a fixed order.
+std::string delta_kernel(const CudaAttentionSpec& spec) {
+  const std::string name = cuda_attention_kernel_name(spec, CudaAttentionKernel::Delta);
+  return absl::StrCat(
+      common(spec, CudaAttentionKernel::Delta), "\n",
+      gpu_dialect().kernel(name, cuda_attention_threads(spec, CudaAttentionKernel::Delta)),
+      R"((const AttentionArgs a) {
+  const int warp = threadIdx.x / LF_WARP, lane = threadIdx.x % LF_WARP;
+  long long heads = 1;
+#pragma unroll
+  for (int d = 0; d < LF_LEAD; ++d) heads *= a.lead[d];
+  const long long row = (long long)blockIdx.x * LF_WARPS + warp;
+  if (row >= heads * a.queries) return;
+  const long long head = row / a.queries, i = row % a.queries;
+  const T* g = (const T*)a.grad + lf_head_start(a, a.grad_lead, head, 1) + i * a.grad_row;
+  const T* o = (const T*)a.out + lf_head_start(a, a.out_lead, head, 1) + i * a.out_row;
+  A sum = 0;
+  for (int c = lane; c < LF_EV; c += LF_WARP) sum += lf_load(g[c]) * lf_load(o[c]);
+  sum = lf_warp_sum(sum);
+  if (lane == 0) ((A*)a.delta)[row] = sum;
+}
+)");
+}
+
 }  // namespace
 
 CudaAttentionSpec cuda_attention_spec(const Graph& graph, const Step& step) {
@@ -481,7 +510,9 @@ std::vector<CudaAttentionKernel> cuda_attention_kernels(const Graph& graph, cons
 CudaSource generate_cuda_attention(const CudaAttentionSpec& spec, CudaAttentionKernel kernel) {
   CudaSource source;
   source.kernel_name = cuda_attention_kernel_name(spec, kernel);
-  if (spec.tensor_cores)
+  if (kernel == CudaAttentionKernel::Delta)
+    source.source = delta_kernel(spec);
+  else if (spec.tensor_cores)
     source.source = cuda_emit::attention_mma_kernel(spec, kernel, common(spec, kernel));
   else
     source.source = kernel == CudaAttentionKernel::KeyGradients ? key_tile_kernel(spec)

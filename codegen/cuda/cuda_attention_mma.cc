@@ -14,13 +14,18 @@
 //    output accumulator; the probabilities, rounded to the input type, are the A fragments of
 //    P V as they lie (an m16n8 accumulator pair is an m16n8k16 operand), V's fragments coming
 //    transposed from ldmatrix. The logsumexp is written in float32, as the SIMT forward's.
-//  - dq: the same walk, each warp's rows of q and of the result's gradient held as fragments,
-//    D_i = do_i . o_i summed by a row's four threads; per tile S, dP = dO V^T, then
+//  - Scores are taken in base 2 (times log2 e, folded into the scale) so that a probability is
+//    one ex2, and a tile that no mask, bias, cap, causal diagonal or end reaches (lf_plain_tile)
+//    takes the scores as the products times the scale, without lf_modify's per-score tests.
+//  - dq: the same walk, the next tile's keys and values loading while a tile's products run,
+//    each warp's rows of q and of the result's gradient held as fragments and each row's
+//    D_i = do_i . o_i read from the delta kernel's buffer; per tile S, dP = dO V^T, then
 //    dS = P (dP - D) scale and dQ += dS K (K's fragments transposed).
 //  - dk and dv: a block takes 64 keys of a key head, a warp 16 as fragments of K and V, and
 //    walks tiles of queries of every head of the key head's group (from the block's first key
-//    on, under a causal mask), staging q and the result's gradient with the tile's logsumexps
-//    and D_i; per tile S^T = K Q^T and dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q.
+//    on, under a causal mask), staging the next tile's q and result gradient, with their
+//    logsumexps and D_i, while a tile's products run; per tile S^T = K Q^T and dP^T = V dO^T,
+//    then dV += P^T dO and dK += dS^T Q.
 // Dropout multiplies each probability after its row's sum has it (Note [Attention]). Every
 // thread adds in a fixed order and no two threads add into one value, so results do not depend
 // on scheduling. Rows and tiles past the ends are zeros (staged rows) or masked (scores). Head
@@ -68,7 +73,9 @@ constexpr const char* kForward = R"cuda((const AttentionArgs a) {
   float o[LF_EV / 8][4];
 #pragma unroll
   for (int n = 0; n < LF_EV / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  // The rows' running maxima in base 2 (scores times log2 e) and sums of probabilities.
   float top[2] = {LF_MINUS_INF, LF_MINUS_INF}, total[2] = {0.f, 0.f};
+  const float scale2 = (float)a.scale * LF_LOG2E;
 
   for (long long k0 = 0; k0 < last; k0 += LF_KEYS) {
     lf_copies_wait();
@@ -76,6 +83,7 @@ constexpr const char* kForward = R"cuda((const AttentionArgs a) {
     lf_stage(vs, v, k0, LF_KEYS, a.keys, a.v_row, LF_EV, LF_VPAD);
     // A warp whose rows all precede the tile (causal) or lie past the end skips its products.
     const bool busy = q0 < a.queries && (!LF_CAUSAL || k0 <= q0 + 15);
+    const bool plain = lf_plain_tile(a, k0, LF_KEYS, q0);
     float s[LF_KEYS / 8][4];
     if (busy) {
 #pragma unroll
@@ -91,30 +99,39 @@ constexpr const char* kForward = R"cuda((const AttentionArgs a) {
           lf_mma(s[n], qf[e], b);
           lf_mma(s[n + 1], qf[e], b + 2);
         }
-      // Modified scores, the rows' new maxima, and the probabilities.
+      // Modified scores in base 2, the rows' new maxima, and the probabilities.
+      if (plain)
+#pragma unroll
+        for (int n = 0; n < LF_KEYS / 8; ++n)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) s[n][x] *= scale2;
+      else
+#pragma unroll
+        for (int n = 0; n < LF_KEYS / 8; ++n)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            float capped = 0.f;
+            s[n][x] = lf_modify(a, head, rows[x / 2], k0 + n * 8 + 2 * t + x % 2, s[n][x], &capped) *
+                      LF_LOG2E;
+          }
       float rescale[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float next = top[h];
 #pragma unroll
-        for (int n = 0; n < LF_KEYS / 8; ++n)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            float& x = s[n][2 * h + c];
-            float capped = 0.f;
-            x = lf_modify(a, head, rows[h], k0 + n * 8 + 2 * t + c, x, &capped);
-            next = fmaxf(next, x);
-          }
+        for (int n = 0; n < LF_KEYS / 8; ++n) next = fmaxf(next, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
         next = fmaxf(next, __shfl_xor_sync(0xffffffffu, next, 1));
         next = fmaxf(next, __shfl_xor_sync(0xffffffffu, next, 2));
-        rescale[h] = top[h] == LF_MINUS_INF ? 0.f : lf_exp(top[h] - next);
+        // A row that sees no key yet subtracts 0: its scores' ex2(-inf) is 0.
+        const float base = next == LF_MINUS_INF ? 0.f : next;
+        rescale[h] = lf_exp2(top[h] - base);
         float sum = 0.f;
 #pragma unroll
         for (int n = 0; n < LF_KEYS / 8; ++n)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             float& x = s[n][2 * h + c];
-            x = x == LF_MINUS_INF ? 0.f : lf_exp(x - next);
+            x = lf_exp2(x - base);
             sum += x;
 #if LF_DROPOUT
             x *= lf_dropout(a, head, rows[h], k0 + n * 8 + 2 * t + c);
@@ -164,15 +181,17 @@ constexpr const char* kForward = R"cuda((const AttentionArgs a) {
     for (int n = 0; n < LF_EV / 8; ++n)
       *(lf_u32*)(out + n * 8 + 2 * t) = lf_pack(o[n][2 * h] * inverse, o[n][2 * h + 1] * inverse);
     if (t == 0 && a.lse)
-      ((float*)a.lse)[head * a.queries + i] = total[h] > 0.f ? top[h] + lf_log(total[h]) : LF_MINUS_INF;
+      ((float*)a.lse)[head * a.queries + i] =
+          total[h] > 0.f ? top[h] * LF_LN2 + lf_log(total[h]) : LF_MINUS_INF;
   }
 }
 )cuda";
 
-// dq: a warp per 16 query rows, as the forward, walking the key tiles it sees.
+// dq: a warp per 16 query rows, as the forward, walking the key tiles it sees, the next tile's
+// keys and values loading while a tile's products run.
 constexpr const char* kQueryGradient = R"cuda((const AttentionArgs a) {
-  __shared__ __align__(16) T ks[LF_KEYS * LF_KPAD];
-  __shared__ __align__(16) T vs[LF_KEYS * LF_VPAD];
+  __shared__ __align__(16) T ks[2][LF_KEYS * LF_KPAD];
+  __shared__ __align__(16) T vs[2][LF_KEYS * LF_VPAD];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int m = lane / 8;
   const long long row_blocks = (a.queries + LF_ROWS - 1) / LF_ROWS;
@@ -183,39 +202,40 @@ constexpr const char* kQueryGradient = R"cuda((const AttentionArgs a) {
   const T* k = (const T*)a.k + lf_head_start(a, a.k_lead, head, group);
   const T* v = (const T*)a.v + lf_head_start(a, a.v_lead, head, group);
   const long long last = LF_CAUSAL ? min(a.keys, q_block + LF_ROWS) : a.keys;
-  // The warp's rows of q and of the result's gradient as A fragments; each row's logsumexp and
-  // D_i = do_i . o_i (a row's four threads each taking every fourth pair of columns).
+  if (last > 0) {
+    lf_stage(ks[0], k, 0, LF_KEYS, a.keys, a.k_row, LF_E, LF_KPAD);
+    lf_stage(vs[0], v, 0, LF_KEYS, a.keys, a.v_row, LF_EV, LF_VPAD);
+  }
+  // The warp's rows of q and of the result's gradient as A fragments; each row's logsumexp in
+  // base 2 (+infinity past the last row, so that its probabilities are 0) and D_i = do_i . o_i
+  // (the attention's delta kernel's).
   lf_u32 qf[LF_E / 16][4], gf[LF_EV / 16][4];
-  const T* gr = (const T*)a.grad + lf_head_start(a, a.grad_lead, head, 1);
-  const T* o = (const T*)a.out + lf_head_start(a, a.out_lead, head, 1);
   lf_fragments<LF_E>(qf, (const T*)a.q + lf_head_start(a, a.q_lead, head, 1), a.q_row, rows,
                      a.queries, t);
-  lf_fragments<LF_EV>(gf, gr, a.grad_row, rows, a.queries, t);
+  lf_fragments<LF_EV>(gf, (const T*)a.grad + lf_head_start(a, a.grad_lead, head, 1), a.grad_row,
+                      rows, a.queries, t);
   float lse[2], d[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const long long i = rows[h];
-    float sum = 0.f;
-    if (i < a.queries)
-      for (int c = 2 * t; c < LF_EV; c += 8)
-        sum += lf_load(gr[i * a.grad_row + c]) * lf_load(o[i * a.out_row + c]) +
-               lf_load(gr[i * a.grad_row + c + 1]) * lf_load(o[i * a.out_row + c + 1]);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    d[h] = sum;
-    lse[h] = i < a.queries ? ((const float*)a.lse)[head * a.queries + i] : LF_MINUS_INF;
+    d[h] = i < a.queries ? ((const float*)a.delta)[head * a.queries + i] : 0.f;
+    lse[h] = i < a.queries ? ((const float*)a.lse)[head * a.queries + i] * LF_LOG2E : LF_INF;
   }
+  const float scale2 = (float)a.scale * LF_LOG2E;
   float dq[LF_E / 8][4];
 #pragma unroll
   for (int n = 0; n < LF_E / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
 
-  for (long long k0 = 0; k0 < last; k0 += LF_KEYS) {
-    __syncthreads();
-    lf_stage(ks, k, k0, LF_KEYS, a.keys, a.k_row, LF_E, LF_KPAD);
-    lf_stage(vs, v, k0, LF_KEYS, a.keys, a.v_row, LF_EV, LF_VPAD);
+  for (long long k0 = 0, buf = 0; k0 < last; k0 += LF_KEYS, buf ^= 1) {
     lf_copies_wait();
     __syncthreads();
+    if (k0 + LF_KEYS < last) {
+      lf_stage(ks[buf ^ 1], k, k0 + LF_KEYS, LF_KEYS, a.keys, a.k_row, LF_E, LF_KPAD);
+      lf_stage(vs[buf ^ 1], v, k0 + LF_KEYS, LF_KEYS, a.keys, a.v_row, LF_EV, LF_VPAD);
+    }
     if (q0 >= a.queries || (LF_CAUSAL && k0 > q0 + 15)) continue;
+    const T* kt = ks[buf];
+    const T* vt = vs[buf];
     // Scores S = Q K^T and dP = dO V^T of the warp's rows against the tile.
     float s[LF_KEYS / 8][4], dp[LF_KEYS / 8][4];
 #pragma unroll
@@ -227,7 +247,7 @@ constexpr const char* kQueryGradient = R"cuda((const AttentionArgs a) {
 #pragma unroll
       for (int n = 0; n < LF_KEYS / 8; n += 2) {
         lf_u32 b[4];
-        lf_ldmatrix(b, ks + (n * 8 + (m / 2) * 8 + lane % 8) * LF_KPAD + e * 16 + (m % 2) * 8);
+        lf_ldmatrix(b, kt + (n * 8 + (m / 2) * 8 + lane % 8) * LF_KPAD + e * 16 + (m % 2) * 8);
         lf_mma(s[n], qf[e], b);
         lf_mma(s[n + 1], qf[e], b + 2);
       }
@@ -236,20 +256,26 @@ constexpr const char* kQueryGradient = R"cuda((const AttentionArgs a) {
 #pragma unroll
       for (int n = 0; n < LF_KEYS / 8; n += 2) {
         lf_u32 b[4];
-        lf_ldmatrix(b, vs + (n * 8 + (m / 2) * 8 + lane % 8) * LF_VPAD + e * 16 + (m % 2) * 8);
+        lf_ldmatrix(b, vt + (n * 8 + (m / 2) * 8 + lane % 8) * LF_VPAD + e * 16 + (m % 2) * 8);
         lf_mma(dp[n], gf[e], b);
         lf_mma(dp[n + 1], gf[e], b + 2);
       }
     // dS = P (dP - D) scale (dP dropped as the forward's P, through the softcap's tanh), into s.
+    const bool plain = lf_plain_tile(a, k0, LF_KEYS, q0);
 #pragma unroll
     for (int n = 0; n < LF_KEYS / 8; ++n)
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
         const int h = x / 2;
         const long long i = rows[h], j = k0 + n * 8 + 2 * t + x % 2;
-        float capped = 0.f;
-        const float score = lf_modify(a, head, i, j, s[n][x], &capped);
-        const float p = score == LF_MINUS_INF || lse[h] == LF_MINUS_INF ? 0.f : lf_exp(score - lse[h]);
+        float capped = 0.f, p;
+        if (plain) {
+          p = lf_exp2(s[n][x] * scale2 - lse[h]);
+        } else {
+          const float score = lf_modify(a, head, i, j, s[n][x], &capped);
+          p = score == LF_MINUS_INF || lse[h] == LF_MINUS_INF ? 0.f
+                                                              : lf_exp2(score * LF_LOG2E - lse[h]);
+        }
         float g_p = dp[n][x];
 #if LF_DROPOUT
         g_p *= lf_dropout(a, head, i, j);
@@ -269,7 +295,7 @@ constexpr const char* kQueryGradient = R"cuda((const AttentionArgs a) {
 #pragma unroll
       for (int n = 0; n < LF_E / 8; n += 2) {
         lf_u32 b[4];
-        lf_ldmatrix_trans(b, ks + (j * 16 + (m % 2) * 8 + lane % 8) * LF_KPAD + n * 8 + (m / 2) * 8);
+        lf_ldmatrix_trans(b, kt + (j * 16 + (m % 2) * 8 + lane % 8) * LF_KPAD + n * 8 + (m / 2) * 8);
         lf_mma(dq[n], f, b);
         lf_mma(dq[n + 1], f, b + 2);
       }
@@ -288,11 +314,14 @@ constexpr const char* kQueryGradient = R"cuda((const AttentionArgs a) {
 )cuda";
 
 // dk and dv: a block per 64 keys of a key head, a warp per 16 of them, walking tiles of
-// LF_QUERIES queries of every head of its group.
+// LF_QUERIES queries of every head of its group, the next tile loading while a tile's products
+// run.
 constexpr const char* kKeyGradients = R"cuda((const AttentionArgs a) {
-  __shared__ __align__(16) T qs[LF_QUERIES * LF_KPAD];
-  __shared__ __align__(16) T gs[LF_QUERIES * LF_VPAD];
-  __shared__ float ls[LF_QUERIES], ds_sum[LF_QUERIES];
+  __shared__ __align__(16) T qs[2][LF_QUERIES * LF_KPAD];
+  __shared__ __align__(16) T gs[2][LF_QUERIES * LF_VPAD];
+  // Each staged query's logsumexp in base 2 (+infinity past the last, so that its probabilities
+  // are 0) and D_i = do_i . o_i (the attention's delta kernel's).
+  __shared__ float ls[2][LF_QUERIES], ds_sum[2][LF_QUERIES];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int m = lane / 8;
   const long long tiles = (a.keys + LF_KEYS - 1) / LF_KEYS;
@@ -300,6 +329,26 @@ constexpr const char* kKeyGradients = R"cuda((const AttentionArgs a) {
   const long long k_w = k_block + warp * 16;
   const long long keys_of[2] = {k_w + g, k_w + g + 8};
   const long long group = a.heads / a.key_heads, first_head = key_head * group;
+  // The query tiles a head's walk takes: under a causal mask, from the block's first key on.
+  const long long q_first = LF_CAUSAL ? k_block / LF_QUERIES * LF_QUERIES : 0;
+  const long long per_head = a.queries > q_first ? (a.queries - q_first + LF_QUERIES - 1) / LF_QUERIES : 0;
+  const long long walk = group * per_head;
+  // Stages tile n of the walk (its head's q and result gradient rows, logsumexps and deltas)
+  // into buffer `to`.
+  auto stage = [&](long long tile, int to) {
+    const long long head = first_head + tile / per_head;
+    const long long q0 = q_first + tile % per_head * LF_QUERIES;
+    lf_stage(qs[to], (const T*)a.q + lf_head_start(a, a.q_lead, head, 1), q0, LF_QUERIES,
+             a.queries, a.q_row, LF_E, LF_KPAD);
+    lf_stage(gs[to], (const T*)a.grad + lf_head_start(a, a.grad_lead, head, 1), q0, LF_QUERIES,
+             a.queries, a.grad_row, LF_EV, LF_VPAD);
+    for (int r = threadIdx.x; r < LF_QUERIES; r += LF_THREADS) {
+      const long long i = q0 + r, at = head * a.queries + i;
+      ls[to][r] = i < a.queries ? ((const float*)a.lse)[at] * LF_LOG2E : LF_INF;
+      ds_sum[to][r] = i < a.queries ? ((const float*)a.delta)[at] : 0.f;
+    }
+  };
+  if (walk > 0) stage(0, 0);
   // The warp's 16 keys and values as A fragments, and its sums of dK and dV.
   lf_u32 kf[LF_E / 16][4], vf[LF_EV / 16][4];
   lf_fragments<LF_E>(kf, (const T*)a.k + lf_head_start(a, a.k_lead, first_head, group), a.k_row,
@@ -311,109 +360,96 @@ constexpr const char* kKeyGradients = R"cuda((const AttentionArgs a) {
   for (int n = 0; n < LF_E / 8; ++n) dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.f;
 #pragma unroll
   for (int n = 0; n < LF_EV / 8; ++n) dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.f;
-  constexpr int kPerRow = LF_THREADS / LF_QUERIES;  // threads a row of a tile's D_i
+  const float scale2 = (float)a.scale * LF_LOG2E;
 
-  for (long long head = first_head; head < first_head + group; ++head) {
-    const T* q = (const T*)a.q + lf_head_start(a, a.q_lead, head, 1);
-    const T* gr = (const T*)a.grad + lf_head_start(a, a.grad_lead, head, 1);
-    const T* o = (const T*)a.out + lf_head_start(a, a.out_lead, head, 1);
-    // Under a causal mask, queries before the block's first key see none of its keys.
-    for (long long q0 = LF_CAUSAL ? k_block / LF_QUERIES * LF_QUERIES : 0; q0 < a.queries;
-         q0 += LF_QUERIES) {
-      __syncthreads();
-      lf_stage(qs, q, q0, LF_QUERIES, a.queries, a.q_row, LF_E, LF_KPAD);
-      lf_stage(gs, gr, q0, LF_QUERIES, a.queries, a.grad_row, LF_EV, LF_VPAD);
-      {
-        // The tile's logsumexps and D_i = do_i . o_i, kPerRow threads a row.
-        const int r = threadIdx.x / kPerRow, part = threadIdx.x % kPerRow;
-        const long long i = q0 + r;
-        float sum = 0.f;
-        if (i < a.queries)
-          for (int c = part; c < LF_EV; c += kPerRow)
-            sum += lf_load(gr[i * a.grad_row + c]) * lf_load(o[i * a.out_row + c]);
+  for (long long tile = 0; tile < walk; ++tile) {
+    const int buf = tile % 2;
+    lf_copies_wait();
+    __syncthreads();
+    if (tile + 1 < walk) stage(tile + 1, buf ^ 1);
+    const long long head = first_head + tile / per_head;
+    const long long q0 = q_first + tile % per_head * LF_QUERIES;
+    if (k_w >= a.keys || (LF_CAUSAL && q0 + LF_QUERIES - 1 < k_w)) continue;
+    const T* qt = qs[buf];
+    const T* gt = gs[buf];
+    // S^T = K Q^T and dP^T = V dO^T: the warp's keys against the tile's queries.
+    float st[LF_QUERIES / 8][4], dpt[LF_QUERIES / 8][4];
 #pragma unroll
-        for (int x = kPerRow / 2; x > 0; x /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, x);
-        if (part == 0) {
-          ds_sum[r] = sum;
-          ls[r] = i < a.queries ? ((const float*)a.lse)[head * a.queries + i] : LF_MINUS_INF;
-        }
+    for (int n = 0; n < LF_QUERIES / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) st[n][c] = dpt[n][c] = 0.f;
+#pragma unroll
+    for (int e = 0; e < LF_E / 16; ++e)
+#pragma unroll
+      for (int n = 0; n < LF_QUERIES / 8; n += 2) {
+        lf_u32 b[4];
+        lf_ldmatrix(b, qt + (n * 8 + (m / 2) * 8 + lane % 8) * LF_KPAD + e * 16 + (m % 2) * 8);
+        lf_mma(st[n], kf[e], b);
+        lf_mma(st[n + 1], kf[e], b + 2);
       }
-      lf_copies_wait();
-      __syncthreads();
-      if (k_w >= a.keys || (LF_CAUSAL && q0 + LF_QUERIES - 1 < k_w)) continue;
-      // S^T = K Q^T and dP^T = V dO^T: the warp's keys against the tile's queries.
-      float st[LF_QUERIES / 8][4], dpt[LF_QUERIES / 8][4];
 #pragma unroll
-      for (int n = 0; n < LF_QUERIES / 8; ++n)
+    for (int e = 0; e < LF_EV / 16; ++e)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) st[n][c] = dpt[n][c] = 0.f;
+      for (int n = 0; n < LF_QUERIES / 8; n += 2) {
+        lf_u32 b[4];
+        lf_ldmatrix(b, gt + (n * 8 + (m / 2) * 8 + lane % 8) * LF_VPAD + e * 16 + (m % 2) * 8);
+        lf_mma(dpt[n], vf[e], b);
+        lf_mma(dpt[n + 1], vf[e], b + 2);
+      }
+    // P^T (dropped) into st, dS^T into dpt.
+    const bool plain = lf_plain_tile(a, k_w, 16, q0);
 #pragma unroll
-      for (int e = 0; e < LF_E / 16; ++e)
+    for (int n = 0; n < LF_QUERIES / 8; ++n)
 #pragma unroll
-        for (int n = 0; n < LF_QUERIES / 8; n += 2) {
-          lf_u32 b[4];
-          lf_ldmatrix(b, qs + (n * 8 + (m / 2) * 8 + lane % 8) * LF_KPAD + e * 16 + (m % 2) * 8);
-          lf_mma(st[n], kf[e], b);
-          lf_mma(st[n + 1], kf[e], b + 2);
-        }
-#pragma unroll
-      for (int e = 0; e < LF_EV / 16; ++e)
-#pragma unroll
-        for (int n = 0; n < LF_QUERIES / 8; n += 2) {
-          lf_u32 b[4];
-          lf_ldmatrix(b, gs + (n * 8 + (m / 2) * 8 + lane % 8) * LF_VPAD + e * 16 + (m % 2) * 8);
-          lf_mma(dpt[n], vf[e], b);
-          lf_mma(dpt[n + 1], vf[e], b + 2);
-        }
-      // P^T (dropped) into st, dS^T into dpt.
-#pragma unroll
-      for (int n = 0; n < LF_QUERIES / 8; ++n)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const int r = n * 8 + 2 * t + x % 2;
-          const long long j = keys_of[x / 2], i = q0 + r;
-          float capped = 0.f;
+      for (int x = 0; x < 4; ++x) {
+        const int r = n * 8 + 2 * t + x % 2;
+        const long long j = keys_of[x / 2], i = q0 + r;
+        const float lse = ls[buf][r];
+        float capped = 0.f, p;
+        if (plain) {
+          p = lf_exp2(st[n][x] * scale2 - lse);
+        } else {
           const float score = lf_modify(a, head, i, j, st[n][x], &capped);
-          float p = score == LF_MINUS_INF || ls[r] == LF_MINUS_INF ? 0.f : lf_exp(score - ls[r]);
-          float g_p = dpt[n][x];
+          p = score == LF_MINUS_INF || lse == LF_MINUS_INF ? 0.f : lf_exp2(score * LF_LOG2E - lse);
+        }
+        float g_p = dpt[n][x];
 #if LF_DROPOUT
-          const float keep = lf_dropout(a, head, i, j);
-          g_p *= keep;
+        const float keep = lf_dropout(a, head, i, j);
+        g_p *= keep;
 #endif
-          float ds = p * (g_p - ds_sum[r]) * (float)a.scale;
+        float ds = p * (g_p - ds_sum[buf][r]) * (float)a.scale;
 #if LF_SOFTCAP
-          ds *= 1.f - capped * capped;
+        ds *= 1.f - capped * capped;
 #endif
 #if LF_DROPOUT
-          p *= keep;
+        p *= keep;
 #endif
-          st[n][x] = p;
-          dpt[n][x] = ds;
-        }
-      // dV += P^T dO and dK += dS^T Q.
+        st[n][x] = p;
+        dpt[n][x] = ds;
+      }
+    // dV += P^T dO and dK += dS^T Q.
 #pragma unroll
-      for (int j = 0; j < LF_QUERIES / 16; ++j) {
-        const lf_u32 fp[4] = {lf_pack(st[2 * j][0], st[2 * j][1]), lf_pack(st[2 * j][2], st[2 * j][3]),
-                              lf_pack(st[2 * j + 1][0], st[2 * j + 1][1]),
-                              lf_pack(st[2 * j + 1][2], st[2 * j + 1][3])};
-        const lf_u32 fs[4] = {lf_pack(dpt[2 * j][0], dpt[2 * j][1]),
-                              lf_pack(dpt[2 * j][2], dpt[2 * j][3]),
-                              lf_pack(dpt[2 * j + 1][0], dpt[2 * j + 1][1]),
-                              lf_pack(dpt[2 * j + 1][2], dpt[2 * j + 1][3])};
+    for (int j = 0; j < LF_QUERIES / 16; ++j) {
+      const lf_u32 fp[4] = {lf_pack(st[2 * j][0], st[2 * j][1]), lf_pack(st[2 * j][2], st[2 * j][3]),
+                            lf_pack(st[2 * j + 1][0], st[2 * j + 1][1]),
+                            lf_pack(st[2 * j + 1][2], st[2 * j + 1][3])};
+      const lf_u32 fs[4] = {lf_pack(dpt[2 * j][0], dpt[2 * j][1]),
+                            lf_pack(dpt[2 * j][2], dpt[2 * j][3]),
+                            lf_pack(dpt[2 * j + 1][0], dpt[2 * j + 1][1]),
+                            lf_pack(dpt[2 * j + 1][2], dpt[2 * j + 1][3])};
 #pragma unroll
-        for (int n = 0; n < LF_EV / 8; n += 2) {
-          lf_u32 b[4];
-          lf_ldmatrix_trans(b, gs + (j * 16 + (m % 2) * 8 + lane % 8) * LF_VPAD + n * 8 + (m / 2) * 8);
-          lf_mma(dv[n], fp, b);
-          lf_mma(dv[n + 1], fp, b + 2);
-        }
+      for (int n = 0; n < LF_EV / 8; n += 2) {
+        lf_u32 b[4];
+        lf_ldmatrix_trans(b, gt + (j * 16 + (m % 2) * 8 + lane % 8) * LF_VPAD + n * 8 + (m / 2) * 8);
+        lf_mma(dv[n], fp, b);
+        lf_mma(dv[n + 1], fp, b + 2);
+      }
 #pragma unroll
-        for (int n = 0; n < LF_E / 8; n += 2) {
-          lf_u32 b[4];
-          lf_ldmatrix_trans(b, qs + (j * 16 + (m % 2) * 8 + lane % 8) * LF_KPAD + n * 8 + (m / 2) * 8);
-          lf_mma(dk[n], fs, b);
-          lf_mma(dk[n + 1], fs, b + 2);
-        }
+      for (int n = 0; n < LF_E / 8; n += 2) {
+        lf_u32 b[4];
+        lf_ldmatrix_trans(b, qt + (j * 16 + (m % 2) * 8 + lane % 8) * LF_KPAD + n * 8 + (m / 2) * 8);
+        lf_mma(dk[n], fs, b);
+        lf_mma(dk[n + 1], fs, b + 2);
       }
     }
   }
@@ -450,6 +486,9 @@ std::string mma_helpers(const CudaAttentionSpec& spec, CudaAttentionKernel kerne
                       cuda_attention_threads(spec, kernel), R"(
 #define LF_KPAD (LF_E + 8)
 #define LF_VPAD (LF_EV + 8)
+#define LF_LOG2E 1.4426950408889634f
+#define LF_LN2 0.6931471805599453f
+#define LF_INF __int_as_float(0x7f800000)
 typedef unsigned int lf_u32;
 
 __device__ __forceinline__ lf_u32 lf_shared_address(const void* p) {
@@ -481,6 +520,13 @@ __device__ __forceinline__ void lf_mma(float* c, const lf_u32* a, const lf_u32* 
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+// 2^x on the special function unit (2 ulp; results below float's normal range flush to 0): a
+// probability is one ex2 of a score in base 2, as in FlashAttention.
+__device__ __forceinline__ float lf_exp2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
 __device__ __forceinline__ lf_u32 lf_pack(float lo, float hi) {
   return (lf_u32)lf_store<T>(lo).bits | ((lf_u32)lf_store<T>(hi).bits << 16);
 }
@@ -504,6 +550,15 @@ __device__ __forceinline__ float lf_modify(const AttentionArgs& a, long long hea
   if (i < a.queries) s += lf_load(bias[i * a.bias_row + j * a.bias_column]);
 #endif
   return s;
+}
+
+// Whether every score of keys [first_key, first_key + keys) and queries from `first_query` on is
+// the product times the scale: no mask, bias or cap, every key present and, under a causal
+// mask, seen by the first query. Such tiles skip lf_modify's tests (most tiles of a long row).
+__device__ __forceinline__ bool lf_plain_tile(const AttentionArgs& a, long long first_key,
+                                              int keys, long long first_query) {
+  return !LF_MASK && !LF_BIAS && !LF_SOFTCAP && first_key + keys <= a.keys &&
+         (!LF_CAUSAL || first_key + keys - 1 <= first_query);
 }
 
 // The A fragments of 16 rows (`rows[0]` and `rows[1]`: this thread's two, zeros past `count`)

@@ -253,7 +253,9 @@ inline constexpr int64_t kCudaAttentionMaxHeadDim = 256;
 // The kernels on tensor cores (Note [Attention on tensor cores]) take float16 and bfloat16 head
 // dims that are multiples of 16 up to this.
 inline constexpr int64_t kCudaAttentionMmaMaxHeadDim = 128;
-enum class CudaAttentionKernel { Forward, QueryGradient, KeyGradients };
+// Delta computes D_i = do_i . o_i for every query row, into a float32 buffer the gradients'
+// kernels on tensor cores read (each tile of them would otherwise sum its rows' again).
+enum class CudaAttentionKernel { Forward, QueryGradient, KeyGradients, Delta };
 struct CudaAttentionSpec {
   DType dtype = DType::Float32;
   int64_t head_dim = 0, value_dim = 0;

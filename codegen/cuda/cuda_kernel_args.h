@@ -140,7 +140,8 @@ KernelArgs pack_skinny_matmul_args(const SkinnyMatmulWords& product);
 
 // An attention kernel's (codegen/cuda/cuda_attention.cc): sizes, the score's scale and cap,
 // operands (null where absent; `result` the forward's output, dq or dk, `result2` dv, `lse`
-// written by the forward and read by the gradients), each operand's row stride (a mask's and
+// written by the forward and read by the gradients, `delta` the gradients' D_i written by the
+// delta kernel and read by those on tensor cores), each operand's row stride (a mask's and
 // bias's column stride too; rows are otherwise contiguous) and, over the `lead` dims before the
 // rows (the query's sizes), each operand's strides there.
 struct AttentionWords {
@@ -151,7 +152,7 @@ struct AttentionWords {
   double keep_threshold = 0, keep_scale = 1;
   uint64_t seed = 0, offset = 0;
   uint64_t q = 0, k = 0, v = 0, mask = 0, bias = 0, out = 0, grad = 0, lse = 0, result = 0,
-           result2 = 0;
+           result2 = 0, delta = 0;
   int64_t q_row = 0, k_row = 0, v_row = 0, out_row = 0, grad_row = 0, mask_row = 0, mask_column = 0,
           bias_row = 0, bias_column = 0;
   Strides lead, q_lead, k_lead, v_lead, out_lead, grad_lead, mask_lead, bias_lead;

@@ -136,6 +136,13 @@ void run_attention(const Graph& graph, const Step& step, ValueBuffers& values) {
   bind(out, w.out, w.out_row, w.out_lead);
   bind(grad, w.grad, w.grad_row, w.grad_lead);
   w.lse = address(*values[first.inputs[at.lse]]);  // the forward's, contiguous
+  // The kernels on tensor cores read each query row's D_i from the delta kernel.
+  std::optional<BufferView> delta;
+  if (spec.tensor_cores) {
+    delta = allocate_buffer(step.device, DType::Float32, Shape{heads * sizes.queries});
+    w.delta = address(*delta);
+    run(CudaAttentionKernel::Delta, heads * row_blocks(CudaAttentionKernel::Delta));
+  }
   for (CudaAttentionKernel kernel : cuda_attention_kernels(graph, step)) {
     if (kernel == CudaAttentionKernel::QueryGradient) {
       w.result = output(Op::AttentionGradQ);
