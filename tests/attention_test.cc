@@ -413,6 +413,7 @@ TEST(FusedAttention, MatchesTheCompositeGraphOnTheGpu) {
                                    {{2, 2, 1, 200, 150, 64, 64}, 0, kBFloat16},
                                    {{1, 2, 2, 256, 256, 64, 64}, 1, kFloat16},
                                    {{1, 2, 1, 160, 160, 128, 128}, 1, kBFloat16},
+                                   {{1, 2, 2, 70, 200, 64, 64}, 1, kBFloat16},
                                    {{1, 4, 2, 33, 40, 32, 24}, 2, kFloat32, 0.3}};
   const Device gpu("cuda:0");
   for (const Case& c : cases) {

@@ -15,8 +15,10 @@
 //    P V as they lie (an m16n8 accumulator pair is an m16n8k16 operand), V's fragments coming
 //    transposed from ldmatrix. The logsumexp is written in float32, as the SIMT forward's.
 //  - Scores are taken in base 2 (times log2 e, folded into the scale) so that a probability is
-//    one ex2, and a tile that no mask, bias, cap, causal diagonal or end reaches (lf_plain_tile)
-//    takes the scores as the products times the scale, without lf_modify's per-score tests.
+//    one ex2.approx (2 ulp, without LAZYFUSE_FAST_MATH too: the probabilities round to the
+//    input's half type before they are used, and the logsumexp keeps float32's 2 ulp), and a tile
+//    that no mask, bias, cap, causal diagonal or end reaches (lf_plain_tile) takes the scores as
+//    the products times the scale, without lf_modify's per-score tests.
 //  - dq: the same walk, the next tile's keys and values loading while a tile's products run,
 //    each warp's rows of q and of the result's gradient held as fragments and each row's
 //    D_i = do_i . o_i read from the delta kernel's buffer; per tile S, dP = dO V^T, then
@@ -269,7 +271,7 @@ constexpr const char* kQueryGradient = R"cuda((const AttentionArgs a) {
         const int h = x / 2;
         const long long i = rows[h], j = k0 + n * 8 + 2 * t + x % 2;
         float capped = 0.f, p;
-        if (plain) {
+        if (plain) {  // every row here sees a key: its logsumexp is finite, or +inf past the end
           p = lf_exp2(s[n][x] * scale2 - lse[h]);
         } else {
           const float score = lf_modify(a, head, i, j, s[n][x], &capped);
@@ -406,7 +408,7 @@ constexpr const char* kKeyGradients = R"cuda((const AttentionArgs a) {
         const long long j = keys_of[x / 2], i = q0 + r;
         const float lse = ls[buf][r];
         float capped = 0.f, p;
-        if (plain) {
+        if (plain) {  // as dq's: a finite logsumexp, or +inf past the end
           p = lf_exp2(st[n][x] * scale2 - lse);
         } else {
           const float score = lf_modify(a, head, i, j, st[n][x], &capped);
