@@ -3,6 +3,7 @@
 #pragma once
 
 #include "lazyfuse/frontend/autograd.h"
+#include "lazyfuse/frontend/data.h"
 #include "lazyfuse/frontend/distributed.h"
 #include "lazyfuse/frontend/functional.h"
 #include "lazyfuse/frontend/interop.h"
