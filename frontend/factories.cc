@@ -70,6 +70,26 @@ void manual_seed(uint64_t seed) {
   g.offset = 0;
 }
 
+Tensor get_rng_state() {
+  Generator& g = generator();
+  std::lock_guard lock(g.mutex);
+  return tensor({static_cast<int64_t>(g.seed), static_cast<int64_t>(g.offset)},
+                TensorOptions(kInt64));
+}
+
+void set_rng_state(const Tensor& state) {
+  if (!state.defined() || state.dtype() != kInt64 || state.sizes() != Shape{2})
+    throw ValueError(absl::StrCat("set_rng_state: expected get_rng_state()'s int64 [2], got ",
+                                  state.defined() ? absl::StrCat(dtype_torch_name(state.dtype()),
+                                                                 " ", shape_str(state.sizes()))
+                                                  : "an undefined tensor"));
+  const std::vector<int64_t> values = state.cpu().to_vector<int64_t>();
+  Generator& g = generator();
+  std::lock_guard lock(g.mutex);
+  g.seed = static_cast<uint64_t>(values[0]);
+  g.offset = static_cast<uint64_t>(values[1]);
+}
+
 Tensor from_vector(const std::vector<double>& values, Shape shape, TensorOptions options,
                    Loc where) {
   if (static_cast<int64_t>(values.size()) != numel(shape))

@@ -8,7 +8,9 @@
 #include <string_view>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "lazyfuse/frontend/autograd.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/runtime/devices.h"
@@ -61,6 +63,92 @@ std::vector<Tensor> Optimizer::parameters() const {
   for (const OptimizerParamGroup& group : param_groups_)
     all.insert(all.end(), group.params().begin(), group.params().end());
   return all;
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::state_dict() const {
+  std::vector<std::pair<std::string, Tensor>> state;
+  const TensorOptions float64(kFloat64);
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    const OptimizerParamGroup& group = param_groups_[g];
+    state.emplace_back(absl::StrCat("param_groups.", g, ".lr"),
+                       scalar_tensor(group.options().get_lr(), float64));
+    if (group.initial_lr())
+      state.emplace_back(absl::StrCat("param_groups.", g, ".initial_lr"),
+                         scalar_tensor(*group.initial_lr(), float64));
+  }
+  const std::vector<StateName> names = state_names();
+  for (size_t i = 0; i < num_states_; ++i) {
+    const std::vector<Tensor> tensors = parameter_state(i);
+    for (size_t n = 0; n < tensors.size(); ++n)
+      state.emplace_back(absl::StrCat("state.", i, ".", names[n].name), tensors[n]);
+  }
+  return state;
+}
+
+namespace {
+// "prefix.<index>.<name>" split, where it has that form.
+bool split_key(absl::string_view key, absl::string_view prefix, size_t& index, std::string& name) {
+  if (!absl::ConsumePrefix(&key, prefix)) return false;
+  const size_t dot = key.find('.');
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(key.substr(0, dot), &index))
+    return false;
+  name = std::string(key.substr(dot + 1));
+  return true;
+}
+}  // namespace
+
+void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) {
+  const std::vector<StateName> names = state_names();
+  const std::vector<Tensor> params = parameters();
+  std::vector<std::optional<double>> lrs(param_groups_.size()), initial_lrs(param_groups_.size());
+  std::vector<std::vector<Tensor>> states(num_states_, std::vector<Tensor>(names.size()));
+  auto bad = [](const std::string& key, const std::string& what) {
+    return ValueError(absl::StrCat("load_state_dict: '", key, "' ", what));
+  };
+  for (const auto& [key, value] : state) {
+    size_t index = 0;
+    std::string name;
+    if (!value.defined()) throw bad(key, "is an undefined tensor");
+    if (split_key(key, "param_groups.", index, name) && (name == "lr" || name == "initial_lr")) {
+      if (index >= param_groups_.size())
+        throw bad(key, absl::StrCat("names a group past the ", param_groups_.size(), " there are"));
+      if (value.dim() != 0) throw bad(key, "is not a 0-d tensor");
+      (name == "lr" ? lrs : initial_lrs)[index] = value.item<double>();
+      continue;
+    }
+    if (!split_key(key, "state.", index, name))
+      throw bad(key, "is not a name of this optimizer's state");
+    if (index >= num_states_)
+      throw bad(key, absl::StrCat("names a parameter past the ", num_states_, " there are"));
+    const auto it = std::find_if(names.begin(), names.end(),
+                                 [&](const StateName& n) { return name == n.name; });
+    if (it == names.end()) throw bad(key, "is not a name of this optimizer's state");
+    const Shape want = it->scalar ? Shape{} : params[index].sizes();
+    if (value.sizes() != want)
+      throw bad(key, absl::StrCat("has shape ", shape_str(value.sizes()), ", expected ",
+                                  shape_str(want)));
+    states[index][it - names.begin()] = value;
+  }
+  for (size_t g = 0; g < param_groups_.size(); ++g)
+    if (!lrs[g]) throw bad(absl::StrCat("param_groups.", g, ".lr"), "is missing");
+  for (size_t i = 0; i < num_states_; ++i) {
+    const size_t present = std::count_if(states[i].begin(), states[i].end(),
+                                         [](const Tensor& t) { return t.defined(); });
+    if (present != 0 && present != names.size())
+      throw bad(absl::StrCat("state.", i), "holds only part of a parameter's state");
+    // Converted before anything changes: the parameter's dtype and device (a step count stays
+    // as it is, read on the host).
+    for (size_t n = 0; n < names.size() && present != 0; ++n)
+      if (!names[n].scalar)
+        states[i][n] = states[i][n].to(params[i].dtype()).to(params[i].device()).detach();
+    if (present != 0) eval(states[i]);
+  }
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    param_groups_[g].options().set_lr(*lrs[g]);
+    param_groups_[g].initial_lr() = initial_lrs[g];
+  }
+  for (size_t i = 0; i < num_states_; ++i)
+    set_parameter_state(i, states[i][0].defined() ? std::move(states[i]) : std::vector<Tensor>{});
 }
 
 void Optimizer::zero_grad() {
@@ -181,6 +269,16 @@ std::vector<Tensor> SGD::update(size_t group, size_t state_index, Tensor& parame
   return state;
 }
 
+std::vector<Tensor> SGD::parameter_state(size_t index) const {
+  if (index >= momentum_buffers_.size() || !momentum_buffers_[index].defined()) return {};
+  return {momentum_buffers_[index]};
+}
+
+void SGD::set_parameter_state(size_t index, std::vector<Tensor> state) {
+  if (momentum_buffers_.size() < num_states()) momentum_buffers_.resize(num_states());
+  momentum_buffers_[index] = state.empty() ? Tensor() : std::move(state[0]);
+}
+
 Adam::Adam(std::vector<Tensor> parameters, AdamOptions options)
     : Adam(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(parameters))}, options) {}
 
@@ -267,6 +365,21 @@ std::vector<Tensor> Adam::update(size_t group, size_t state_index, Tensor& param
   const Tensor denominator = s.exp_avg_sq.sqrt() / scalars.bias_correction2_sqrt + hyper.eps;
   parameter.sub_(s.exp_avg / denominator * scalars.step_size);
   return {s.exp_avg, s.exp_avg_sq};
+}
+
+std::vector<Tensor> Adam::parameter_state(size_t index) const {
+  if (index >= state_.size() || !state_[index].exp_avg.defined()) return {};
+  const State& s = state_[index];
+  return {scalar_tensor(s.step, TensorOptions(kInt64)), s.exp_avg, s.exp_avg_sq};
+}
+
+void Adam::set_parameter_state(size_t index, std::vector<Tensor> state) {
+  if (state_.size() < num_states()) state_.resize(num_states());
+  if (state.empty()) {
+    state_[index] = State();
+    return;
+  }
+  state_[index] = {state[0].item<int64_t>(), std::move(state[1]), std::move(state[2])};
 }
 
 AdamW::AdamW(std::vector<Tensor> parameters, AdamWOptions options)

@@ -113,6 +113,7 @@ class OptimizerParamGroup {
   // The rate the group had when the first scheduler took it (PyTorch's "initial_lr"): what every
   // scheduler of the optimizer scales, however an earlier one left the rate.
   std::optional<double>& initial_lr() { return initial_lr_; }
+  const std::optional<double>& initial_lr() const { return initial_lr_; }
 
  private:
   std::vector<Tensor> params_;
@@ -138,6 +139,21 @@ class Optimizer {
   // Every group's parameters, in order.
   std::vector<Tensor> parameters() const;
 
+  // The optimizer's state as named tensors, PyTorch's state_dict() flattened: each group's rate
+  // ("param_groups.0.lr", and "param_groups.0.initial_lr" once a scheduler took the group) as a
+  // 0-d float64, and each parameter's state under its index over all groups ("state.3.exp_avg",
+  // "state.3.step"), for parameters that have been stepped. The tensors are the optimizer's own,
+  // as PyTorch's state_dict's are: the next step() updates them. save_safetensors writes it; a run
+  // that loads it back, with the module's, the scheduler's epoch, get_rng_state() and the data's
+  // position, takes the steps the uninterrupted run takes, bit for bit.
+  std::vector<std::pair<std::string, Tensor>> state_dict() const;
+  // Sets the state from state_dict()'s names, as PyTorch's load_state_dict: every group's rate
+  // and each parameter's state (converted to the parameter's dtype and device; a parameter the
+  // state does not name starts afresh). A ValueError naming the key where a name is unknown, a
+  // group's rate is missing, a parameter's state is partial, or a shape is not what it must be;
+  // then nothing has changed.
+  void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state);
+
  protected:
   // The in-place update of a parameter of `group` whose state is number `state_index` (counted
   // over all groups, in order); returns the state tensors it changed, which step() evaluates
@@ -158,6 +174,16 @@ class Optimizer {
                                 DType dtype, const Device& device);
   // How many parameters all groups hold: the number of states an optimizer keeps.
   size_t num_states() const { return num_states_; }
+  // What state_dict() holds of a parameter: its state's names, each of the parameter's shape or
+  // a 0-d scalar; parameter `index`'s state (empty before its first step); and setting it
+  // (empty: as before a first step) from tensors of those names, checked and converted.
+  struct StateName {
+    const char* name;
+    bool scalar;  // 0-d (a step count), else of the parameter's shape
+  };
+  virtual std::vector<StateName> state_names() const = 0;
+  virtual std::vector<Tensor> parameter_state(size_t index) const = 0;
+  virtual void set_parameter_state(size_t index, std::vector<Tensor> state) = 0;
 
  private:
   std::vector<OptimizerParamGroup> param_groups_;
@@ -182,6 +208,9 @@ class SGD : public Optimizer {
  protected:
   std::vector<Tensor> update(size_t group, size_t state_index, Tensor& parameter,
                              const Tensor& grad) override;
+  std::vector<StateName> state_names() const override { return {{"momentum_buffer", false}}; }
+  std::vector<Tensor> parameter_state(size_t index) const override;
+  void set_parameter_state(size_t index, std::vector<Tensor> state) override;
 
  private:
   std::vector<Tensor> momentum_buffers_;
@@ -200,6 +229,11 @@ class Adam : public Optimizer {
                              const Tensor& grad) override;
   void begin_step() override;
   void end_step() override;
+  std::vector<StateName> state_names() const override {
+    return {{"step", true}, {"exp_avg", false}, {"exp_avg_sq", false}};
+  }
+  std::vector<Tensor> parameter_state(size_t index) const override;
+  void set_parameter_state(size_t index, std::vector<Tensor> state) override;
 
  private:
   bool decoupled_;

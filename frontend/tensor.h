@@ -502,6 +502,12 @@ Tensor arange(Scalar start, Scalar end, Scalar step = 1, TensorOptions options =
 Tensor rand(Shape shape, TensorOptions options = {}, Loc where = Loc::current());
 Tensor randn(Shape shape, TensorOptions options = {}, Loc where = Loc::current());
 void manual_seed(uint64_t seed);
+// The global generator's state, as torch.get_rng_state: an int64 tensor [2] on the CPU, the seed
+// and the count of draws taken (their bits). set_rng_state puts a state back, so that the
+// random tensors made next are those made after it was taken: a ValueError for a tensor that is
+// not such a state.
+Tensor get_rng_state();
+void set_rng_state(const Tensor& state);
 
 // Computes the tensors' values in one evaluation that shares their common work.
 void eval(const Tensor& t);
