@@ -26,6 +26,7 @@ demo: build
 	$(BUILD_DIR)/bin/walkthrough
 	$(BUILD_DIR)/bin/linear_regression
 	$(BUILD_DIR)/bin/mlp_classifier
+	$(BUILD_DIR)/bin/gpt2 --synthetic
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
