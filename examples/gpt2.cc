@@ -6,7 +6,8 @@
 // PyTorch wrote from nanoGPT's model. Data are token shards in llm.c's format (lazyfuse::data).
 //
 //   build/bin/gpt2 --data='fineweb_train_*.bin' [--val='fineweb_val_*.bin'] [--config=d12]
-//       [--batch=8] [--seq=1024] [--steps=100] [--lr=6e-4] [--warmup=10] [--eval-every=25]
+//       [--batch=8] [--accumulate=1] [--seq=1024] [--steps=100] [--lr=6e-4] [--warmup=10]
+//       [--eval-every=25]
 //       [--eval-batches=4] [--init=model.safetensors] [--checkpoint=DIR] [--resume]
 //       [--device=cuda:0] [--seed=1] [--peak-tflops=989] [--stop-after=N]
 //   build/bin/gpt2 --synthetic          a tiny model on a learnable shard it writes, on the CPU:
@@ -177,6 +178,7 @@ int main(int argc, char** argv) {
   const int64_t warmup = std::stoll(flag("warmup", synthetic ? "5" : "10"));
   const int64_t eval_every = std::stoll(flag("eval-every", synthetic ? "20" : "25"));
   const int64_t eval_batches = std::stoll(flag("eval-batches", "4"));
+  const int64_t accumulate = std::stoll(flag("accumulate", "1"));
   const double max_lr = std::stod(flag("lr", synthetic ? "3e-3" : "6e-4"));
   const double peak_tflops = std::stod(flag("peak-tflops", "0"));
   const Device device(flag("device", "cpu"));
@@ -254,18 +256,25 @@ int main(int argc, char** argv) {
   const int64_t stop = std::stoll(flag("stop-after", std::to_string(steps)));
   for (int64_t step = first_step; step < std::min(steps, stop); ++step) {
     const auto start = std::chrono::steady_clock::now();
-    const data::TokenBatch b = loader.next();
+    // --accumulate micro-batches a step: each backward's gradient scaled by their count, the
+    // losses computed with the step (one evaluation).
     optimizer.zero_grad();
-    const Tensor loss = loss_of(b);
-    loss.backward();
+    std::vector<Tensor> losses;
+    for (int64_t m = 0; m < accumulate; ++m) {
+      losses.push_back(loss_of(loader.next()));
+      losses.back().backward(scalar_tensor(1.0 / static_cast<double>(accumulate)));
+    }
     const Tensor norm = nn::utils::clip_grad_norm_(model->parameters(), 1.0);
     const double lr = optimizer.param_groups()[0].options().get_lr();
     optimizer.step();
     schedule.step();
-    const double loss_value = loss.item<double>(), norm_value = norm.item<double>();
+    double loss_value = 0;
+    for (const Tensor& loss : losses)
+      loss_value += loss.item<double>() / static_cast<double>(accumulate);
+    const double norm_value = norm.item<double>();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double tokens = static_cast<double>(batch * seq * distributed::world_size());
+    const double tokens = static_cast<double>(batch * seq * accumulate * distributed::world_size());
     if (rank == 0) {
       std::printf("step %4lld/%lld | loss %.6f | lr %.2e | norm %.4f | %.2f ms | %.0f tok/s",
                   (long long)step + 1, (long long)steps, loss_value, lr, norm_value, 1e3 * seconds,

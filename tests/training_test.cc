@@ -427,6 +427,50 @@ TEST(Optim, AStepIsOneEvaluationReusesItsScheduleAndKeepsItsBuffers) {
   }
 }
 
+// Gradient accumulation as PyTorch users write it: backward() of each micro-batch's loss over
+// their count, then one step. The gradients are those of the whole batch at once (to rounding:
+// the sums are ordered otherwise), and the micro-batches' forwards and backwards, their sums and
+// the update are one evaluation with the step.
+TEST(Optim, AccumulatedMicroBatchesStepAsTheirWholeBatchInOneEvaluation) {
+  manual_seed(5);
+  nn::Sequential net(nn::Linear(4, 8), nn::GELU(), nn::Linear(8, 3));
+  Tensor x = randn({16, 4});
+  Tensor y = tensor({0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0}, kInt64);
+  eval({x, y});
+  auto gradients = [&](int micro_batches) {
+    net.zero_grad();
+    const int64_t size = 16 / micro_batches;
+    for (int m = 0; m < micro_batches; ++m) {
+      const Tensor loss = nn::functional::cross_entropy(net(x.narrow(0, m * size, size)),
+                                                        y.narrow(0, m * size, size));
+      (loss / micro_batches).backward();
+    }
+    std::vector<Vec> grads;
+    for (const Tensor& p : net.parameters()) grads.push_back(p.grad().to_vector<double>());
+    return grads;
+  };
+  const std::vector<Vec> whole = gradients(1), accumulated = gradients(4);
+  ASSERT_EQ(whole.size(), accumulated.size());
+  for (size_t i = 0; i < whole.size(); ++i)
+    for (size_t j = 0; j < whole[i].size(); ++j)
+      EXPECT_NEAR(accumulated[i][j], whole[i][j], 1e-6 + 1e-5 * std::abs(whole[i][j]));
+
+  optim::AdamW optimizer(net.parameters(), optim::AdamWOptions(1e-2));
+  optimizer.zero_grad();
+  std::vector<Tensor> losses;
+  for (int m = 0; m < 4; ++m) {
+    losses.push_back(
+        nn::functional::cross_entropy(net(x.narrow(0, 4 * m, 4)), y.narrow(0, 4 * m, 4)));
+    // backward's gradient scales the micro-batch's loss, which stays the root the step computes
+    // (as (loss / 4).backward() leaves loss / 4 computed, not loss).
+    losses.back().backward(scalar_tensor(0.25));
+  }
+  reset_eval_stats();
+  optimizer.step();
+  EXPECT_EQ(eval_stats().evaluations, 1);
+  for (const Tensor& loss : losses) EXPECT_TRUE(loss.is_computed());
+}
+
 // A residual network of pre-LayerNorm blocks (x + fc2(gelu(fc1(ln(x))))), as a transformer's
 // MLP half is written: each block reads the stream twice. Its training step, forward, backward
 // and AdamW, is one evaluation of the same graph every step: the same kernels, its schedule
