@@ -9,7 +9,7 @@
 //       [--batch=8] [--accumulate=1] [--seq=1024] [--steps=100] [--lr=6e-4] [--warmup=10]
 //       [--eval-every=25]
 //       [--eval-batches=4] [--init=model.safetensors] [--checkpoint=DIR] [--resume]
-//       [--device=cuda:0] [--seed=1] [--peak-tflops=989] [--stop-after=N]
+//       [--device=cuda:0] [--autocast=bfloat16] [--seed=1] [--peak-tflops=989] [--stop-after=N]
 //   build/bin/gpt2 --synthetic          a tiny model on a learnable shard it writes, on the CPU:
 //                                       exits non-zero unless the validation loss falls below a
 //                                       third of its start (what `make test` runs)
@@ -231,7 +231,14 @@ int main(int argc, char** argv) {
         {run.at("data.epoch").item<int64_t>(), run.at("data.batch").item<int64_t>()});
   }
 
+  // --autocast=bfloat16 (or float16): products and attention in that type, norms, softmax and
+  // the loss in float32, parameters and the optimizer's state in float32.
+  const std::string autocast = flag("autocast", "");
+  if (!autocast.empty() && autocast != "bfloat16" && autocast != "float16")
+    throw ValueError("--autocast: bfloat16 or float16, not " + autocast);
   auto loss_of = [&](const data::TokenBatch& b) {
+    AutocastGuard mixed(device.type(), autocast == "float16" ? kFloat16 : kBFloat16,
+                        !autocast.empty());
     const Tensor logits = model->forward(b.inputs);
     return F::cross_entropy(logits.reshape({-1, c.vocab}), b.targets.reshape({-1}));
   };

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "lazyfuse/frontend/autocast.h"
 #include "lazyfuse/frontend/op_builder.h"
 #include "lazyfuse/ir/errors.h"
 
@@ -64,7 +65,8 @@ Tensor arg_extreme(const Tensor& x, int64_t dim, bool keepdim, bool largest, con
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim, Loc where) {
+Tensor softmax(const Tensor& input, int64_t dim, Loc where) {
+  const Tensor x = detail::autocast_float32(input);
   dim = dim_of(x, dim, "softmax", where);
   const Tensor e = (x - row_max(x, dim, where)).exp(where);
   // Times the sum's reciprocal, as torch.softmax computes it: one division a row rather than
@@ -73,13 +75,15 @@ Tensor softmax(const Tensor& x, int64_t dim, Loc where) {
   return e * (1.0 / e.sum({dim}, true, where));
 }
 
-Tensor log_softmax(const Tensor& x, int64_t dim, Loc where) {
+Tensor log_softmax(const Tensor& input, int64_t dim, Loc where) {
+  const Tensor x = detail::autocast_float32(input);
   dim = dim_of(x, dim, "log_softmax", where);
   const Tensor shifted = x - row_max(x, dim, where);
   return shifted - shifted.exp(where).sum({dim}, true, where).log(where);
 }
 
-Tensor logsumexp(const Tensor& x, std::vector<int64_t> dims, bool keepdim, Loc where) {
+Tensor logsumexp(const Tensor& input, std::vector<int64_t> dims, bool keepdim, Loc where) {
+  const Tensor x = detail::autocast_float32(input);
   if (dims.empty())
     for (int64_t d = 0; d < x.dim(); ++d) dims.push_back(d);
   Tensor m = x.detach();
@@ -134,7 +138,10 @@ Tensor gelu(const Tensor& x, const std::string& approximate, Loc where) {
                            "\" (at ", SourceLoc::from(where).str(), ")"));
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Loc where) {
+Tensor linear(const Tensor& input, const Tensor& weight_in, const Tensor& bias_in, Loc where) {
+  using detail::autocast_lower;
+  const Tensor x = autocast_lower(input), weight = autocast_lower(weight_in);
+  const Tensor bias = bias_in.defined() ? autocast_lower(bias_in) : bias_in;
   Tensor out = matmul(x, weight.t(where), where);
   return bias.defined() ? operator+({out, where}, bias) : out;
 }
@@ -174,8 +181,12 @@ double machine_epsilon(DType dtype) {
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
-                  const Tensor& weight, const Tensor& bias, double eps, Loc where) {
+Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape,
+                  const Tensor& weight_in, const Tensor& bias_in, double eps, Loc where) {
+  using detail::autocast_float32;
+  const Tensor x = autocast_float32(input);
+  const Tensor weight = weight_in.defined() ? autocast_float32(weight_in) : weight_in;
+  const Tensor bias = bias_in.defined() ? autocast_float32(bias_in) : bias_in;
   const std::vector<int64_t> dims = normalized_dims(x, normalized_shape, "layer_norm", where);
   const Tensor centered = x - x.mean(dims, true, where);
   const Tensor variance = (centered * centered).mean(dims, true, where);  // biased, as PyTorch
@@ -185,8 +196,10 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
   return y;
 }
 
-Tensor rms_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
-                std::optional<double> eps, Loc where) {
+Tensor rms_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape,
+                const Tensor& weight_in, std::optional<double> eps, Loc where) {
+  const Tensor x = detail::autocast_float32(input);
+  const Tensor weight = weight_in.defined() ? detail::autocast_float32(weight_in) : weight_in;
   const std::vector<int64_t> dims = normalized_dims(x, normalized_shape, "rms_norm", where);
   const double epsilon = eps.value_or(machine_epsilon(x.dtype()));
   Tensor y = x * ((x * x).mean(dims, true, where) + epsilon).rsqrt(where);
@@ -194,7 +207,8 @@ Tensor rms_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, c
   return y;
 }
 
-Tensor normalize(const Tensor& x, double p, int64_t dim, double eps, Loc where) {
+Tensor normalize(const Tensor& input, double p, int64_t dim, double eps, Loc where) {
+  const Tensor x = detail::autocast_float32(input);
   if (!(p > 0) || !std::isfinite(p))
     fail(absl::StrCat("normalize: p must be positive and finite, got ", p), where);
   dim = dim_of(x, dim, "normalize", where);
@@ -229,7 +243,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Loc where) {
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc where) {
-  const Tensor diff = operator-({input, where}, target);
+  const Tensor diff = operator-
+      ({detail::autocast_float32(input), where}, detail::autocast_float32(target));
   return reduce_loss(diff * diff, reduction, where);
 }
 
@@ -270,8 +285,9 @@ int64_t check_cross_entropy(const Tensor& input, const Tensor& target,
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& input, const Tensor& target,
+Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      const CrossEntropyFuncOptions& options, Loc where) {
+  const Tensor input = detail::autocast_float32(logits);
   const int64_t class_dim = check_cross_entropy(input, target, options, where);
   const int64_t classes = input.size(class_dim);
   const double smoothing = options.label_smoothing();
@@ -302,7 +318,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target,
   return (loss * (kept / kept.sum(where))).sum(where);
 }
 
-Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction, Loc where) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, Loc where) {
+  const Tensor input = detail::autocast_float32(logits);
   const int64_t class_dim = check_cross_entropy(input, target, CrossEntropyFuncOptions(), where);
   // No target ignored: the mean is over every element, whose gradient scale 1/numel is a
   // constant, so the passes fuse the loss, its gradient and the softmax into one row kernel.
@@ -315,8 +332,10 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduct
   return reduce_loss(loss, reduction, where);
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target_in,
                                         Reduction reduction, Loc where) {
+  const Tensor input = detail::autocast_float32(logits),
+               target = detail::autocast_float32(target_in);
   // log(1 + exp(-x)) = relu(-x) + log1p(exp(-|x|)): no overflow for any x.
   const Tensor softplus_neg = (-input).relu(where) + (-input.abs(where)).exp(where).log1p(where);
   const Tensor loss = (1 - target) * input + softplus_neg;

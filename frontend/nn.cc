@@ -37,8 +37,7 @@ Tensor Linear::forward(const Tensor& input) {
   if (input.dim() == 0 || input.size(-1) != in_features_)
     throw ShapeError(absl::StrCat("Linear(in_features=", in_features_, "): input of shape ",
                                   shape_str(input.sizes()), " does not end in ", in_features_));
-  Tensor out = matmul(input, weight_.t());
-  return bias_.defined() ? out + bias_ : out;
+  return functional::linear(input, weight_, bias_);
 }
 
 std::string Linear::repr() const {

@@ -5,6 +5,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "lazyfuse/frontend/autocast.h"
 #include "lazyfuse/frontend/autograd.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/infer.h"
@@ -59,6 +60,14 @@ std::optional<DType> zero_dim_cast_target(Op op, std::span<const Tensor> operand
 
 Tensor make_op(Op op, std::span<const Tensor> operands, Attrs attrs, const Loc& where, Shape given,
                DType explicit_dtype, Device device) {
+  // Mixed precision: the op's operands as autocast's policy for it asks (frontend/autocast.h).
+  absl::InlinedVector<Tensor, 3> autocast_operands;
+  if (autocast_active())
+    if (const AutocastPolicy policy = autocast_policy(op); policy != AutocastPolicy::Keep) {
+      const std::vector<Tensor> cast = autocast(operands, policy);
+      autocast_operands.assign(cast.begin(), cast.end());
+      operands = autocast_operands;
+    }
   absl::InlinedVector<Tensor, 3> cast;
   if (const std::optional<DType> target = zero_dim_cast_target(op, operands)) {
     cast.assign(operands.begin(), operands.end());

@@ -34,6 +34,8 @@ inline constexpr DType kDouble = DType::Float64;
 inline constexpr DType kHalf = DType::Float16;
 inline constexpr DType kLong = DType::Int64;
 inline constexpr DType kInt = DType::Int32;
+inline constexpr DeviceType kCPU = DeviceType::CPU;
+inline constexpr DeviceType kCUDA = DeviceType::CUDA;
 
 // A number as an operand: keeps whether it was written as a bool, an integer or a float, which
 // decides the result dtype as in PyTorch (int tensor + 2 stays int; + 2.5 becomes float).

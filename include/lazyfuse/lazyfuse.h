@@ -2,6 +2,7 @@
 // The one header users include: #include <lazyfuse/lazyfuse.h>
 #pragma once
 
+#include "lazyfuse/frontend/autocast.h"
 #include "lazyfuse/frontend/autograd.h"
 #include "lazyfuse/frontend/data.h"
 #include "lazyfuse/frontend/distributed.h"
