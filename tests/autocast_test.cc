@@ -3,7 +3,7 @@
 // scaled_dot_product_attention; float32 for exp, log, log1p, expm1, pow, rsqrt, sum, softmax,
 // log_softmax, logsumexp, layer_norm, the norms and the losses; the rest as their operands are),
 // gradients reaching float32 parameters in float32, and a model trained under it against the
-// same model in float32.
+// same model in float32; GradScaler's loss scaling against training without it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,9 +12,8 @@
 #include "lazyfuse/lazyfuse.h"
 
 namespace lazyfuse {
-namespace {
-
 namespace F = nn::functional;
+namespace {
 
 TEST(Autocast, EachOpsDtypeIsTorchAutocasts) {
   manual_seed(0);
@@ -140,6 +139,66 @@ TEST(Autocast, TrainingUnderAutocastFollowsFloat32) {
   EXPECT_LT(exact.back(), 0.7 * exact.front()) << "it learns";
   for (size_t s = 0; s < exact.size(); ++s)
     EXPECT_NEAR(mixed[s], exact[s], 2e-2 * exact[s]) << "step " << s;
+}
+
+}  // namespace
+}  // namespace lazyfuse
+
+namespace lazyfuse {
+namespace {
+
+// A power-of-two scale and its reciprocal are exact: scaled steps are the unscaled steps, bit
+// for bit.
+TEST(GradScaler, ScaledStepsAreTheUnscaledStepsBitForBit) {
+  auto train = [](bool scaled) {
+    manual_seed(6);
+    nn::Sequential net(nn::Linear(8, 16), nn::GELU(), nn::Linear(16, 3));
+    optim::Adam optimizer(net.parameters(), optim::AdamOptions(1e-2));
+    GradScaler scaler(1024.0, 2.0, 0.5, 2000, scaled);
+    const Tensor x = randn({32, 8});
+    const Tensor y = argmax(x.narrow(1, 0, 3), 1);
+    for (int step = 0; step < 5; ++step) {
+      optimizer.zero_grad();
+      scaler.scale(F::cross_entropy(net(x), y)).backward();
+      EXPECT_TRUE(scaler.step(optimizer));
+      scaler.update();
+    }
+    std::vector<double> values;
+    for (const Tensor& p : net.parameters())
+      for (double v : p.to_vector<double>()) values.push_back(v);
+    return values;
+  };
+  EXPECT_EQ(train(true), train(false));
+}
+
+// Gradients that overflow skip the step and halve the scale; growth_interval clean steps in a
+// row double it.
+TEST(GradScaler, AnOverflowSkipsTheStepAndBacksOffCleanStepsGrow) {
+  manual_seed(7);
+  nn::Linear fc(4, 2);
+  optim::SGD optimizer(fc.parameters(), optim::SGDOptions(0.1));
+  GradScaler scaler(0x1p120, 2.0, 0.5, 3);
+  const Tensor x = randn({8, 4}) * 1e6;  // gradients near 1e6: times 2^120 is past float32
+  const std::vector<double> before = fc.weight().to_vector<double>();
+  optimizer.zero_grad();
+  scaler.scale(fc.forward(x).sum()).backward();
+  EXPECT_FALSE(scaler.step(optimizer));
+  scaler.update();
+  EXPECT_EQ(fc.weight().to_vector<double>(), before) << "skipped";
+  EXPECT_EQ(scaler.get_scale(), 0x1p119);
+
+  GradScaler small(8.0, 2.0, 0.5, 3);
+  for (int step = 1; step <= 7; ++step) {
+    optimizer.zero_grad();
+    small.scale(fc.forward(randn({8, 4})).sum()).backward();
+    EXPECT_TRUE(small.step(optimizer));
+    small.update();
+    EXPECT_EQ(small.get_scale(), 8.0 * (1 << (step / 3))) << "step " << step;
+  }
+  small.unscale_(optimizer);
+  EXPECT_THROW(small.unscale_(optimizer), ValueError);
+  EXPECT_THROW(GradScaler(0.0), ValueError);
+  EXPECT_THROW(GradScaler(1.0, 2.0, 1.5), ValueError);
 }
 
 }  // namespace

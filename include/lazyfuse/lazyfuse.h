@@ -7,6 +7,7 @@
 #include "lazyfuse/frontend/data.h"
 #include "lazyfuse/frontend/distributed.h"
 #include "lazyfuse/frontend/functional.h"
+#include "lazyfuse/frontend/grad_scaler.h"
 #include "lazyfuse/frontend/interop.h"
 #include "lazyfuse/frontend/lr_scheduler.h"
 #include "lazyfuse/frontend/nn.h"

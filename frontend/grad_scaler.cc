@@ -1,0 +1,81 @@
+// GradScaler (frontend/grad_scaler.h).
+#include "lazyfuse/frontend/grad_scaler.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "lazyfuse/frontend/autograd.h"
+#include "lazyfuse/ir/errors.h"
+
+namespace lazyfuse {
+
+GradScaler::GradScaler(double init_scale, double growth_factor, double backoff_factor,
+                       int64_t growth_interval, bool enabled)
+    : scale_(init_scale),
+      growth_factor_(growth_factor),
+      backoff_factor_(backoff_factor),
+      growth_interval_(growth_interval),
+      enabled_(enabled) {
+  if (!(init_scale > 0) || !(growth_factor > 1) || !(backoff_factor > 0 && backoff_factor < 1) ||
+      growth_interval < 1)
+    throw ValueError(absl::StrCat("GradScaler: init_scale ", init_scale, ", growth_factor ",
+                                  growth_factor, ", backoff_factor ", backoff_factor,
+                                  ", growth_interval ", growth_interval,
+                                  ": a positive scale, a growth above 1, a backoff in (0, 1) and "
+                                  "a positive interval"));
+}
+
+Tensor GradScaler::scale(const Tensor& loss) const { return enabled_ ? loss * scale_ : loss; }
+
+void GradScaler::unscale_(optim::Optimizer& optimizer) {
+  if (!enabled_) return;
+  if (unscaled_)
+    throw ValueError("GradScaler: unscale_ was already called since the last update()");
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  Tensor finite;  // the sum of every gradient's probe
+  for (optim::OptimizerParamGroup& group : optimizer.param_groups())
+    for (Tensor& parameter : group.params()) {
+      if (!parameter.grad().defined()) continue;
+      // Times the reciprocal, in float32 or wider, as PyTorch's _amp_foreach_non_finite_check_
+      // _and_unscale_ multiplies.
+      Tensor& grad = parameter.mutable_grad();
+      grad = (grad.to(is_half(grad.dtype()) ? kFloat32 : grad.dtype()) * (1.0 / scale_))
+                 .to(grad.dtype());
+      // 0 where every element is finite, NaN otherwise (an infinity or NaN times 0 is NaN).
+      const Tensor probe = (grad.to(kFloat32) * 0).sum();
+      finite = finite.defined() ? finite + probe : probe;
+      grads.push_back(grad);
+    }
+  if (finite.defined()) {
+    grads.push_back(finite);
+    eval(grads);
+    found_inf_ = !(finite.item<double>() == 0);
+  }
+  unscaled_ = true;
+}
+
+bool GradScaler::step(optim::Optimizer& optimizer) {
+  if (!enabled_) {
+    optimizer.step();
+    return true;
+  }
+  if (!unscaled_) unscale_(optimizer);
+  stepped_ = !found_inf_;
+  if (stepped_) optimizer.step();
+  return stepped_;
+}
+
+void GradScaler::update() {
+  if (!enabled_) return;
+  if (found_inf_) {
+    scale_ *= backoff_factor_;
+    growth_tracker_ = 0;
+  } else if (++growth_tracker_ == growth_interval_) {
+    scale_ *= growth_factor_;
+    growth_tracker_ = 0;
+  }
+  unscaled_ = found_inf_ = stepped_ = false;
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,45 @@
+// Loss scaling for float16 training, as torch.amp.GradScaler: float16's gradients underflow
+// where bfloat16's and float32's do not, so the loss is multiplied by a large power of two
+// before backward() and the gradients divided by it before the step. A step whose gradients
+// hold an infinity or a NaN is skipped and the scale halved; after growth_interval steps in a
+// row without one, the scale doubles.
+//
+//   GradScaler scaler;
+//   scaler.scale(loss).backward();
+//   scaler.step(optimizer);   // unscales, then steps unless a gradient is not finite
+//   scaler.update();
+//
+// Whether the gradients are finite is read on the host before the step, as PyTorch's scaler
+// reads it: the backward is then an evaluation of its own, before the step's.
+#pragma once
+
+#include "lazyfuse/frontend/optim.h"
+
+namespace lazyfuse {
+
+class GradScaler {
+ public:
+  explicit GradScaler(double init_scale = 65536.0, double growth_factor = 2.0,
+                      double backoff_factor = 0.5, int64_t growth_interval = 2000,
+                      bool enabled = true);
+  // The loss times the scale (the loss itself when disabled).
+  Tensor scale(const Tensor& loss) const;
+  // Divides `optimizer`'s gradients by the scale, in place, and notes whether all are finite
+  // (evaluating them). At most once between two update() calls.
+  void unscale_(optim::Optimizer& optimizer);
+  // Unscales (unless unscale_ did) and steps when every gradient is finite; returns whether it
+  // stepped.
+  bool step(optim::Optimizer& optimizer);
+  // The scale for the next step: halved after a skipped step, doubled after growth_interval
+  // steps in a row.
+  void update();
+  double get_scale() const { return scale_; }
+  bool is_enabled() const { return enabled_; }
+
+ private:
+  double scale_, growth_factor_, backoff_factor_;
+  int64_t growth_interval_, growth_tracker_ = 0;
+  bool enabled_, unscaled_ = false, found_inf_ = false, stepped_ = false;
+};
+
+}  // namespace lazyfuse
