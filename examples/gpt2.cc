@@ -236,6 +236,8 @@ int main(int argc, char** argv) {
   const std::string autocast = flag("autocast", "");
   if (!autocast.empty() && autocast != "bfloat16" && autocast != "float16")
     throw ValueError("--autocast: bfloat16 or float16, not " + autocast);
+  // float16's gradients underflow: its losses are scaled (bfloat16 and float32 take scale 1).
+  GradScaler scaler(65536.0, 2.0, 0.5, 2000, autocast == "float16");
   auto loss_of = [&](const data::TokenBatch& b) {
     AutocastGuard mixed(device.type(), autocast == "float16" ? kFloat16 : kBFloat16,
                         !autocast.empty());
@@ -269,11 +271,14 @@ int main(int argc, char** argv) {
     std::vector<Tensor> losses;
     for (int64_t m = 0; m < accumulate; ++m) {
       losses.push_back(loss_of(loader.next()));
-      losses.back().backward(scalar_tensor(1.0 / static_cast<double>(accumulate)));
+      losses.back().backward(scaler.scale(
+          scalar_tensor(1.0 / static_cast<double>(accumulate), TensorOptions().device(device))));
     }
+    scaler.unscale_(optimizer);  // clipping sees the true gradients
     const Tensor norm = nn::utils::clip_grad_norm_(model->parameters(), 1.0);
     const double lr = optimizer.param_groups()[0].options().get_lr();
-    optimizer.step();
+    scaler.step(optimizer);
+    scaler.update();
     schedule.step();
     double loss_value = 0;
     for (const Tensor& loss : losses)

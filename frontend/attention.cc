@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lazyfuse/frontend/attention.h"
+#include "lazyfuse/frontend/autocast.h"
 #include "lazyfuse/frontend/functional.h"
 #include "lazyfuse/frontend/nn.h"
 #include "lazyfuse/frontend/op_builder.h"
@@ -155,9 +156,16 @@ std::optional<std::array<Tensor, 3>> attention_operands(const Tensor& query, con
 void set_fused_attention_enabled(bool enabled) { fused_attention_setting().store(enabled); }
 bool fused_attention_enabled() { return fused_attention_setting().load(); }
 
-Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
-                                    const Tensor& attn_mask, double dropout_p, bool is_causal,
-                                    std::optional<double> scale, bool enable_gqa, Loc where) {
+Tensor scaled_dot_product_attention(const Tensor& query_in, const Tensor& key_in,
+                                    const Tensor& value_in, const Tensor& mask_in, double dropout_p,
+                                    bool is_causal, std::optional<double> scale, bool enable_gqa,
+                                    Loc where) {
+  // Under autocast, every floating operand in its lower dtype before the checks, as PyTorch's
+  // autocast casts before the op sees them.
+  using lazyfuse::detail::autocast_lower;
+  const Tensor query = autocast_lower(query_in), key = autocast_lower(key_in),
+               value = autocast_lower(value_in);
+  const Tensor attn_mask = mask_in.defined() ? autocast_lower(mask_in) : mask_in;
   check_operands(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, where);
   const double factor = scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));
   {

@@ -18,15 +18,16 @@ int slot(DeviceType type) { return type == DeviceType::CPU ? 0 : 1; }
 
 }  // namespace
 
-AutocastGuard::AutocastGuard(DeviceType device_type, DType dtype, bool enabled)
+AutocastGuard::AutocastGuard(DeviceType device_type, std::optional<DType> dtype, bool enabled)
     : device_type_(device_type),
       was_enabled_(state.enabled[slot(device_type)]),
       was_dtype_(state.dtype[slot(device_type)]) {
-  if (dtype != kBFloat16 && dtype != kFloat16)
+  const DType type = dtype.value_or(device_type == DeviceType::CUDA ? kFloat16 : kBFloat16);
+  if (enabled && type != kBFloat16 && type != kFloat16)
     throw DTypeError(absl::StrCat("AutocastGuard: autocast takes float16 or bfloat16, not ",
-                                  dtype_torch_name(dtype)));
+                                  dtype_torch_name(type)));
   state.enabled[slot(device_type)] = enabled;
-  state.dtype[slot(device_type)] = dtype;
+  if (enabled) state.dtype[slot(device_type)] = type;
 }
 
 AutocastGuard::~AutocastGuard() {

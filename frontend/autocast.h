@@ -11,6 +11,7 @@
 // stay float32, each use reads a cast, and gradients flow back through the casts to float32.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -21,9 +22,11 @@ namespace lazyfuse {
 class AutocastGuard {
  public:
   // Mixed precision for ops on `device_type`'s tensors in `dtype` (float16 or bfloat16, else a
-  // DTypeError), or, with enabled false, none: a guard inside another turns it off. The
-  // previous state comes back when the guard goes.
-  explicit AutocastGuard(DeviceType device_type, DType dtype = kBFloat16, bool enabled = true);
+  // DTypeError; PyTorch's defaults: float16 on CUDA, bfloat16 on the CPU), or, with enabled
+  // false, none: a guard inside another turns it off. The previous state comes back when the
+  // guard goes.
+  explicit AutocastGuard(DeviceType device_type, std::optional<DType> dtype = std::nullopt,
+                         bool enabled = true);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;

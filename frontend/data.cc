@@ -61,11 +61,13 @@ TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
     fail(path_, offset, what);
   };
   const int32_t magic = read_int32(mapping_);
-  if (magic != kTokenShardMagic)
-    reject(0, absl::StrCat("magic ", magic, ", not a token shard's ", kTokenShardMagic));
+  if (magic != kTokenShardMagic && magic != kTokenShardMagicLlama3)
+    reject(0, absl::StrCat("magic ", magic, ", not a token shard's (", kTokenShardMagic, " or ",
+                           kTokenShardMagicLlama3, ")"));
   version_ = read_int32(mapping_ + 4);
-  if (version_ != 1 && version_ != 2)
-    reject(4, absl::StrCat("version ", version_, ": 1 (uint16 tokens) and 2 (uint32) are read"));
+  const int expected = magic == kTokenShardMagic ? 1 : 7;
+  if (version_ != expected)
+    reject(4, absl::StrCat("version ", version_, ": magic ", magic, " takes version ", expected));
   const int32_t count = read_int32(mapping_ + 8);
   if (count < 0) reject(8, absl::StrCat("a negative token count, ", count));
   size_ = count;

@@ -2,9 +2,9 @@
 // preprocessing scripts write (llm.c's dev/data/data_common.py, write_datafile), read through a
 // memory map and cut into [B, T] batches of inputs and next-token targets.
 //
-// A shard is a header of 256 little-endian int32 — magic 20240520, version (1: uint16 tokens, as
-// GPT-2's vocabulary fits; 2: uint32 tokens, Llama 3's), the count of tokens — and then the
-// tokens. A batch never spans two shards, as in llm.c: shard s holds (n_s - 1) / T sequences,
+// A shard is a header of 256 little-endian int32 — magic and version (20240520 and 1: uint16
+// tokens, GPT-2's; 20240801 and 7: uint32 tokens, Llama 3's), the count of tokens — and then the
+// tokens. A sequence never spans two shards, as in llm.c: shard s holds (n_s - 1) / T sequences,
 // sequence k its tokens [k T, k T + T] (the inputs are the first T, the targets the last T),
 // and the loader's samples are every shard's sequences in order. Which samples a process takes
 // in an epoch are distributed::DistributedSampler's (torch.utils.data.DistributedSampler's
@@ -22,7 +22,8 @@
 
 namespace lazyfuse::data {
 
-inline constexpr int32_t kTokenShardMagic = 20240520;
+inline constexpr int32_t kTokenShardMagic = 20240520;        // GPT-2's, version 1
+inline constexpr int32_t kTokenShardMagicLlama3 = 20240801;  // Llama 3's, version 7
 inline constexpr int64_t kTokenShardHeaderInts = 256;
 
 // One shard, memory-mapped. A SerializationError naming the file and the byte offset where it
@@ -37,9 +38,9 @@ class TokenShard {
   TokenShard& operator=(const TokenShard&) = delete;
 
   const std::string& path() const { return path_; }
-  int version() const { return version_; }
-  int64_t size() const { return size_; }  // tokens
-  int64_t operator[](int64_t i) const;    // token i, 0 <= i < size()
+  int version() const { return version_; }  // 1 (uint16 tokens) or 7 (uint32)
+  int64_t size() const { return size_; }    // tokens
+  int64_t operator[](int64_t i) const;      // token i, 0 <= i < size()
 
  private:
   std::string path_;

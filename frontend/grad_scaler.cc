@@ -29,8 +29,9 @@ Tensor GradScaler::scale(const Tensor& loss) const { return enabled_ ? loss * sc
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (!enabled_) return;
-  if (unscaled_)
-    throw ValueError("GradScaler: unscale_ was already called since the last update()");
+  if (unscaled_.contains(&optimizer))
+    throw ValueError(
+        "GradScaler: unscale_ was already called on this optimizer since the last update()");
   NoGradGuard no_grad;
   std::vector<Tensor> grads;
   Tensor finite;  // the sum of every gradient's probe
@@ -47,12 +48,12 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
       finite = finite.defined() ? finite + probe : probe;
       grads.push_back(grad);
     }
+  PerOptimizer& state = unscaled_[&optimizer];
   if (finite.defined()) {
     grads.push_back(finite);
     eval(grads);
-    found_inf_ = !(finite.item<double>() == 0);
+    state.found_inf = !(finite.item<double>() == 0);
   }
-  unscaled_ = true;
 }
 
 bool GradScaler::step(optim::Optimizer& optimizer) {
@@ -60,22 +61,32 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
     optimizer.step();
     return true;
   }
-  if (!unscaled_) unscale_(optimizer);
-  stepped_ = !found_inf_;
-  if (stepped_) optimizer.step();
-  return stepped_;
+  if (!unscaled_.contains(&optimizer)) unscale_(optimizer);
+  PerOptimizer& state = unscaled_[&optimizer];
+  if (state.stepped)
+    throw ValueError(
+        "GradScaler: step() was already called on this optimizer since the last "
+        "update()");
+  state.stepped = true;
+  if (state.found_inf) return false;
+  optimizer.step();
+  return true;
 }
 
 void GradScaler::update() {
   if (!enabled_) return;
-  if (found_inf_) {
+  if (unscaled_.empty())
+    throw ValueError("GradScaler: update() with no optimizer unscaled or stepped since the last");
+  bool found_inf = false;
+  for (const auto& [optimizer, state] : unscaled_) found_inf |= state.found_inf;
+  unscaled_.clear();
+  if (found_inf) {
     scale_ *= backoff_factor_;
     growth_tracker_ = 0;
   } else if (++growth_tracker_ == growth_interval_) {
     scale_ *= growth_factor_;
     growth_tracker_ = 0;
   }
-  unscaled_ = found_inf_ = stepped_ = false;
 }
 
 }  // namespace lazyfuse

@@ -13,6 +13,8 @@
 // reads it: the backward is then an evaluation of its own, before the step's.
 #pragma once
 
+#include <map>
+
 #include "lazyfuse/frontend/optim.h"
 
 namespace lazyfuse {
@@ -25,21 +27,26 @@ class GradScaler {
   // The loss times the scale (the loss itself when disabled).
   Tensor scale(const Tensor& loss) const;
   // Divides `optimizer`'s gradients by the scale, in place, and notes whether all are finite
-  // (evaluating them). At most once between two update() calls.
+  // (evaluating them). At most once per optimizer between two update() calls (a ValueError).
   void unscale_(optim::Optimizer& optimizer);
   // Unscales (unless unscale_ did) and steps when every gradient is finite; returns whether it
-  // stepped.
+  // stepped. At most once per optimizer between two update() calls (a ValueError).
   bool step(optim::Optimizer& optimizer);
-  // The scale for the next step: halved after a skipped step, doubled after growth_interval
-  // steps in a row.
+  // The scale for the next step: halved where any optimizer's step was skipped, doubled after
+  // growth_interval steps in a row. A ValueError where no optimizer was unscaled since the last.
   void update();
-  double get_scale() const { return scale_; }
+  double get_scale() const { return enabled_ ? scale_ : 1.0; }
   bool is_enabled() const { return enabled_; }
 
  private:
   double scale_, growth_factor_, backoff_factor_;
   int64_t growth_interval_, growth_tracker_ = 0;
-  bool enabled_, unscaled_ = false, found_inf_ = false, stepped_ = false;
+  bool enabled_;
+  // Each optimizer's state since the last update(), as PyTorch's per-optimizer state.
+  struct PerOptimizer {
+    bool found_inf = false, stepped = false;
+  };
+  std::map<const optim::Optimizer*, PerOptimizer> unscaled_;
 };
 
 }  // namespace lazyfuse

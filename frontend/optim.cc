@@ -90,8 +90,7 @@ namespace {
 bool split_key(absl::string_view key, absl::string_view prefix, size_t& index, std::string& name) {
   if (!absl::ConsumePrefix(&key, prefix)) return false;
   const size_t dot = key.find('.');
-  if (dot == absl::string_view::npos || !absl::SimpleAtoi(key.substr(0, dot), &index))
-    return false;
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(key.substr(0, dot), &index)) return false;
   name = std::string(key.substr(dot + 1));
   return true;
 }
@@ -127,6 +126,11 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
     if (value.sizes() != want)
       throw bad(key, absl::StrCat("has shape ", shape_str(value.sizes()), ", expected ",
                                   shape_str(want)));
+    if (it->scalar) {  // a step count: a whole number, not negative
+      const double count = value.item<double>();
+      if (!(count >= 0) || count != std::floor(count))
+        throw bad(key, absl::StrCat("is ", count, ", not a step count"));
+    }
     states[index][it - names.begin()] = value;
   }
   for (size_t g = 0; g < param_groups_.size(); ++g)

@@ -29,6 +29,11 @@ TEST(Autocast, EachOpsDtypeIsTorchAutocasts) {
       {"linear", [&] { return F::linear(a, w, bias); }, kBFloat16},
       {"scaled_dot_product_attention",
        [&] { return F::scaled_dot_product_attention(q, k, v, {}, 0.0, true); }, kBFloat16},
+      {"scaled_dot_product_attention of mixed dtypes and a float mask",
+       [&] {
+         return F::scaled_dot_product_attention(q.to(kBFloat16), k, v, zeros({5, 5}), 0.0, false);
+       },
+       kBFloat16},
       {"matmul of float64", [&] { return wide.matmul(b.to(kFloat64)); }, kFloat64},
       // Float32.
       {"exp", [&] { return h.exp(); }, kFloat32},
@@ -85,6 +90,15 @@ TEST(Autocast, GuardsNestRestoreAndStayOnTheirDeviceType) {
     EXPECT_EQ(a.matmul(b).dtype(), kFloat32);
   }
   EXPECT_THROW(AutocastGuard(kCPU, kFloat32), DTypeError);
+  AutocastGuard off(kCPU, kFloat32, /*enabled=*/false);  // disabled: any dtype will do
+  {
+    AutocastGuard defaults(kCPU);  // PyTorch's default on the CPU
+    EXPECT_EQ(get_autocast_dtype(kCPU), kBFloat16);
+  }
+  {
+    AutocastGuard defaults(kCUDA);  // and on CUDA
+    EXPECT_EQ(get_autocast_dtype(kCUDA), kFloat16);
+  }
 }
 
 // Parameters stay float32 and their gradients arrive in float32, through the casts.
@@ -195,8 +209,12 @@ TEST(GradScaler, AnOverflowSkipsTheStepAndBacksOffCleanStepsGrow) {
     small.update();
     EXPECT_EQ(small.get_scale(), 8.0 * (1 << (step / 3))) << "step " << step;
   }
+  EXPECT_THROW(small.update(), ValueError) << "nothing since the last update";
   small.unscale_(optimizer);
   EXPECT_THROW(small.unscale_(optimizer), ValueError);
+  EXPECT_TRUE(small.step(optimizer));
+  EXPECT_THROW(small.step(optimizer), ValueError) << "a second step before update()";
+  EXPECT_EQ(GradScaler(1024.0, 2.0, 0.5, 3, /*enabled=*/false).get_scale(), 1.0);
   EXPECT_THROW(GradScaler(0.0), ValueError);
   EXPECT_THROW(GradScaler(1.0, 2.0, 1.5), ValueError);
 }

@@ -50,7 +50,7 @@ TEST(TokenShard, ReadsWhatOurScriptWroteInLlmcsLayout) {
        std::vector<std::tuple<std::string, int64_t, int, int64_t, int64_t>>{
            {"gpt2_train_000.bin", 0, 1, 1000, 50257},
            {"gpt2_train_001.bin", 1, 1, 517, 50257},
-           {"llama_train_000.bin", 2, 2, 300, 128256}}) {
+           {"llama_train_000.bin", 2, 7, 300, 128256}}) {
     const TokenShard file(fixture(name));
     EXPECT_EQ(file.version(), version) << name;
     ASSERT_EQ(file.size(), count) << name;
@@ -58,7 +58,7 @@ TEST(TokenShard, ReadsWhatOurScriptWroteInLlmcsLayout) {
       ASSERT_EQ(file[i], token(shard, i, vocab)) << name << " " << i;
     EXPECT_THROW(file[count], IndexError);
   }
-  // Llama 3's tokens pass 65535: version 2 holds them in 32 bits.
+  // Llama 3's tokens pass 65535: version 7 holds them in 32 bits.
   const TokenShard llama(fixture("llama_train_000.bin"));
   int64_t largest = 0;
   for (int64_t i = 0; i < llama.size(); ++i) largest = std::max(largest, llama[i]);
@@ -179,16 +179,16 @@ TEST(TokenShard, MalformedOrTruncatedShardsAreErrorsNamingFileAndOffset) {
     return std::string("no error");
   };
   const std::string magic = write("magic.bin", {20240519, 1, 4}, 8);
-  EXPECT_EQ(message(magic), magic + ": at byte 0: magic 20240519, not a token shard's 20240520");
-  const std::string version = write("version.bin", {20240520, 3, 4}, 8);
-  EXPECT_EQ(message(version),
-            version + ": at byte 4: version 3: 1 (uint16 tokens) and 2 (uint32) are read");
+  EXPECT_EQ(message(magic),
+            magic + ": at byte 0: magic 20240519, not a token shard's (20240520 or 20240801)");
+  const std::string version = write("version.bin", {20240520, 7, 4}, 8);
+  EXPECT_EQ(message(version), version + ": at byte 4: version 7: magic 20240520 takes version 1");
   const std::string truncated = write("truncated.bin", {20240520, 1, 1000}, 10);
   EXPECT_EQ(message(truncated),
             truncated +
                 ": at byte 1034: truncated: the header's 1000 tokens need 3024 bytes, "
                 "the file has 1034");
-  const std::string wide = write("wide.bin", {20240520, 2, 4}, 8);
+  const std::string wide = write("wide.bin", {20240801, 7, 4}, 8);
   EXPECT_NE(message(wide).find("the header's 4 tokens need 1040 bytes"), std::string::npos);
   const fs::path short_header = dir / "short.bin";
   std::ofstream(short_header, std::ios::binary) << "12345";
