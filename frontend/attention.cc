@@ -165,7 +165,7 @@ Tensor scaled_dot_product_attention(const Tensor& query_in, const Tensor& key_in
   using lazyfuse::detail::autocast_lower;
   const Tensor query = autocast_lower(query_in), key = autocast_lower(key_in),
                value = autocast_lower(value_in);
-  const Tensor attn_mask = mask_in.defined() ? autocast_lower(mask_in) : mask_in;
+  const Tensor attn_mask = autocast_lower(mask_in);
   check_operands(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, where);
   const double factor = scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));
   {

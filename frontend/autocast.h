@@ -56,7 +56,7 @@ inline Tensor autocast(const Tensor& operand, AutocastPolicy policy) {
   return autocast_active() ? autocast(std::span<const Tensor>(&operand, 1), policy)[0] : operand;
 }
 // The composite ops' entries (functional.cc): their floating operands in float32, or in the
-// lower dtype.
+// lower dtype (an undefined tensor, an absent weight or bias, stays undefined).
 inline Tensor autocast_float32(const Tensor& operand) {
   return autocast(operand, AutocastPolicy::Float32);
 }

@@ -141,7 +141,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate, Loc where) {
 Tensor linear(const Tensor& input, const Tensor& weight_in, const Tensor& bias_in, Loc where) {
   using detail::autocast_lower;
   const Tensor x = autocast_lower(input), weight = autocast_lower(weight_in);
-  const Tensor bias = bias_in.defined() ? autocast_lower(bias_in) : bias_in;
+  const Tensor bias = autocast_lower(bias_in);
   Tensor out = matmul(x, weight.t(where), where);
   return bias.defined() ? operator+({out, where}, bias) : out;
 }
@@ -185,8 +185,7 @@ Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_sh
                   const Tensor& weight_in, const Tensor& bias_in, double eps, Loc where) {
   using detail::autocast_float32;
   const Tensor x = autocast_float32(input);
-  const Tensor weight = weight_in.defined() ? autocast_float32(weight_in) : weight_in;
-  const Tensor bias = bias_in.defined() ? autocast_float32(bias_in) : bias_in;
+  const Tensor weight = autocast_float32(weight_in), bias = autocast_float32(bias_in);
   const std::vector<int64_t> dims = normalized_dims(x, normalized_shape, "layer_norm", where);
   const Tensor centered = x - x.mean(dims, true, where);
   const Tensor variance = (centered * centered).mean(dims, true, where);  // biased, as PyTorch
@@ -199,7 +198,7 @@ Tensor layer_norm(const Tensor& input, const std::vector<int64_t>& normalized_sh
 Tensor rms_norm(const Tensor& input, const std::vector<int64_t>& normalized_shape,
                 const Tensor& weight_in, std::optional<double> eps, Loc where) {
   const Tensor x = detail::autocast_float32(input);
-  const Tensor weight = weight_in.defined() ? detail::autocast_float32(weight_in) : weight_in;
+  const Tensor weight = detail::autocast_float32(weight_in);
   const std::vector<int64_t> dims = normalized_dims(x, normalized_shape, "rms_norm", where);
   const double epsilon = eps.value_or(machine_epsilon(x.dtype()));
   Tensor y = x * ((x * x).mean(dims, true, where) + epsilon).rsqrt(where);
@@ -243,8 +242,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Loc where) {
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction, Loc where) {
-  const Tensor diff = operator-
-      ({detail::autocast_float32(input), where}, detail::autocast_float32(target));
+  const Tensor a = detail::autocast_float32(input), b = detail::autocast_float32(target);
+  const Tensor diff = operator-({a, where}, b);
   return reduce_loss(diff * diff, reduction, where);
 }
 

@@ -41,10 +41,11 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
       // Times the reciprocal, in float32 or wider, as PyTorch's _amp_foreach_non_finite_check_
       // _and_unscale_ multiplies.
       Tensor& grad = parameter.mutable_grad();
-      grad = (grad.to(is_half(grad.dtype()) ? kFloat32 : grad.dtype()) * (1.0 / scale_))
-                 .to(grad.dtype());
-      // 0 where every element is finite, NaN otherwise (an infinity or NaN times 0 is NaN).
-      const Tensor probe = (grad.to(kFloat32) * 0).sum();
+      const Tensor wide = grad.to(is_half(grad.dtype()) ? kFloat32 : grad.dtype()) * (1.0 / scale_);
+      grad = wide.to(grad.dtype());
+      // 0 where every element is finite, NaN otherwise (an infinity or NaN times 0 is NaN), in
+      // the unscaled gradient's own width (a float64 one is not narrowed to float32 for it).
+      const Tensor probe = (wide * 0).sum().to(kFloat64);
       finite = finite.defined() ? finite + probe : probe;
       grads.push_back(grad);
     }
