@@ -1404,6 +1404,42 @@ TEST(Fusion, CrossEntropyAndItsGradientAreOneRowKernel) {
   EXPECT_EQ(unfused[1].to_vector<float>(), gradient);
 }
 
+// The classifier under bfloat16 autocast, as llm.c's fused classifier: the product writes the
+// logits in bfloat16, and one row kernel reads them once for the loss and writes their gradient
+// in bfloat16; no float32 value of the logits' size is stored.
+TEST(Fusion, TheClassifierUnderAutocastStoresNoFloat32Logits) {
+  SKIP_IF_FUSION_OFF_BY_ENV();
+  constexpr int64_t kRows = 12, kWidth = 16, kVocab = 50;
+  manual_seed(3);
+  Tensor hidden = randn({kRows, kWidth}).requires_grad_();
+  Tensor weight = randn({kVocab, kWidth}).requires_grad_();
+  const Tensor labels = tensor({3, 49, 0, 17, 17, 8, 22, 41, 5, 30, 12, 1}, kInt64);
+  std::vector<Tensor> outputs;
+  {
+    AutocastGuard autocast(kCPU, kBFloat16);
+    const Tensor loss =
+        nn::functional::cross_entropy(nn::functional::linear(hidden, weight), labels);
+    outputs = grad({loss}, {hidden, weight});
+    outputs.push_back(loss);
+  }
+  const Schedule schedule = schedule_of(outputs);
+  const Shape logits_shape = {kRows, kVocab};
+  int rows_reading_logits = 0;
+  for (const Step& step : schedule.steps) {
+    for (ValueId out : step.outputs) {
+      const Node& node = schedule.graph.nodes[out];
+      if (node.shape == logits_shape)
+        EXPECT_EQ(node.dtype, DType::BFloat16) << "stored " << node.type_str() << "\n"
+                                               << print_schedule(schedule);
+    }
+    if (step.kind != StepKind::Row) continue;
+    for (ValueId in : step.inputs)
+      rows_reading_logits += schedule.graph.nodes[in].shape == logits_shape &&
+                             schedule.graph.nodes[in].dtype == DType::BFloat16;
+  }
+  EXPECT_EQ(rows_reading_logits, 1) << print_schedule(schedule);
+}
+
 // sink-views: an arange its one reader broadcasts over trailing dims takes the reader's shape
 // (counting modulo its length), and a reshape of an op of constants folds into the constants.
 TEST(Fusion, OneHotClassesAndGradientSeedsTakeTheirReadersShape) {
