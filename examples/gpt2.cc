@@ -10,6 +10,7 @@
 //       [--eval-every=25]
 //       [--eval-batches=4] [--init=model.safetensors] [--checkpoint=DIR] [--resume]
 //       [--device=cuda:0] [--autocast=bfloat16] [--seed=1] [--peak-tflops=989] [--stop-after=N]
+//       [--recompute]
 //   build/bin/gpt2 --synthetic          a tiny model on a learnable shard it writes, on the CPU:
 //                                       exits non-zero unless the validation loss falls below a
 //                                       third of its start (what `make test` runs)
@@ -18,7 +19,8 @@
 // Each step prints its loss, rate, gradient norm, time, tokens per second (and MFU, given the
 // device's peak): one line, as llm.c prints it. --checkpoint writes the model, the optimizer,
 // the generator and the data's position every --eval-every steps; --resume continues from them
-// and takes the steps the uninterrupted run would have taken.
+// and takes the steps the uninterrupted run would have taken. --recompute checkpoints each
+// block (nn::utils::checkpoint): its activations are computed again in backward, not kept.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -94,7 +96,7 @@ class Block : public nn::Module {
 
 class Gpt2 : public nn::Module {
  public:
-  explicit Gpt2(const Config& c) {
+  Gpt2(const Config& c, bool recompute) : recompute_(recompute) {
     auto transformer = std::make_shared<nn::ModuleDict>();
     wte_ = std::make_shared<nn::Embedding>(c.vocab, c.width);
     transformer->insert("wte", wte_);
@@ -121,7 +123,10 @@ class Gpt2 : public nn::Module {
     const int64_t t = idx.size(1);
     const Tensor positions = arange(t, TensorOptions(kInt64).device(idx.device()));
     Tensor x = wte_->forward(idx) + (*transformer_)["wpe"]->forward(positions);
-    for (const auto& block : *(*transformer_)["h"]->as<nn::ModuleList>()) x = block->forward(x);
+    for (const auto& block : *(*transformer_)["h"]->as<nn::ModuleList>())
+      x = recompute_
+              ? nn::utils::checkpoint([&](const Tensor& in) { return block->forward(in); }, x)
+              : block->forward(x);
     return lm_head_->forward((*transformer_)["ln_f"]->forward(x));
   }
 
@@ -129,6 +134,7 @@ class Gpt2 : public nn::Module {
   std::shared_ptr<nn::Embedding> wte_;
   std::shared_ptr<nn::ModuleDict> transformer_;
   std::shared_ptr<nn::Linear> lm_head_;
+  bool recompute_;
 };
 
 std::map<std::string, std::string> parse(int argc, char** argv) {
@@ -188,7 +194,7 @@ int main(int argc, char** argv) {
   if (val.empty()) val = train;
 
   manual_seed(std::stoull(flag("seed", "1")));
-  auto model = std::make_shared<Gpt2>(c);
+  auto model = std::make_shared<Gpt2>(c, flags.contains("recompute"));
   model->to(device);
   if (flags.contains("init")) load_safetensors(*model, flags["init"]);
   std::optional<nn::parallel::DistributedDataParallel> ddp;

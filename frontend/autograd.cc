@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "lazyfuse/frontend/checkpoint.h"
 #include "lazyfuse/frontend/distributed.h"
 #include "lazyfuse/frontend/op_builder.h"
 #include "lazyfuse/ir/attention.h"
@@ -489,6 +490,7 @@ class Engine {
     GradNode& node = *meta.grad_fn;
     OperandTensors operands(node.operands.size());
     OperandFlags needed(node.operands.size(), false);
+    OperandFlags readable(node.operands.size(), false);
     std::string stale;  // why a saved value cannot be read, if one cannot
     for (size_t i = 0; i < node.operands.size(); ++i) {
       const SavedOperand& operand = node.operands[i];
@@ -504,6 +506,7 @@ class Engine {
               "; expected version ", operand.version, " instead.");
         continue;  // the rule must not read it
       }
+      readable[i] = true;
       operands[i] = saved_tensor(operand.value, create_graph_ ? operand.edge : nullptr);
     }
     if (node.op == Op::Narrow) {
@@ -520,6 +523,17 @@ class Engine {
       return;
     }
     Tensor result = saved_tensor(node.result, create_graph_ ? meta.shared_from_this() : nullptr);
+    if (node.tape != nullptr) {
+      // A checkpointed function's op: its values are recomputed (Note [Activation
+      // checkpointing] in frontend/checkpoint.cc).
+      const detail::TapeReplay& replay = replay_of(*node.tape, gradient);
+      for (size_t i = 0; i < node.operands.size(); ++i)
+        if (readable[i])
+          operands[i] = saved_tensor(detail::replayed_operand(node, i, replay),
+                                     create_graph_ ? node.operands[i].edge : nullptr);
+      result = saved_tensor(detail::replayed_result(node, replay),
+                            create_graph_ ? meta.shared_from_this() : nullptr);
+    }
     absl::InlinedVector<Tensor, 3> grads;
     try {
       grads = GradientRule(node, gradient, std::move(operands), std::move(result), needed).apply();
@@ -544,7 +558,17 @@ class Engine {
     }
   }
 
+  // The replay of `tape` in this walk, made when the walk first reaches one of its nodes.
+  const detail::TapeReplay& replay_of(const CheckpointTape& tape, const Tensor& gradient) {
+    auto found = replays_.find(&tape);
+    if (found == replays_.end())
+      found = replays_.emplace(&tape, detail::replay_tape(tape, gradient)).first;
+    return found->second;
+  }
+  absl::flat_hash_map<const CheckpointTape*, detail::TapeReplay> replays_;
+
   static void release(GradNode& node) {
+    if (node.tape != nullptr) detail::release_tape(*node.tape);
     node.released = true;
     for (SavedOperand& operand : node.operands) operand.value = nullptr;
     node.result = nullptr;
@@ -669,6 +693,7 @@ void record_gradient(Op op, const Tensor& result, std::span<const Tensor> operan
     node->operands.push_back(std::move(saved));
   }
   node->result = result.value();
+  record_on_tape(node, result, operands);
   auto meta = std::make_shared<AutogradMeta>();
   meta->grad_fn = std::move(node);
   result.impl()->autograd = std::move(meta);

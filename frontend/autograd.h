@@ -75,6 +75,7 @@ std::vector<Tensor> take_backward_roots();
 // ---- The recorded graph (frontend/autograd.cc) ----
 
 struct GradNode;
+struct CheckpointTape;  // frontend/checkpoint.cc
 
 // Per tensor that requires grad (or that was given a grad() of its own).
 struct AutogradMeta : std::enable_shared_from_this<AutogradMeta> {
@@ -103,6 +104,11 @@ struct GradNode {
   absl::InlinedVector<SavedOperand, 3> operands;
   LazyRef result;         // the op's own value, which some rules use (exp, sqrt, tanh, ...)
   bool released = false;  // backward() without retain_graph freed the saved values
+  // An op recorded inside nn::utils::checkpoint keeps no values once its function has returned
+  // (operands' values and result are null): its entry on the function's tape says how backward
+  // recomputes them (Note [Activation checkpointing] in frontend/checkpoint.cc).
+  std::shared_ptr<CheckpointTape> tape;
+  int tape_entry = -1;
 };
 
 namespace detail {

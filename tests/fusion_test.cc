@@ -1428,9 +1428,10 @@ TEST(Fusion, TheClassifierUnderAutocastStoresNoFloat32Logits) {
   for (const Step& step : schedule.steps) {
     for (ValueId out : step.outputs) {
       const Node& node = schedule.graph.nodes[out];
-      if (node.shape == logits_shape)
+      if (node.shape == logits_shape) {
         EXPECT_EQ(node.dtype, DType::BFloat16) << "stored " << node.type_str() << "\n"
                                                << print_schedule(schedule);
+      }
     }
     if (step.kind != StepKind::Row) continue;
     for (ValueId in : step.inputs)

@@ -4,6 +4,7 @@
 
 #include "lazyfuse/frontend/autocast.h"
 #include "lazyfuse/frontend/autograd.h"
+#include "lazyfuse/frontend/checkpoint.h"
 #include "lazyfuse/frontend/data.h"
 #include "lazyfuse/frontend/distributed.h"
 #include "lazyfuse/frontend/functional.h"

@@ -2,10 +2,10 @@
 // The common prologue (cuda_prologue()) is left out.
 
 // ----- step 0: row -----
-// kernel k_2b23e710_r1_c
+// kernel k_7985f5f7_r1_c
 
 // max, then sum over each row, then 1 fused nodes over the row again
-struct Args_k_2b23e710_r1_c {
+struct Args_k_7985f5f7_r1_c {
   long long size[1];
   const void* in[1];
   long long stride[1][1];
@@ -19,7 +19,7 @@ __device__ __forceinline__ float lf_combine0(float x, float y) { return lf_max(x
 
 __device__ __forceinline__ double lf_combine1(double x, double y) { return x + y; }
 
-extern "C" __global__ void __launch_bounds__(256) k_2b23e710_r1_c(const Args_k_2b23e710_r1_c args) {
+extern "C" __global__ void __launch_bounds__(256) k_7985f5f7_r1_c(const Args_k_7985f5f7_r1_c args) {
   typedef unsigned int IDX;
   const float* __restrict__ in0 = (const float*)args.in[0];
   const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;

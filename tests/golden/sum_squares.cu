@@ -2,10 +2,10 @@
 // The common prologue (cuda_prologue()) is left out.
 
 // ----- step 0: reduction -----
-// kernel k_c30a7457_r1_c
+// kernel k_a10e2090_r1_c
 
 // sum of 1 fused nodes
-struct Args_k_c30a7457_r1_c {
+struct Args_k_a10e2090_r1_c {
   long long size[1];
   const void* in[1];
   long long stride[1][1];
@@ -21,7 +21,7 @@ struct Args_k_c30a7457_r1_c {
 
 __device__ __forceinline__ double lf_combine(double x, double y) { return x + y; }
 
-extern "C" __global__ void __launch_bounds__(256) k_c30a7457_r1_c(const Args_k_c30a7457_r1_c args) {
+extern "C" __global__ void __launch_bounds__(256) k_a10e2090_r1_c(const Args_k_a10e2090_r1_c args) {
   typedef unsigned int IDX;
   const float* __restrict__ in0 = (const float*)args.in[0];
   const long long row = blockIdx.x / args.chunks, chunk = blockIdx.x % args.chunks;
