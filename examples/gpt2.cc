@@ -272,10 +272,12 @@ int main(int argc, char** argv) {
   for (int64_t step = first_step; step < std::min(steps, stop); ++step) {
     const auto start = std::chrono::steady_clock::now();
     // --accumulate micro-batches a step: each backward's gradient scaled by their count, the
-    // losses computed with the step (one evaluation).
+    // losses computed with the step (one evaluation); under DDP only the last backward averages.
     optimizer.zero_grad();
     std::vector<Tensor> losses;
     for (int64_t m = 0; m < accumulate; ++m) {
+      std::optional<nn::parallel::DistributedDataParallel::NoSync> unsynced;
+      if (ddp && m + 1 < accumulate) unsynced.emplace(*ddp);
       losses.push_back(loss_of(loader.next()));
       losses.back().backward(scaler.scale(
           scalar_tensor(1.0 / static_cast<double>(accumulate), TensorOptions().device(device))));

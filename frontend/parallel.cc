@@ -25,7 +25,9 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
     }
     lazyfuse::eval(parameters);
   }
-  callback_ = add_backward_callback([this] { average_gradients(); });
+  callback_ = add_backward_callback([this] {
+    if (sync_) average_gradients();
+  });
 }
 
 DistributedDataParallel::~DistributedDataParallel() { remove_backward_callback(callback_); }

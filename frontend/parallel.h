@@ -45,10 +45,29 @@ class DistributedDataParallel : public Module {
   // nothing.
   void average_gradients();
 
+  // While it lives, backward() leaves the gradients as this process computed them, as PyTorch's
+  // no_sync(): the micro-batches of gradient accumulation before the last one, whose backward()
+  // then averages what they accumulated, one all_reduce a bucket per optimizer step.
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp), was_(ddp.sync_) {
+      ddp.sync_ = false;
+    }
+    ~NoSync() { ddp_.sync_ = was_; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool was_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
  private:
   std::shared_ptr<Module> module_;
   DistributedDataParallelOptions options_;
   int64_t callback_ = -1;
+  bool sync_ = true;  // whether backward() averages (no_sync() turns it off)
   // Per parameter, the gradient average_gradients() last gave it.
   std::map<const TensorImpl*, std::weak_ptr<TensorImpl>> averaged_;
 };

@@ -317,8 +317,9 @@ void gradcheck() {
   }
 }
 
-// Training on 2+ processes with DistributedDataParallel, each on its share of the batch, ends
-// with the parameters of one process trained on the whole batch.
+// Training on 2+ processes with DistributedDataParallel, each on its share of the batch in two
+// micro-batches (the first under no_sync()), ends with the parameters of one process trained on
+// the whole batch.
 void ddp() {
   const int w = dist::world_size();
   const int64_t samples = 48, features = 4;
@@ -336,20 +337,41 @@ void ddp() {
     return nn::Sequential(nn::Linear(features, 8), nn::Tanh(), nn::Linear(8, 1));
   };
   const int steps = 6;
-  auto train = [&](nn::Module& net, const std::vector<int64_t>& rows) {
-    std::vector<double> bx, by;
-    for (int64_t row : rows) {
-      bx.insert(bx.end(), xs.begin() + row * features, xs.begin() + (row + 1) * features);
-      by.push_back(ys[row]);
+  // With `ddp`, each step accumulates two micro-batches (halves of the rows), the first under
+  // no_sync(): its gradients must stay this process's own.
+  auto train = [&](nn::Module& net, const std::vector<int64_t>& rows,
+                   nn::parallel::DistributedDataParallel* ddp = nullptr) {
+    const int micro = ddp != nullptr ? 2 : 1;
+    const int64_t count = static_cast<int64_t>(rows.size()) / micro;
+    std::vector<Tensor> x, y;
+    for (int m = 0; m < micro; ++m) {
+      std::vector<double> bx, by;
+      for (int64_t k = m * count; k < (m + 1) * count; ++k) {
+        const int64_t row = rows[k];
+        bx.insert(bx.end(), xs.begin() + row * features, xs.begin() + (row + 1) * features);
+        by.push_back(ys[row]);
+      }
+      x.push_back(from_vector(bx, {count, features}, TensorOptions().device(device)));
+      y.push_back(from_vector(by, {count, 1}, TensorOptions().device(device)));
     }
-    const int64_t count = static_cast<int64_t>(rows.size());
-    Tensor x = from_vector(bx, {count, features}, TensorOptions().device(device));
-    Tensor y = from_vector(by, {count, 1}, TensorOptions().device(device));
     optim::SGD optimizer(net.parameters(), optim::SGDOptions(0.2).momentum(0.9));
     nn::MSELoss loss_fn;
     for (int step = 0; step < steps; ++step) {
       optimizer.zero_grad();
-      loss_fn(net.forward(x), y).backward();
+      for (int m = 0; m < micro; ++m) {
+        if (m + 1 < micro) {
+          auto unsynced = ddp->no_sync();
+          (loss_fn(net.forward(x[m]), y[m]) / micro).backward();
+          // Each process's own: the processes' first gradients differ.
+          const Tensor g = net.parameters()[0].grad().reshape({-1});
+          const Tensor spread =
+              dist::all_reduce(g, ReduceOp::MAX) - dist::all_reduce(g, ReduceOp::MIN);
+          if (spread.abs().max().item<double>() == 0)
+            fail("a gradient under no_sync() was the same on every process");
+          continue;
+        }
+        (loss_fn(net.forward(x[m]), y[m]) / micro).backward();
+      }
       optimizer.step();
     }
   };
@@ -368,7 +390,7 @@ void ddp() {
   nn::parallel::DistributedDataParallel model(std::move(local));
   dist::DistributedSampler sampler(samples, std::nullopt, std::nullopt, /*shuffle=*/false);
   if (sampler.num_samples() * w != samples) fail("the batch does not split evenly");
-  train(model, sampler.indices());
+  train(model, sampler.indices(), &model);
   const std::vector<Tensor> got = model.parameters(), want = single.parameters();
   for (size_t k = 0; k < want.size(); ++k) {
     const std::vector<double> a = values_of(got[k]), b = values_of(want[k]);
