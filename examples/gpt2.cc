@@ -224,6 +224,13 @@ int main(int argc, char** argv) {
             (name + "_rank" + std::to_string(rank) + ".safetensors"))
         .string();
   };
+  // --autocast=bfloat16 (or float16): products and attention in that type, norms, softmax and
+  // the loss in float32, parameters and the optimizer's state in float32.
+  const std::string autocast = flag("autocast", "");
+  if (!autocast.empty() && autocast != "bfloat16" && autocast != "float16")
+    throw ValueError("--autocast: bfloat16 or float16, not " + autocast);
+  // float16's gradients underflow: its losses are scaled (bfloat16 and float32 take scale 1).
+  GradScaler scaler(65536.0, 2.0, 0.5, 2000, autocast == "float16");
   int64_t first_step = 0;
   if (flags.contains("resume")) {
     load_safetensors(*model, checkpoint_file("model"));
@@ -235,15 +242,12 @@ int main(int argc, char** argv) {
     set_rng_state(run.at("rng"));
     loader.set_position(
         {run.at("data.epoch").item<int64_t>(), run.at("data.batch").item<int64_t>()});
+    std::vector<std::pair<std::string, Tensor>> scaler_state;
+    for (const auto& [name, t] : run)
+      if (name.starts_with("scaler.")) scaler_state.emplace_back(name.substr(7), t);
+    scaler.load_state_dict(scaler_state);
   }
 
-  // --autocast=bfloat16 (or float16): products and attention in that type, norms, softmax and
-  // the loss in float32, parameters and the optimizer's state in float32.
-  const std::string autocast = flag("autocast", "");
-  if (!autocast.empty() && autocast != "bfloat16" && autocast != "float16")
-    throw ValueError("--autocast: bfloat16 or float16, not " + autocast);
-  // float16's gradients underflow: its losses are scaled (bfloat16 and float32 take scale 1).
-  GradScaler scaler(65536.0, 2.0, 0.5, 2000, autocast == "float16");
   auto loss_of = [&](const data::TokenBatch& b) {
     AutocastGuard mixed(device.type(), autocast == "float16" ? kFloat16 : kBFloat16,
                         !autocast.empty());
@@ -312,10 +316,12 @@ int main(int argc, char** argv) {
         save_safetensors(checkpoint_file("model"), *model);
         save_safetensors(checkpoint_file("optimizer"), optimizer.state_dict());
         const data::TokenLoaderPosition at = loader.position();
-        save_safetensors(checkpoint_file("run"), {{"step", scalar_tensor(step + 1)},
-                                                  {"rng", get_rng_state()},
-                                                  {"data.epoch", scalar_tensor(at.epoch)},
-                                                  {"data.batch", scalar_tensor(at.batch)}});
+        std::vector<std::pair<std::string, Tensor>> run = {{"step", scalar_tensor(step + 1)},
+                                                           {"rng", get_rng_state()},
+                                                           {"data.epoch", scalar_tensor(at.epoch)},
+                                                           {"data.batch", scalar_tensor(at.batch)}};
+        for (const auto& [name, t] : scaler.state_dict()) run.emplace_back("scaler." + name, t);
+        save_safetensors(checkpoint_file("run"), run);
       }
     }
   }

@@ -14,6 +14,9 @@
 #pragma once
 
 #include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "lazyfuse/frontend/optim.h"
 
@@ -37,6 +40,16 @@ class GradScaler {
   void update();
   double get_scale() const { return enabled_ ? scale_ : 1.0; }
   bool is_enabled() const { return enabled_; }
+
+  // PyTorch's state_dict() as named 0-d tensors for save_safetensors: "scale", "growth_factor"
+  // and "backoff_factor" (float64), "growth_interval" and "_growth_tracker" (int64); empty when
+  // disabled. A resumed float16 run loads it with the optimizer's, so that it skips, backs off
+  // and grows where the uninterrupted run does.
+  std::vector<std::pair<std::string, Tensor>> state_dict() const;
+  // Sets the five from state_dict()'s names (nothing when disabled). A ValueError naming the key
+  // where one is missing, unknown, not a 0-d number or out of the constructor's bounds; then
+  // nothing has changed.
+  void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state);
 
  private:
   double scale_, growth_factor_, backoff_factor_;

@@ -155,6 +155,54 @@ TEST(Autocast, TrainingUnderAutocastFollowsFloat32) {
     EXPECT_NEAR(mixed[s], exact[s], 2e-2 * exact[s]) << "step " << s;
 }
 
+// state_dict() carries the scale and the count of clean steps: a scaler loaded from it grows
+// where the one it was saved from grows; a bad state changes nothing.
+TEST(GradScaler, StateDictResumesTheScaleAndItsGrowth) {
+  manual_seed(8);
+  nn::Linear fc(4, 2);
+  optim::SGD optimizer(fc.parameters(), optim::SGDOptions(0.01));
+  auto clean_step = [&](GradScaler& scaler) {
+    optimizer.zero_grad();
+    scaler.scale(fc.forward(randn({8, 4})).sum()).backward();
+    EXPECT_TRUE(scaler.step(optimizer));
+    scaler.update();
+  };
+  GradScaler first(16.0, 2.0, 0.5, 3);
+  for (int step = 0; step < 4; ++step) clean_step(first);  // doubled once, one clean step since
+  ASSERT_EQ(first.get_scale(), 32.0);
+  const std::vector<std::pair<std::string, Tensor>> saved = first.state_dict();
+  ASSERT_EQ(saved.size(), 5u);
+  GradScaler resumed;  // PyTorch's defaults: 65536, growth every 2000 steps
+  resumed.load_state_dict(saved);
+  EXPECT_EQ(resumed.get_scale(), 32.0);
+  for (int step = 0; step < 2; ++step) {
+    clean_step(resumed);
+    clean_step(first);
+    EXPECT_EQ(resumed.get_scale(), first.get_scale()) << "step " << step;
+  }
+  EXPECT_EQ(resumed.get_scale(), 64.0);  // grown after its third clean step, as `first`
+
+  auto without = [&](const std::string& name) {
+    std::vector<std::pair<std::string, Tensor>> state;
+    for (const auto& entry : saved)
+      if (entry.first != name) state.push_back(entry);
+    return state;
+  };
+  GradScaler untouched(4.0);
+  EXPECT_THROW(untouched.load_state_dict(without("scale")), ValueError);
+  std::vector<std::pair<std::string, Tensor>> unknown = saved;
+  unknown.emplace_back("scale_factor", scalar_tensor(2.0));
+  EXPECT_THROW(untouched.load_state_dict(unknown), ValueError);
+  std::vector<std::pair<std::string, Tensor>> past = without("_growth_tracker");
+  past.emplace_back("_growth_tracker", scalar_tensor(int64_t{3}));  // not below the interval
+  EXPECT_THROW(untouched.load_state_dict(past), ValueError);
+  std::vector<std::pair<std::string, Tensor>> negative = without("scale");
+  negative.emplace_back("scale", scalar_tensor(-1.0));
+  EXPECT_THROW(untouched.load_state_dict(negative), ValueError);
+  EXPECT_EQ(untouched.get_scale(), 4.0);
+  EXPECT_TRUE(GradScaler(1024.0, 2.0, 0.5, 3, /*enabled=*/false).state_dict().empty());
+}
+
 }  // namespace
 }  // namespace lazyfuse
 
