@@ -523,9 +523,10 @@ class Engine {
       return;
     }
     Tensor result = saved_tensor(node.result, create_graph_ ? meta.shared_from_this() : nullptr);
-    if (node.tape != nullptr) {
-      // A checkpointed function's op: its values are recomputed (Note [Activation
-      // checkpointing] in frontend/checkpoint.cc).
+    if (node.tape != nullptr && !node.released && node.result == nullptr) {
+      // A checkpointed function's op, once the function has returned: its values are
+      // recomputed (Note [Activation checkpointing] in frontend/checkpoint.cc). A released
+      // node reads nothing, as any released node.
       const detail::TapeReplay& replay = replay_of(*node.tape, gradient);
       for (size_t i = 0; i < node.operands.size(); ++i)
         if (readable[i])
@@ -568,7 +569,7 @@ class Engine {
   absl::flat_hash_map<const CheckpointTape*, detail::TapeReplay> replays_;
 
   static void release(GradNode& node) {
-    if (node.tape != nullptr) detail::release_tape(*node.tape);
+    if (node.tape != nullptr && !node.released) detail::release_tape(*node.tape);
     node.released = true;
     for (SavedOperand& operand : node.operands) operand.value = nullptr;
     node.result = nullptr;
@@ -693,7 +694,6 @@ void record_gradient(Op op, const Tensor& result, std::span<const Tensor> operan
     node->operands.push_back(std::move(saved));
   }
   node->result = result.value();
-  record_on_tape(node, result, operands);
   auto meta = std::make_shared<AutogradMeta>();
   meta->grad_fn = std::move(node);
   result.impl()->autograd = std::move(meta);

@@ -3,12 +3,13 @@
 //
 // Note [Activation checkpointing]
 // Inside a checkpointed function every op records its GradNode as usual, so backward walks the
-// same nodes and applies the same rules, and each node also gets an entry on the function's
-// tape: its op, attributes and type, and where each operand comes from (an input of the
-// function, an earlier entry, or outside: a parameter, a constant, a value made from no input
-// that needs a gradient). When the function returns, its nodes drop their values: the tape keeps
-// the inputs and the outside values, nothing made inside. Those values are then read only by
-// the forward's own kernels, and the executor frees each after its last reader
+// same nodes and applies the same rules; make_op also puts on the function's tape each op that
+// needs a gradient, reads a value of the tape, or is a source (a dropout's draws, replayed from
+// their seed and offset): its op, attributes and type, and where each operand comes from (an
+// input of the function, an earlier entry, or outside: a parameter, or a value made inside from
+// parameters alone). When the function returns its nodes drop their values: the tape keeps the
+// inputs and the outside values, nothing made from the inputs. Those values are then read only
+// by the forward's own kernels, and the executor frees each after its last reader
 // (runtime/executor.cc), so a checkpointed block's activations do not live until backward.
 // (Until the function returns the nodes keep their values, so the attention pattern, which walks
 // the recorded graph, still sees a hand-written attention inside.)
@@ -40,18 +41,20 @@ struct CheckpointTape : std::enable_shared_from_this<CheckpointTape> {
     LazyRef outside;  // the value itself, when it comes from outside
   };
   struct Entry {
-    Op op;
+    Op op = Op::Param;
     Attrs attrs;
     SourceLoc where;
-    DType dtype;
+    DType dtype = DType::Float32;
     Shape shape;
-    Device device;
+    Device device = Device::cpu();
     std::vector<Source> operands;
   };
 
   SourceLoc where;              // the checkpoint call
   std::vector<LazyRef> inputs;  // null for an undefined input
   std::vector<Entry> entries;
+  // Its nodes not yet released by a backward; the tape frees what it keeps when none is left.
+  int64_t unreleased = 0;
   bool released = false;
 
   // While the function runs: what each value seen so far is, the values themselves (so that no
@@ -138,19 +141,34 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& function, const Te
 
 namespace detail {
 
-void record_on_tape(const std::shared_ptr<GradNode>& node, const Tensor& result,
-                    std::span<const Tensor> operands) {
+void record_on_tape(Op op, const Tensor& result, std::span<const Tensor> operands) {
   if (recording == nullptr) return;
   CheckpointTape& tape = *recording;
+  const std::shared_ptr<AutogradMeta>& meta = result.impl()->autograd;
+  GradNode* node = meta != nullptr ? meta->grad_fn.get() : nullptr;
+  CheckpointTape::Entry entry;
+  bool reads_the_tape = false;
+  for (const Tensor& operand : operands) {
+    entry.operands.push_back(tape.source_of(operand.value()));
+    reads_the_tape |= entry.operands.back().kind != CheckpointTape::Source::Outside;
+  }
+  // What needs no gradient and reads no value of the tape (an op on parameters alone) stays
+  // outside: kept, not replayed. A source made inside (a dropout's draws) is replayed.
+  if (node == nullptr && !reads_the_tape && op_kind(op) != OpKind::Source) return;
   const Node& made = result.value()->node;
-  CheckpointTape::Entry entry{node->op,   node->attrs, node->where, made.dtype,
-                              made.shape, made.device, {}};
-  for (const Tensor& operand : operands) entry.operands.push_back(tape.source_of(operand.value()));
+  entry.op = op;
+  entry.attrs = made.attrs;
+  entry.where = made.where;
+  entry.dtype = made.dtype;
+  entry.shape = made.shape;
+  entry.device = made.device;
   const int index = static_cast<int>(tape.entries.size());
   tape.entries.push_back(std::move(entry));
   tape.sources[result.value().get()] = {CheckpointTape::Source::Entry, index, nullptr};
   tape.seen.push_back(result.value());
-  tape.nodes.push_back(node);
+  if (node == nullptr) return;
+  tape.nodes.push_back(meta->grad_fn);
+  ++tape.unreleased;
   node->tape = tape.shared_from_this();
   node->tape_entry = index;
 }
@@ -169,13 +187,14 @@ TapeReplay replay_tape(const CheckpointTape& tape, const Tensor& gradient) {
   TapeReplay replay;
   const Tensor ready = gradient.numel() > 0 ? ready_signal(gradient) : Tensor();
   for (const LazyRef& input : tape.inputs) {
-    // An input on another device than the gradient is read as it is (`after` reads both on
-    // one device); so is every input of an empty gradient.
-    if (input == nullptr || !ready.defined() || input->node.device != ready.device()) {
+    // Every input of an empty gradient is read as it is (there is no element to wait for).
+    if (input == nullptr || !ready.defined()) {
       replay.inputs.push_back(input);
       continue;
     }
-    replay.inputs.push_back(make_op(Op::After, {Tensor(input), ready}, {}, here).value());
+    const Device device = input->node.device;
+    const Tensor ready_there = ready.device() == device ? ready : ready.to(device);
+    replay.inputs.push_back(make_op(Op::After, {Tensor(input), ready_there}, {}, here).value());
   }
   for (const CheckpointTape::Entry& entry : tape.entries) {
     std::vector<Tensor> operands;
@@ -192,8 +211,11 @@ TapeReplay replay_tape(const CheckpointTape& tape, const Tensor& gradient) {
           break;
       }
     }
-    Tensor result =
-        make_op(entry.op, operands, entry.attrs, here, entry.shape, entry.dtype, entry.device);
+    // A replayed input is dense where the forward's may have been a view, so a reshape the
+    // forward took as a view may need a copy now: reshape() decides again.
+    Tensor result = entry.op == Op::Reshape ? operands[0].reshape(entry.shape)
+                                            : make_op(entry.op, operands, entry.attrs, here,
+                                                      entry.shape, entry.dtype, entry.device);
     result.value()->node.where = entry.where;
     replay.entries.push_back(result.value());
   }
@@ -218,6 +240,9 @@ LazyRef replayed_result(const GradNode& node, const TapeReplay& replay) {
 }
 
 void release_tape(CheckpointTape& tape) {
+  // Freed once every node is: a backward through one output of the function leaves the others'
+  // replay possible. Never while the function runs (a backward inside it).
+  if (--tape.unreleased > 0 || recording == &tape) return;
   tape.released = true;
   tape.inputs.clear();
   for (CheckpointTape::Entry& entry : tape.entries)

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "lazyfuse/frontend/autocast.h"
 #include "lazyfuse/frontend/autograd.h"
+#include "lazyfuse/frontend/checkpoint.h"
 #include "lazyfuse/ir/errors.h"
 #include "lazyfuse/ir/infer.h"
 #include "lazyfuse/runtime/env.h"
@@ -129,6 +130,7 @@ Tensor make_op(Op op, std::span<const Tensor> operands, Attrs attrs, const Loc& 
   evaluate_if_past_pending_bound(value);
   Tensor result(std::move(value));
   record_gradient(op, result, operands);
+  record_on_tape(op, result, operands);
   return result;
 }
 

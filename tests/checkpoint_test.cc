@@ -150,10 +150,11 @@ TEST(Checkpoint, AHandWrittenAttentionInsideIsStillOneAttentionStep) {
 
 // Eight blocks over [64, 256] activations, the forward and backward in one evaluation: the
 // checkpointed model keeps each block's input (64 KB) until backward reaches it, the plain model
-// each block's normalized input, hidden activations and GELU (most of a megabyte a block).
+// each block's normalized input, hidden activations, GELU and dropout mask (most of a megabyte a
+// block).
 TEST(Checkpoint, HoldsLessMemoryThanThePlainModel) {
   const Device cpu("cpu");
-  const Model model(8, 256, /*p=*/0);
+  const Model model(8, 256, /*p=*/0.1);
   const Tensor x = randn({64, 256}).requires_grad_();
   eval({x});
   auto peak_of = [&](bool checkpointed) {
@@ -171,6 +172,41 @@ TEST(Checkpoint, HoldsLessMemoryThanThePlainModel) {
   EXPECT_LT(checkpointed * 3, plain)
       << "checkpointed " << checkpointed << " bytes, plain " << plain;
   EXPECT_GT(plain, 8 * 4 * activation) << "the plain model should keep the blocks' activations";
+}
+
+// An input that is a view (a transpose): the recomputation reads a dense copy of it, so a
+// reshape the forward took as a view copies now; the gradients are still the plain function's.
+TEST(Checkpoint, AnInputThatIsAViewIsRecomputedFromItsValues) {
+  manual_seed(4);
+  const Tensor y = randn({6, 4}).requires_grad_();
+  auto function = [](const Tensor& x) { return (x.t().reshape({-1}) * 3).exp(); };
+  auto gradient = [&](bool checkpointed) {
+    const Tensor x = y.t();  // [4, 6], strided
+    const Tensor out = checkpointed ? checkpoint(function, x) : function(x);
+    return grad({(out * out).sum()}, {y})[0];
+  };
+  EXPECT_EQ(gradient(true).to_vector<float>(), gradient(false).to_vector<float>());
+}
+
+// Backward through one of the function's results frees none of what the others need.
+TEST(Checkpoint, EachResultHasItsOwnBackward) {
+  manual_seed(9);
+  const Tensor x = randn({5}).requires_grad_(), w1 = randn({5}).requires_grad_(),
+               w2 = randn({5}).requires_grad_();
+  const std::vector<Tensor> out = checkpoint(
+      [&](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{(in[0] * w1).tanh(), (in[0] * w2).sigmoid()};
+      },
+      {x});
+  out[0].sum().backward();
+  out[1].sum().backward();
+  const std::vector<float> got = x.grad().to_vector<float>();
+  const std::vector<double> xs = x.to_vector<double>(), a = w1.to_vector<double>(),
+                            b = w2.to_vector<double>();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double t = std::tanh(xs[i] * a[i]), s = 1 / (1 + std::exp(-xs[i] * b[i]));
+    EXPECT_NEAR(got[i], (1 - t * t) * a[i] + s * (1 - s) * b[i], 1e-6) << "element " << i;
+  }
 }
 
 TEST(Checkpoint, ASecondBackwardNeedsRetainGraph) {
