@@ -218,11 +218,42 @@ int main(int argc, char** argv) {
   data::TokenLoader loader(train, batch, seq, {.device = device});
   data::TokenLoader val_loader(val, batch, seq, {.device = device});
 
+  // --checkpoint=DIR: a save writes this rank's model, optimizer and run state into DIR/step_N/,
+  // then points DIR/latest_rankR at that set (written aside and renamed over it, so a save cut
+  // short leaves the previous set whole and named), then drops this rank's previous set.
+  namespace fs = std::filesystem;
   const std::string checkpoint = flag("checkpoint", "");
-  auto checkpoint_file = [&](const std::string& name) {
-    return (std::filesystem::path(checkpoint) /
-            (name + "_rank" + std::to_string(rank) + ".safetensors"))
-        .string();
+  const std::string suffix = "_rank" + std::to_string(rank);
+  const fs::path pointer = fs::path(checkpoint) / ("latest" + suffix);
+  auto set_file = [&](const fs::path& set, const std::string& name) {
+    return (set / (name + suffix + ".safetensors")).string();
+  };
+  auto latest_set = [&]() -> fs::path {
+    std::ifstream in(pointer);
+    std::string name;
+    if (!(in >> name))
+      throw SerializationError("--resume: " + pointer.string() + " names no checkpoint");
+    return fs::path(checkpoint) / name;
+  };
+  auto save_set = [&](int64_t step, const NamedTensors& run) {
+    const std::string name = "step_" + std::to_string(step);
+    const fs::path set = fs::path(checkpoint) / name;
+    fs::create_directories(set);
+    save_safetensors(set_file(set, "model"), *model);
+    save_safetensors(set_file(set, "optimizer"), optimizer.state_dict());
+    save_safetensors(set_file(set, "run"), run);
+    const std::optional<fs::path> previous =
+        fs::exists(pointer) ? std::optional(latest_set()) : std::nullopt;
+    const std::string aside = pointer.string() + ".tmp";
+    std::ofstream out(aside, std::ios::trunc);
+    out << name << "\n";
+    out.close();
+    if (!out) throw SerializationError("--checkpoint: could not write " + aside);
+    fs::rename(aside, pointer);
+    if (!previous || *previous == set) return;
+    for (const char* part : {"model", "optimizer", "run"}) fs::remove(set_file(*previous, part));
+    std::error_code not_empty;  // another rank's files are still there
+    fs::remove(*previous, not_empty);
   };
   // --autocast=bfloat16 (or float16): products and attention in that type, norms, softmax and
   // the loss in float32, parameters and the optimizer's state in float32.
@@ -233,11 +264,21 @@ int main(int argc, char** argv) {
   GradScaler scaler(65536.0, 2.0, 0.5, 2000, autocast == "float16");
   int64_t first_step = 0;
   if (flags.contains("resume")) {
-    load_safetensors(*model, checkpoint_file("model"));
-    optimizer.load_state_dict(load_safetensors(checkpoint_file("optimizer")));
+    const fs::path set = latest_set();
+    load_safetensors(*model, set_file(set, "model"));
+    optimizer.load_state_dict(load_safetensors(set_file(set, "optimizer")));
     std::map<std::string, Tensor> run;
-    for (auto& [name, t] : load_safetensors(checkpoint_file("run"))) run[name] = t;
+    for (auto& [name, t] : load_safetensors(set_file(set, "run"))) run[name] = t;
     first_step = run.at("step").item<int64_t>();
+    if (distributed) {
+      // Every process resumes from the same step (one cut short before its pointer moved
+      // would not).
+      const Tensor at = scalar_tensor(first_step);
+      if (distributed::all_reduce(at, ReduceOp::MAX).item<int64_t>() !=
+          distributed::all_reduce(at, ReduceOp::MIN).item<int64_t>())
+        throw SerializationError(
+            "--resume: the processes' latest checkpoints are of different steps");
+    }
     schedule.set_epoch(first_step);
     set_rng_state(run.at("rng"));
     loader.set_position(
@@ -312,16 +353,13 @@ int main(int argc, char** argv) {
       last_val = validation_loss();
       if (rank == 0) std::printf("validation loss %.4f\n", last_val);
       if (!checkpoint.empty()) {
-        std::filesystem::create_directories(checkpoint);
-        save_safetensors(checkpoint_file("model"), *model);
-        save_safetensors(checkpoint_file("optimizer"), optimizer.state_dict());
         const data::TokenLoaderPosition at = loader.position();
         std::vector<std::pair<std::string, Tensor>> run = {{"step", scalar_tensor(step + 1)},
                                                            {"rng", get_rng_state()},
                                                            {"data.epoch", scalar_tensor(at.epoch)},
                                                            {"data.batch", scalar_tensor(at.batch)}};
         for (const auto& [name, t] : scaler.state_dict()) run.emplace_back("scaler." + name, t);
-        save_safetensors(checkpoint_file("run"), run);
+        save_set(step + 1, run);
       }
     }
   }
