@@ -90,17 +90,7 @@ constexpr const char* kForward = R"cuda((const AttentionArgs a) {
     if (busy) {
 #pragma unroll
       for (int n = 0; n < LF_KEYS / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-      for (int e = 0; e < LF_E / 16; ++e)
-#pragma unroll
-        for (int n = 0; n < LF_KEYS / 8; n += 2) {
-          // Keys n*8.. and (n+1)*8.., dims e*16.. and e*16+8..: B fragments of two products.
-          lf_u32 b[4];
-          const int m = lane / 8;
-          lf_ldmatrix(b, ks + (n * 8 + (m / 2) * 8 + lane % 8) * LF_KPAD + e * 16 + (m % 2) * 8);
-          lf_mma(s[n], qf[e], b);
-          lf_mma(s[n + 1], qf[e], b + 2);
-        }
+      lf_products<LF_E, LF_KEYS, LF_KPAD>(s, qf, ks, lane);
       // Modified scores in base 2, the rows' new maxima, and the probabilities.
       if (plain)
 #pragma unroll
@@ -157,17 +147,9 @@ constexpr const char* kForward = R"cuda((const AttentionArgs a) {
 #pragma unroll
     for (int j = 0; j < LF_KEYS / 16; ++j) {
       // The probabilities of keys j*16.. as an A fragment, in the input type.
-      const lf_u32 p[4] = {lf_pack(s[2 * j][0], s[2 * j][1]), lf_pack(s[2 * j][2], s[2 * j][3]),
-                           lf_pack(s[2 * j + 1][0], s[2 * j + 1][1]),
-                           lf_pack(s[2 * j + 1][2], s[2 * j + 1][3])};
-#pragma unroll
-      for (int n = 0; n < LF_EV / 8; n += 2) {
-        lf_u32 b[4];
-        const int m = lane / 8;
-        lf_ldmatrix_trans(b, vs + (j * 16 + (m % 2) * 8 + lane % 8) * LF_VPAD + n * 8 + (m / 2) * 8);
-        lf_mma(o[n], p, b);
-        lf_mma(o[n + 1], p, b + 2);
-      }
+      lf_u32 p[4];
+      lf_as_fragment(p, s + 2 * j);
+      lf_products_t<LF_EV, LF_VPAD>(o, p, vs + j * 16 * LF_VPAD, lane);
     }
   }
   // A row's sum over its four threads; the result and the logsumexp.
@@ -195,7 +177,6 @@ constexpr const char* kQueryGradient = R"cuda((const AttentionArgs a) {
   __shared__ __align__(16) T ks[2][LF_KEYS * LF_KPAD];
   __shared__ __align__(16) T vs[2][LF_KEYS * LF_VPAD];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int m = lane / 8;
   const long long row_blocks = (a.queries + LF_ROWS - 1) / LF_ROWS;
   const long long head = blockIdx.x / row_blocks;
   const long long q_block = (row_blocks - 1 - blockIdx.x % row_blocks) * LF_ROWS;
@@ -244,24 +225,8 @@ constexpr const char* kQueryGradient = R"cuda((const AttentionArgs a) {
     for (int n = 0; n < LF_KEYS / 8; ++n)
 #pragma unroll
       for (int c = 0; c < 4; ++c) s[n][c] = dp[n][c] = 0.f;
-#pragma unroll
-    for (int e = 0; e < LF_E / 16; ++e)
-#pragma unroll
-      for (int n = 0; n < LF_KEYS / 8; n += 2) {
-        lf_u32 b[4];
-        lf_ldmatrix(b, kt + (n * 8 + (m / 2) * 8 + lane % 8) * LF_KPAD + e * 16 + (m % 2) * 8);
-        lf_mma(s[n], qf[e], b);
-        lf_mma(s[n + 1], qf[e], b + 2);
-      }
-#pragma unroll
-    for (int e = 0; e < LF_EV / 16; ++e)
-#pragma unroll
-      for (int n = 0; n < LF_KEYS / 8; n += 2) {
-        lf_u32 b[4];
-        lf_ldmatrix(b, vt + (n * 8 + (m / 2) * 8 + lane % 8) * LF_VPAD + e * 16 + (m % 2) * 8);
-        lf_mma(dp[n], gf[e], b);
-        lf_mma(dp[n + 1], gf[e], b + 2);
-      }
+    lf_products<LF_E, LF_KEYS, LF_KPAD>(s, qf, kt, lane);
+    lf_products<LF_EV, LF_KEYS, LF_VPAD>(dp, gf, vt, lane);
     // dS = P (dP - D) scale (dP dropped as the forward's P, through the softcap's tanh), into s.
     const bool plain = lf_plain_tile(a, k0, LF_KEYS, q0);
 #pragma unroll
@@ -291,16 +256,9 @@ constexpr const char* kQueryGradient = R"cuda((const AttentionArgs a) {
     // dQ += dS K.
 #pragma unroll
     for (int j = 0; j < LF_KEYS / 16; ++j) {
-      const lf_u32 f[4] = {lf_pack(s[2 * j][0], s[2 * j][1]), lf_pack(s[2 * j][2], s[2 * j][3]),
-                           lf_pack(s[2 * j + 1][0], s[2 * j + 1][1]),
-                           lf_pack(s[2 * j + 1][2], s[2 * j + 1][3])};
-#pragma unroll
-      for (int n = 0; n < LF_E / 8; n += 2) {
-        lf_u32 b[4];
-        lf_ldmatrix_trans(b, kt + (j * 16 + (m % 2) * 8 + lane % 8) * LF_KPAD + n * 8 + (m / 2) * 8);
-        lf_mma(dq[n], f, b);
-        lf_mma(dq[n + 1], f, b + 2);
-      }
+      lf_u32 f[4];
+      lf_as_fragment(f, s + 2 * j);
+      lf_products_t<LF_E, LF_KPAD>(dq, f, kt + j * 16 * LF_KPAD, lane);
     }
   }
 #pragma unroll
@@ -325,7 +283,6 @@ constexpr const char* kKeyGradients = R"cuda((const AttentionArgs a) {
   // are 0) and D_i = do_i . o_i (the attention's delta kernel's).
   __shared__ float ls[2][LF_QUERIES], ds_sum[2][LF_QUERIES];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int m = lane / 8;
   const long long tiles = (a.keys + LF_KEYS - 1) / LF_KEYS;
   const long long key_head = blockIdx.x / tiles, k_block = blockIdx.x % tiles * LF_KEYS;
   const long long k_w = k_block + warp * 16;
@@ -380,24 +337,8 @@ constexpr const char* kKeyGradients = R"cuda((const AttentionArgs a) {
     for (int n = 0; n < LF_QUERIES / 8; ++n)
 #pragma unroll
       for (int c = 0; c < 4; ++c) st[n][c] = dpt[n][c] = 0.f;
-#pragma unroll
-    for (int e = 0; e < LF_E / 16; ++e)
-#pragma unroll
-      for (int n = 0; n < LF_QUERIES / 8; n += 2) {
-        lf_u32 b[4];
-        lf_ldmatrix(b, qt + (n * 8 + (m / 2) * 8 + lane % 8) * LF_KPAD + e * 16 + (m % 2) * 8);
-        lf_mma(st[n], kf[e], b);
-        lf_mma(st[n + 1], kf[e], b + 2);
-      }
-#pragma unroll
-    for (int e = 0; e < LF_EV / 16; ++e)
-#pragma unroll
-      for (int n = 0; n < LF_QUERIES / 8; n += 2) {
-        lf_u32 b[4];
-        lf_ldmatrix(b, gt + (n * 8 + (m / 2) * 8 + lane % 8) * LF_VPAD + e * 16 + (m % 2) * 8);
-        lf_mma(dpt[n], vf[e], b);
-        lf_mma(dpt[n + 1], vf[e], b + 2);
-      }
+    lf_products<LF_E, LF_QUERIES, LF_KPAD>(st, kf, qt, lane);
+    lf_products<LF_EV, LF_QUERIES, LF_VPAD>(dpt, vf, gt, lane);
     // P^T (dropped) into st, dS^T into dpt.
     const bool plain = lf_plain_tile(a, k_w, 16, q0);
 #pragma unroll
@@ -432,27 +373,11 @@ constexpr const char* kKeyGradients = R"cuda((const AttentionArgs a) {
     // dV += P^T dO and dK += dS^T Q.
 #pragma unroll
     for (int j = 0; j < LF_QUERIES / 16; ++j) {
-      const lf_u32 fp[4] = {lf_pack(st[2 * j][0], st[2 * j][1]), lf_pack(st[2 * j][2], st[2 * j][3]),
-                            lf_pack(st[2 * j + 1][0], st[2 * j + 1][1]),
-                            lf_pack(st[2 * j + 1][2], st[2 * j + 1][3])};
-      const lf_u32 fs[4] = {lf_pack(dpt[2 * j][0], dpt[2 * j][1]),
-                            lf_pack(dpt[2 * j][2], dpt[2 * j][3]),
-                            lf_pack(dpt[2 * j + 1][0], dpt[2 * j + 1][1]),
-                            lf_pack(dpt[2 * j + 1][2], dpt[2 * j + 1][3])};
-#pragma unroll
-      for (int n = 0; n < LF_EV / 8; n += 2) {
-        lf_u32 b[4];
-        lf_ldmatrix_trans(b, gt + (j * 16 + (m % 2) * 8 + lane % 8) * LF_VPAD + n * 8 + (m / 2) * 8);
-        lf_mma(dv[n], fp, b);
-        lf_mma(dv[n + 1], fp, b + 2);
-      }
-#pragma unroll
-      for (int n = 0; n < LF_E / 8; n += 2) {
-        lf_u32 b[4];
-        lf_ldmatrix_trans(b, qt + (j * 16 + (m % 2) * 8 + lane % 8) * LF_KPAD + n * 8 + (m / 2) * 8);
-        lf_mma(dk[n], fs, b);
-        lf_mma(dk[n + 1], fs, b + 2);
-      }
+      lf_u32 fp[4], fs[4];
+      lf_as_fragment(fp, st + 2 * j);
+      lf_as_fragment(fs, dpt + 2 * j);
+      lf_products_t<LF_EV, LF_VPAD>(dv, fp, gt + j * 16 * LF_VPAD, lane);
+      lf_products_t<LF_E, LF_KPAD>(dk, fs, qt + j * 16 * LF_KPAD, lane);
     }
   }
 #pragma unroll
@@ -531,6 +456,49 @@ __device__ __forceinline__ float lf_exp2(float x) {
 }
 __device__ __forceinline__ lf_u32 lf_pack(float lo, float hi) {
   return (lf_u32)lf_store<T>(lo).bits | ((lf_u32)lf_store<T>(hi).bits << 16);
+}
+
+// acc[n] += the warp's A fragments `af` (16 rows by D: D / 16 of them) times rows n*8.. of
+// `tile` (D wide, PAD apart) transposed, for the N / 8 products of 8 columns: S = Q K^T and its
+// kind. Each ldmatrix gives the B fragments of two products (rows n*8.. and (n+1)*8.., dims
+// e*16.. and e*16+8..).
+template <int D, int N, int PAD>
+__device__ __forceinline__ void lf_products(float (*acc)[4], const lf_u32 (*af)[4], const T* tile,
+                                            int lane) {
+  const int m = lane / 8;
+#pragma unroll
+  for (int e = 0; e < D / 16; ++e)
+#pragma unroll
+    for (int n = 0; n < N / 8; n += 2) {
+      lf_u32 b[4];
+      lf_ldmatrix(b, tile + (n * 8 + (m / 2) * 8 + lane % 8) * PAD + e * 16 + (m % 2) * 8);
+      lf_mma(acc[n], af[e], b);
+      lf_mma(acc[n + 1], af[e], b + 2);
+    }
+}
+
+// acc[n] += the A fragment `f` (16 x 16) times the 16 rows of `rows` (W wide, PAD apart), for the
+// W / 8 products of 8 columns: P V and its kind, ldmatrix transposing the rows.
+template <int W, int PAD>
+__device__ __forceinline__ void lf_products_t(float (*acc)[4], const lf_u32* f, const T* rows,
+                                              int lane) {
+  const int m = lane / 8;
+#pragma unroll
+  for (int n = 0; n < W / 8; n += 2) {
+    lf_u32 b[4];
+    lf_ldmatrix_trans(b, rows + ((m % 2) * 8 + lane % 8) * PAD + n * 8 + (m / 2) * 8);
+    lf_mma(acc[n], f, b);
+    lf_mma(acc[n + 1], f, b + 2);
+  }
+}
+
+// Accumulators acc[0] and acc[1] (an m16n8 pair: 16 rows by 16 columns) as an A fragment in the
+// input type: an m16n8 accumulator pair is an m16n8k16 operand as it lies.
+__device__ __forceinline__ void lf_as_fragment(lf_u32* f, const float (*acc)[4]) {
+  f[0] = lf_pack(acc[0][0], acc[0][1]);
+  f[1] = lf_pack(acc[0][2], acc[0][3]);
+  f[2] = lf_pack(acc[1][0], acc[1][1]);
+  f[3] = lf_pack(acc[1][2], acc[1][3]);
 }
 
 // The score of query i and key j modified, from the product `s`: -infinity where not seen.
