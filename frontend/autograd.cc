@@ -660,6 +660,13 @@ void remove_backward_callback(int64_t handle) {
   std::erase_if(all.callbacks, [&](const auto& entry) { return entry.first == handle; });
 }
 
+void evaluate_with_next_step(const Tensor& value) {
+  BackwardRoots& roots = backward_roots();
+  std::lock_guard lock(roots.mutex);
+  std::erase_if(roots.roots, [](const std::weak_ptr<TensorImpl>& root) { return root.expired(); });
+  roots.roots.push_back(value.impl());
+}
+
 std::vector<Tensor> take_backward_roots() {
   BackwardRoots& roots = backward_roots();
   std::lock_guard lock(roots.mutex);

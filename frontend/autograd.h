@@ -71,6 +71,11 @@ void remove_backward_callback(int64_t handle);
 // evaluates them together with the parameters' new values, so that the forward pass, the
 // backward pass and the update are one evaluation and `loss.item()` after step() is a read.
 std::vector<Tensor> take_backward_roots();
+// Adds `value` to what the next step() evaluates with the roots: a value made from the
+// gradients that the step computes anyway and that the caller reads after it (clip_grad_norm_'s
+// norm, which a progress line prints). Left out, it stays pending after the step, and reading
+// it evaluates the forward and backward passes again. Held weakly, as the roots are.
+void evaluate_with_next_step(const Tensor& value);
 
 // ---- The recorded graph (frontend/autograd.cc) ----
 

@@ -431,6 +431,8 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
     Tensor& g = parameter.mutable_grad();  // the parameter's own, shared by every handle
     g.mul_(coefficient.to(g.dtype()).to(g.device()));
   }
+  // The step computes the norm to scale the gradients: it keeps it too, for the caller's print.
+  evaluate_with_next_step(total);
   return total;
 }
 

@@ -271,7 +271,8 @@ namespace lazyfuse::nn::utils {
 // Scales every gradient so that their norm together (over all of them, of type `norm_type`: 2,
 // any p > 0, or infinity) is at most `max_norm`, as torch.nn.utils.clip_grad_norm_: by
 // max_norm / (norm + 1e-6) where that is below 1. Returns the norm before clipping, a 0-d tensor,
-// pending: nothing waits for the GPU, and the scaling fuses into the optimizer's step. With
+// pending: nothing waits for the GPU, the scaling fuses into the optimizer's step, and the step
+// computes the norm with it (reading it after the step is a read). With
 // `error_if_nonfinite`, a norm that is NaN or infinite is a ValueError (this reads the norm).
 Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm,
                        double norm_type = 2.0, bool error_if_nonfinite = false);

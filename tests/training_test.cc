@@ -391,6 +391,37 @@ TEST(Optim, AdamParametersSteppedTogetherShareTheirCount) {
   EXPECT_GE(one - per_parameter, 2);
 }
 
+// clip_grad_norm_'s norm is computed with the step that its scaling fuses into: reading it after
+// the step evaluates nothing more (before, it stayed pending, and printing it ran the forward
+// and backward passes a second time).
+TEST(Optim, AClippedStepComputesTheNormWithIt) {
+  manual_seed(5);
+  nn::Sequential net(nn::Linear(4, 8), nn::Tanh(), nn::Linear(8, 3));
+  optim::SGD optimizer(net.parameters(), optim::SGDOptions(0.1));
+  Tensor x = randn({16, 4});
+  Tensor y = tensor({0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0}, kInt64);
+  eval({x, y});
+  // The gradients' norm, from the same gradients evaluated on their own.
+  optimizer.zero_grad();
+  nn::functional::cross_entropy(net(x), y).backward();
+  double squares = 0;
+  for (const Tensor& p : net.parameters())
+    for (double g : p.grad().to_vector<double>()) squares += g * g;
+  const double want = std::sqrt(squares);
+
+  optimizer.zero_grad();
+  const Tensor loss = nn::functional::cross_entropy(net(x), y);
+  loss.backward();
+  const Tensor norm = nn::utils::clip_grad_norm_(net.parameters(), 0.5);
+  reset_eval_stats();
+  optimizer.step();
+  EXPECT_EQ(eval_stats().evaluations, 1);
+  EXPECT_TRUE(norm.is_computed());
+  EXPECT_TRUE(loss.is_computed());
+  EXPECT_NEAR(norm.item<double>(), want, 1e-5 * want);
+  EXPECT_EQ(eval_stats().evaluations, 1) << "reading the norm evaluated again";
+}
+
 // From the third step on, a step also writes every parameter and every moment into the buffer
 // it had (Note [Writing an update into its own buffer] in runtime/lazy.cc): nothing moves, and
 // the values are those of the update rule (Optim.AdamAndAdamWMatchTheUpdateRule).
