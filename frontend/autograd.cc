@@ -368,6 +368,9 @@ class Engine {
   void run() {
     const std::vector<AutogradMeta*> order = topological_order();
     AutoGradMode mode(create_graph_);
+    // The leaves' new gradients, given to them once the walk is done: a rule that fails part way
+    // (a graph already freed, a value changed in place) leaves every gradient as it was.
+    std::vector<std::pair<AutogradMeta*, Tensor>> accumulated;
     for (AutogradMeta* meta : order) {
       add_narrowed_parts(meta);
       auto found = grads_.find(meta);
@@ -375,10 +378,11 @@ class Engine {
       Tensor gradient = found->second;
       if (targets_.empty() && (meta->grad_fn == nullptr || meta->retains_grad)) {
         Tensor add = create_graph_ ? gradient : gradient.detach();
-        meta->grad = meta->grad.defined() ? meta->grad + add : add;
+        accumulated.emplace_back(meta, meta->grad.defined() ? meta->grad + add : add);
       }
       if (meta->grad_fn != nullptr) propagate(*meta, gradient);
     }
+    for (auto& [meta, sum] : accumulated) meta->grad = std::move(sum);
     if (!retain_graph_)
       for (AutogradMeta* meta : order)
         if (meta->grad_fn != nullptr) release(*meta->grad_fn);

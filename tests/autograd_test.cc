@@ -501,6 +501,19 @@ TEST(AutogradErrors, BackwardTwiceThroughAFreedGraph) {
   EXPECT_NO_THROW(z.backward());
 }
 
+// A backward that fails part way changes no gradient: `a`'s is computed before the walk reaches
+// the freed exp, and is not given to `a`.
+TEST(AutogradErrors, ABackwardThatFailsPartWayChangesNoGradient) {
+  Tensor a = tensor({1.0, 2.0}).requires_grad_(), b = tensor({0.5, -1.0}).requires_grad_();
+  Tensor h = b.exp().sum();
+  h.backward(Tensor(), /*retain_graph=*/false);
+  const std::vector<float> b_before = b.grad().to_vector<float>();
+  Tensor loss = h + (a * 3).sum();
+  EXPECT_THROW(loss.backward(), GradError);
+  EXPECT_FALSE(a.grad().defined()) << "a gradient was given before the walk failed";
+  EXPECT_EQ(b.grad().to_vector<float>(), b_before);
+}
+
 TEST(AutogradErrors, GradOfATensorThatDoesNotRequireIt) {
   Tensor w = tensor({1.0}).requires_grad_();
   Tensor x = tensor({2.0});
