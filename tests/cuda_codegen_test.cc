@@ -360,8 +360,20 @@ TEST(CudaCodegen, TensorCoreAttentionCompilesForSm80AndSm90) {
     EXPECT_EQ(cuda_attention_key_tile(specs[1], kernel), 64);
     EXPECT_EQ(cuda_attention_threads(specs[1], kernel), 128);
   }
-  // The delta kernel the gradients read D_i from: a warp a row, whatever the kernels' tiles.
+  // The delta kernel the gradients read D_i from: a warp a row, whatever the kernels' tiles; one
+  // text under one name, whatever the modifiers and head dim its name leaves out.
   EXPECT_EQ(cuda_attention_rows_per_block(specs[1], CudaAttentionKernel::Delta), 4);
+  CudaAttentionSpec other = specs[1];
+  other.head_dim = 32;
+  other.causal = !other.causal;
+  other.mask = !other.mask;
+  other.softcap = !other.softcap;
+  other.dropout = !other.dropout;
+  other.tensor_cores = false;
+  const CudaSource delta = generate_cuda_attention(specs[1], CudaAttentionKernel::Delta);
+  const CudaSource other_delta = generate_cuda_attention(other, CudaAttentionKernel::Delta);
+  EXPECT_EQ(other_delta.kernel_name, delta.kernel_name);
+  EXPECT_EQ(other_delta.source, delta.source);
   EXPECT_EQ(cuda_attention_key_tile(specs[0], CudaAttentionKernel::QueryGradient), 32);
   EXPECT_EQ(cuda_attention_mma_query_tile(specs[0]), 16);
   EXPECT_EQ(cuda_attention_mma_query_tile(specs[1]), 64);

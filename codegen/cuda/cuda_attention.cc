@@ -448,12 +448,18 @@ std::string key_tile_kernel(const CudaAttentionSpec& spec) {
 }
 
 // A warp per query row of every head: D_i = do_i . o_i in the compute type, its lanes' sums
-// added in a fixed order.
+// added in a fixed order. It reads the result and its gradient alone, so its source is made from
+// what its name holds (dtype, value dim, lead dims): one name, one text, whatever the score
+// modifiers, the head dim or the tensor cores of the kernels beside it.
 std::string delta_kernel(const CudaAttentionSpec& spec) {
-  const std::string name = cuda_attention_kernel_name(spec, CudaAttentionKernel::Delta);
+  CudaAttentionSpec named;
+  named.dtype = spec.dtype;
+  named.head_dim = named.value_dim = spec.value_dim;
+  named.lead = spec.lead;
+  const std::string name = cuda_attention_kernel_name(named, CudaAttentionKernel::Delta);
   return absl::StrCat(
-      common(spec, CudaAttentionKernel::Delta), "\n",
-      gpu_dialect().kernel(name, cuda_attention_threads(spec, CudaAttentionKernel::Delta)),
+      common(named, CudaAttentionKernel::Delta), "\n",
+      gpu_dialect().kernel(name, cuda_attention_threads(named, CudaAttentionKernel::Delta)),
       R"((const AttentionArgs a) {
   const int warp = threadIdx.x / LF_WARP, lane = threadIdx.x % LF_WARP;
   long long heads = 1;
