@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
     set_rng_state(run.at("rng"));
     loader.set_position(
         {run.at("data.epoch").item<int64_t>(), run.at("data.batch").item<int64_t>()});
-    std::vector<std::pair<std::string, Tensor>> scaler_state;
+    NamedTensors scaler_state;
     for (const auto& [name, t] : run)
       if (name.starts_with("scaler.")) scaler_state.emplace_back(name.substr(7), t);
     scaler.load_state_dict(scaler_state);
@@ -354,10 +354,10 @@ int main(int argc, char** argv) {
       if (rank == 0) std::printf("validation loss %.4f\n", last_val);
       if (!checkpoint.empty()) {
         const data::TokenLoaderPosition at = loader.position();
-        std::vector<std::pair<std::string, Tensor>> run = {{"step", scalar_tensor(step + 1)},
-                                                           {"rng", get_rng_state()},
-                                                           {"data.epoch", scalar_tensor(at.epoch)},
-                                                           {"data.batch", scalar_tensor(at.batch)}};
+        NamedTensors run = {{"step", scalar_tensor(step + 1)},
+                            {"rng", get_rng_state()},
+                            {"data.epoch", scalar_tensor(at.epoch)},
+                            {"data.batch", scalar_tensor(at.batch)}};
         for (const auto& [name, t] : scaler.state_dict()) run.emplace_back("scaler." + name, t);
         save_set(step + 1, run);
       }

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "lazyfuse/frontend/checkpoint.h"
 #include "lazyfuse/frontend/distributed.h"
@@ -494,7 +495,13 @@ class Engine {
     GradNode& node = *meta.grad_fn;
     OperandTensors operands(node.operands.size());
     OperandFlags needed(node.operands.size(), false);
-    OperandFlags readable(node.operands.size(), false);
+    // A checkpointed function's op, once the function has returned, reads recomputed values
+    // (Note [Activation checkpointing] in frontend/checkpoint.cc); a released one reads nothing,
+    // as any released node.
+    const detail::TapeReplay* replay =
+        node.tape != nullptr && !node.released && node.result == nullptr
+            ? &replay_of(*node.tape, gradient)
+            : nullptr;
     std::string stale;  // why a saved value cannot be read, if one cannot
     for (size_t i = 0; i < node.operands.size(); ++i) {
       const SavedOperand& operand = node.operands[i];
@@ -510,8 +517,9 @@ class Engine {
               "; expected version ", operand.version, " instead.");
         continue;  // the rule must not read it
       }
-      readable[i] = true;
-      operands[i] = saved_tensor(operand.value, create_graph_ ? operand.edge : nullptr);
+      operands[i] = saved_tensor(
+          replay != nullptr ? detail::replayed_operand(node, i, *replay) : operand.value,
+          create_graph_ ? operand.edge : nullptr);
     }
     if (node.op == Op::Narrow) {
       // Kept apart until the operand's gradient is read (Note [The gradients of narrowed
@@ -526,19 +534,9 @@ class Engine {
       }
       return;
     }
-    Tensor result = saved_tensor(node.result, create_graph_ ? meta.shared_from_this() : nullptr);
-    if (node.tape != nullptr && !node.released && node.result == nullptr) {
-      // A checkpointed function's op, once the function has returned: its values are
-      // recomputed (Note [Activation checkpointing] in frontend/checkpoint.cc). A released
-      // node reads nothing, as any released node.
-      const detail::TapeReplay& replay = replay_of(*node.tape, gradient);
-      for (size_t i = 0; i < node.operands.size(); ++i)
-        if (readable[i])
-          operands[i] = saved_tensor(detail::replayed_operand(node, i, replay),
-                                     create_graph_ ? node.operands[i].edge : nullptr);
-      result = saved_tensor(detail::replayed_result(node, replay),
-                            create_graph_ ? meta.shared_from_this() : nullptr);
-    }
+    Tensor result =
+        saved_tensor(replay != nullptr ? detail::replayed_result(node, *replay) : node.result,
+                     create_graph_ ? meta.shared_from_this() : nullptr);
     absl::InlinedVector<Tensor, 3> grads;
     try {
       grads = GradientRule(node, gradient, std::move(operands), std::move(result), needed).apply();
@@ -563,14 +561,15 @@ class Engine {
     }
   }
 
-  // The replay of `tape` in this walk, made when the walk first reaches one of its nodes.
+  // The replay of `tape` in this walk, made when the walk first reaches one of its nodes (node
+  // storage: a replay stays where it is while others are added).
   const detail::TapeReplay& replay_of(const CheckpointTape& tape, const Tensor& gradient) {
     auto found = replays_.find(&tape);
     if (found == replays_.end())
       found = replays_.emplace(&tape, detail::replay_tape(tape, gradient)).first;
     return found->second;
   }
-  absl::flat_hash_map<const CheckpointTape*, detail::TapeReplay> replays_;
+  absl::node_hash_map<const CheckpointTape*, detail::TapeReplay> replays_;
 
   static void release(GradNode& node) {
     if (node.tape != nullptr && !node.released) detail::release_tape(*node.tape);
